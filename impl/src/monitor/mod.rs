@@ -1,0 +1,1 @@
+//! Memory monitors: sources of release events (spec.md#S7).

@@ -1,0 +1,58 @@
+//! Registrars: what turns a byte range into a NIC-visible registration
+//! (spec.md#S1.9). The cache never holds its lock across a registrar call
+//! (spec.md#A4), and deregisters by handle, never by address.
+
+use mrcache_types::{Access, Range, RegistrarFailure};
+
+pub mod counting;
+
+/// The NIC-side keys of a registration, or the backend's equivalent handle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Keys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// A registrar call that failed. `failure` is what the cache and the model
+/// act on (S5.4); `verb` and `errno` say exactly what broke.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{verb} failed: {detail} ({failure:?}, errno {errno})")]
+pub struct RegistrarError {
+    pub failure: RegistrarFailure,
+    pub verb: &'static str,
+    pub errno: i32,
+    pub detail: String,
+}
+
+impl RegistrarError {
+    pub fn from_errno(verb: &'static str, errno: i32, detail: impl Into<String>) -> Self {
+        let failure = match errno {
+            libc::ENOMEM => RegistrarFailure::NoMemory,
+            libc::EAGAIN => RegistrarFailure::Again,
+            libc::EFAULT => RegistrarFailure::Fault,
+            _ => RegistrarFailure::Other,
+        };
+        RegistrarError { failure, verb, errno, detail: detail.into() }
+    }
+}
+
+/// A backend that pins memory and makes it addressable by the NIC.
+///
+/// Contract: `register` either returns a handle whose pages stay pinned until
+/// `deregister(handle)` is called, or an error and no side effect. Both may be
+/// called from any thread, concurrently. A registrar may trigger release
+/// events of its own (spec.md#S3.6); the cache tolerates that.
+pub trait Registrar: Send + Sync + 'static {
+    type Handle: Send + Sync + 'static;
+
+    /// Pins the page-aligned `range` with `access`.
+    fn register(&self, range: Range, access: Access) -> Result<Self::Handle, RegistrarError>;
+
+    /// Unpins. Called exactly once per successful `register`.
+    fn deregister(&self, handle: Self::Handle) -> Result<(), RegistrarError>;
+
+    fn keys(&self, handle: &Self::Handle) -> Keys;
+
+    /// Short backend name for reports: `counting`, `uring`, `verbs`.
+    fn name(&self) -> &'static str;
+}

@@ -1,0 +1,538 @@
+//! The shared vocabulary of mrcache (spec.md §1, §2, §T).
+//!
+//! There is exactly one definition of [`Op`], [`Ret`], [`Range`], [`Access`],
+//! [`Stats`] and the trace records. The reference model, the model checker, the
+//! real cache's harness, the trace replayer and the conformance suite all use
+//! these types, so an operation means the same thing everywhere.
+//!
+//! Invariants kept here:
+//! - a [`Range`] is never empty and never wraps (`addr + len` fits in `u64`);
+//! - page spans are computed only by [`Range::pages`] (the rounding rule S1.2).
+
+#![forbid(unsafe_code)]
+
+pub mod trace;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A caller-chosen name for a lease (spec.md#S1.6). Traces and tests name
+/// leases so that a later `release` can refer to them.
+pub type LeaseId = u64;
+
+/// Default page size (x86-64 base pages).
+pub const PAGE_SIZE: u64 = 4096;
+
+//= spec.md#S1.2
+/// A half-open byte range `[addr, addr + len)`; never empty, never wrapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Range {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Why a byte range is not acceptable (spec.md#S2.1 preconditions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RangeError {
+    #[error("empty range at {addr:#x}: len is 0")]
+    Empty { addr: u64 },
+    #[error("range {addr:#x}+{len:#x} wraps past the end of the address space")]
+    Wraps { addr: u64, len: u64 },
+}
+
+impl Range {
+    /// Checks the preconditions of S2.1: `len > 0` and no wrap-around.
+    pub fn new(addr: u64, len: u64) -> Result<Self, RangeError> {
+        if len == 0 {
+            return Err(RangeError::Empty { addr });
+        }
+        if addr.checked_add(len).is_none() {
+            return Err(RangeError::Wraps { addr, len });
+        }
+        Ok(Range { addr, len })
+    }
+
+    /// One past the last byte. Cannot overflow by construction... except for a
+    /// range ending exactly at 2^64, which `new` rejects as wrapping.
+    pub fn end(&self) -> u64 {
+        self.addr + self.len
+    }
+
+    //= spec.md#S1.2
+    //# The pages of a range are those from `floor(addr / P)` up to
+    //# `ceil((addr + len) / P)` (exclusive).
+    pub fn pages(&self, page_size: u64) -> PageSpan {
+        let first = self.addr / page_size;
+        let end = self.end().div_ceil(page_size);
+        PageSpan { first, end }
+    }
+
+    pub fn contains(&self, other: &Range) -> bool {
+        self.addr <= other.addr && other.end() <= self.end()
+    }
+
+    pub fn overlaps(&self, other: &Range) -> bool {
+        self.addr < other.end() && other.addr < self.end()
+    }
+}
+
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{:#x},{:#x})", self.addr, self.end())
+    }
+}
+
+/// A half-open span of page numbers `[first, end)`; `end > first`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PageSpan {
+    pub first: u64,
+    pub end: u64,
+}
+
+impl PageSpan {
+    pub fn count(&self) -> u64 {
+        self.end - self.first
+    }
+    pub fn overlaps(&self, o: &PageSpan) -> bool {
+        self.first < o.end && o.first < self.end
+    }
+    pub fn contains(&self, o: &PageSpan) -> bool {
+        self.first <= o.first && o.end <= self.end
+    }
+    pub fn union(&self, o: &PageSpan) -> PageSpan {
+        PageSpan { first: self.first.min(o.first), end: self.end.max(o.end) }
+    }
+    /// Widens the span outwards to multiples of `chunk_pages` (spec.md#S6.2).
+    pub fn align(&self, chunk_pages: u64) -> PageSpan {
+        let c = chunk_pages.max(1);
+        let first = self.first / c * c;
+        let end = self.end.div_ceil(c).saturating_mul(c);
+        PageSpan { first, end }
+    }
+    /// The byte range of this span.
+    pub fn bytes(&self, page_size: u64) -> Range {
+        Range { addr: self.first * page_size, len: self.count() * page_size }
+    }
+}
+
+impl fmt::Display for PageSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pages[{},{})", self.first, self.end)
+    }
+}
+
+//= spec.md#S1.4
+/// Access rights of a registration. Local read is always implied, as in verbs.
+/// A registration *suffices* for a request when its access is a superset.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Access(u8);
+
+impl Access {
+    pub const LOCAL_READ: Access = Access(0);
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_READ: Access = Access(2);
+    pub const REMOTE_WRITE: Access = Access(4);
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    const NAMES: [(&'static str, Access); 4] = [
+        ("local_write", Access::LOCAL_WRITE),
+        ("remote_read", Access::REMOTE_READ),
+        ("remote_write", Access::REMOTE_WRITE),
+        ("remote_atomic", Access::REMOTE_ATOMIC),
+    ];
+
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+    pub fn from_bits(bits: u8) -> Option<Access> {
+        (bits & !0xf == 0).then_some(Access(bits))
+    }
+    pub const fn union(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+    /// `self` grants at least everything `wanted` asks for.
+    pub const fn suffices_for(self, wanted: Access) -> bool {
+        self.0 & wanted.0 == wanted.0
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        self.union(o)
+    }
+}
+
+impl fmt::Display for Access {
+    /// `local_read`, or the granted rights joined by `+`: `local_write+remote_read`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == 0 {
+            return f.write_str("local_read");
+        }
+        let mut first = true;
+        for (name, a) in Access::NAMES {
+            if self.suffices_for(a) {
+                if !first {
+                    f.write_str("+")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::str::FromStr for Access {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Access, String> {
+        let mut acc = Access::LOCAL_READ;
+        for part in s.split('+').map(str::trim) {
+            match part {
+                "local_read" | "" => {}
+                // Short forms for hand-written traces.
+                "rw" => acc = acc | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+                _ => match Access::NAMES.iter().find(|(n, _)| *n == part) {
+                    Some((_, a)) => acc = acc | *a,
+                    None => {
+                        return Err(format!(
+                            "unknown access right `{part}` (expected local_read, local_write, remote_read, remote_write, remote_atomic or rw, joined by +)"
+                        ))
+                    }
+                },
+            }
+        }
+        Ok(acc)
+    }
+}
+
+impl Serialize for Access {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Access {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Access, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+//= spec.md#S1.7
+/// The ways a process can stop mapping the frames behind an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseKind {
+    Munmap,
+    MadviseDontneed,
+    MadviseFree,
+    MadviseRemove,
+    /// The source range of an mremap that moved or shrank the mapping.
+    MremapSource,
+    /// mmap(MAP_FIXED) over an existing mapping.
+    MapFixedOver,
+    BrkShrink,
+    Shmdt,
+}
+
+impl ReleaseKind {
+    pub const ALL: [ReleaseKind; 8] = [
+        ReleaseKind::Munmap,
+        ReleaseKind::MadviseDontneed,
+        ReleaseKind::MadviseFree,
+        ReleaseKind::MadviseRemove,
+        ReleaseKind::MremapSource,
+        ReleaseKind::MapFixedOver,
+        ReleaseKind::BrkShrink,
+        ReleaseKind::Shmdt,
+    ];
+}
+
+//= spec.md#S2
+/// One operation on a registration cache. This single enum drives the spec,
+/// the model, the checker, the impl harness, traces and conformance.
+///
+/// Addresses and lengths are raw so that bad input (len 0, wrap-around) can be
+/// expressed and must be answered with an error, never a panic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// S2.1: obtain a lease on a registration covering `[addr, addr+len)`.
+    Acquire {
+        lease: LeaseId,
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+        access: Access,
+    },
+    /// S2.2: give a lease back.
+    Release { lease: LeaseId },
+    /// S2.3: the process stopped mapping the frames of `[addr, addr+len)`.
+    ReleaseEvent {
+        kind: ReleaseKind,
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+    },
+    /// S2.4: the allocator handed out `[addr, addr+len)`. No effect on the cache.
+    Alloc {
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+    },
+    /// S2.4: the allocator took `[addr, addr+len)` back. No effect on the cache by
+    /// itself: if memory went back to the kernel, a `ReleaseEvent` says so.
+    Free {
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+    },
+    /// S2.5: drop every cached entry.
+    Flush,
+    /// S2.6: the ops that follow run in a child created by fork().
+    Fork,
+}
+
+impl Op {
+    /// The op's byte range, checked against S2.1's preconditions, if it has one.
+    pub fn range(&self) -> Option<Result<Range, RangeError>> {
+        match *self {
+            Op::Acquire { addr, len, .. }
+            | Op::ReleaseEvent { addr, len, .. }
+            | Op::Alloc { addr, len }
+            | Op::Free { addr, len } => Some(Range::new(addr, len)),
+            Op::Release { .. } | Op::Flush | Op::Fork => None,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Acquire { .. } => "acquire",
+            Op::Release { .. } => "release",
+            Op::ReleaseEvent { .. } => "release_event",
+            Op::Alloc { .. } => "alloc",
+            Op::Free { .. } => "free",
+            Op::Flush => "flush",
+            Op::Fork => "fork",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Op::Acquire { lease, addr, len, access } => {
+                write!(f, "acquire L{lease} {addr:#x}+{len:#x} {access}")
+            }
+            Op::Release { lease } => write!(f, "release L{lease}"),
+            Op::ReleaseEvent { kind, addr, len } => write!(f, "{kind:?} {addr:#x}+{len:#x}"),
+            Op::Alloc { addr, len } => write!(f, "alloc {addr:#x}+{len:#x}"),
+            Op::Free { addr, len } => write!(f, "free {addr:#x}+{len:#x}"),
+            Op::Flush => f.write_str("flush"),
+            Op::Fork => f.write_str("fork"),
+        }
+    }
+}
+
+/// A registration as callers observe it: its page-aligned byte range and
+/// access. Never an lkey or a slot (spec.md#S1.3): two caches agree on a
+/// `RegView` whatever their backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RegView {
+    pub addr: u64,
+    pub len: u64,
+    pub access: Access,
+}
+
+impl fmt::Display for RegView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{:#x},{:#x}) {}", self.addr, self.addr + self.len, self.access)
+    }
+}
+
+/// How a registrar call failed, abstracted from errno (spec.md#S2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrarFailure {
+    /// ENOMEM: out of pinnable memory or NIC resources.
+    NoMemory,
+    /// EAGAIN: transient.
+    Again,
+    /// EFAULT: the range is not (fully) mapped, or cannot be pinned.
+    Fault,
+    /// Anything else.
+    Other,
+}
+
+/// Errors an operation returns (spec.md#S2, "Errors").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "error", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OpError {
+    #[error("E1 empty range: len is 0")]
+    EmptyRange,
+    #[error("E2 range wraps past the end of the address space")]
+    WrappingRange,
+    #[error("E3 lease L{lease} is already held")]
+    LeaseInUse { lease: LeaseId },
+    #[error("E4 lease L{lease} is not held")]
+    UnknownLease { lease: LeaseId },
+    #[error("E5 registrar failed: {failure:?}")]
+    Registrar { failure: RegistrarFailure },
+    #[error("E6 registration invalidated on every retry")]
+    RetriesExhausted,
+}
+
+impl From<RangeError> for OpError {
+    fn from(e: RangeError) -> Self {
+        match e {
+            RangeError::Empty { .. } => OpError::EmptyRange,
+            RangeError::Wraps { .. } => OpError::WrappingRange,
+        }
+    }
+}
+
+//= spec.md#S2
+/// What an operation returns, as every implementation can observe it.
+/// Deregistration timing is deliberately absent (spec.md#S2.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "ret", rename_all = "snake_case")]
+pub enum Ret {
+    /// A lease was granted on `reg`. `hit`: an existing cache entry served it.
+    /// `pressure`: the registrar first failed with ENOMEM/EAGAIN and the cache
+    /// evicted every unleased entry before its one retry (S5.4).
+    Granted { reg: RegView, hit: bool, pressure: bool },
+    /// The op completed (release, release event, alloc, free, flush, fork).
+    Done,
+    Failed { error: OpError },
+}
+
+impl fmt::Display for Ret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ret::Granted { reg, hit, pressure } => write!(
+                f,
+                "{} {reg}{}",
+                if *hit { "hit" } else { "miss" },
+                if *pressure { " (after pressure eviction)" } else { "" }
+            ),
+            Ret::Done => f.write_str("done"),
+            Ret::Failed { error } => write!(f, "error: {error}"),
+        }
+    }
+}
+
+//= spec.md#S8
+/// Counters shared by the model, the impl and replay. Same schema everywhere,
+/// so a sequential replay through the model and through the impl can be
+/// compared field by field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stats {
+    pub acquires: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    pub releases: u64,
+    pub release_events: u64,
+    pub registrations: u64,
+    pub deregistrations: u64,
+    pub bytes_registered: u64,
+    pub pinned_bytes: u64,
+    pub peak_pinned_bytes: u64,
+    pub cached_entries: u64,
+    pub invalidations: u64,
+    pub leased_invalidations: u64,
+    pub deferred_deregistrations: u64,
+    pub merges: u64,
+    pub evictions: u64,
+    pub pressure_evictions: u64,
+    pub forgotten: u64,
+}
+
+/// Addresses are written as `"0x..."` strings in traces; numbers are accepted
+/// too, for lengths and hand-written files.
+pub mod hex_u64 {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{v:#x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = u64;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an unsigned integer or a \"0x...\" hex string")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+                Ok(v)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+                u64::try_from(v).map_err(|_| E::custom(format!("negative value {v}")))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
+                let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+                    Some(h) => u64::from_str_radix(h, 16),
+                    None => s.parse(),
+                };
+                parsed.map_err(|_| E::custom(format!("`{s}` is not a number")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_rejects_empty_and_wrapping() {
+        assert_eq!(Range::new(0x1000, 0), Err(RangeError::Empty { addr: 0x1000 }));
+        assert_eq!(Range::new(u64::MAX, 2), Err(RangeError::Wraps { addr: u64::MAX, len: 2 }));
+        assert_eq!(Range::new(u64::MAX - 1, 2), Err(RangeError::Wraps { addr: u64::MAX - 1, len: 2 }));
+        assert!(Range::new(u64::MAX - 2, 2).is_ok());
+    }
+
+    #[test]
+    fn page_rounding_is_outward() {
+        let r = Range::new(100, 4900).unwrap();
+        assert_eq!(r.pages(4096), PageSpan { first: 0, end: 2 });
+        let r = Range::new(0x3000, 0x1000).unwrap();
+        assert_eq!(r.pages(4096), PageSpan { first: 3, end: 4 });
+        assert_eq!(PageSpan { first: 3, end: 5 }.align(4), PageSpan { first: 0, end: 8 });
+    }
+
+    #[test]
+    fn access_round_trips_and_orders() {
+        for bits in 0..16u8 {
+            let a = Access::from_bits(bits).unwrap();
+            assert_eq!(a.to_string().parse::<Access>().unwrap(), a);
+        }
+        assert!("rw".parse::<Access>().unwrap().suffices_for(Access::REMOTE_WRITE));
+        assert!(!Access::LOCAL_WRITE.suffices_for(Access::REMOTE_READ));
+        assert!("bogus".parse::<Access>().unwrap_err().contains("bogus"));
+    }
+
+    #[test]
+    fn op_json_shape() {
+        let op = Op::Acquire { lease: 1, addr: 0x1000, len: 0x3000, access: Access::REMOTE_READ };
+        let s = serde_json::to_string(&op).unwrap();
+        assert_eq!(s, r#"{"op":"acquire","lease":1,"addr":"0x1000","len":12288,"access":"remote_read"}"#);
+        assert_eq!(serde_json::from_str::<Op>(&s).unwrap(), op);
+        let hand = r#"{"op":"acquire","lease":1,"addr":4096,"len":"0x3000","access":"remote_read"}"#;
+        assert_eq!(serde_json::from_str::<Op>(hand).unwrap(), op);
+    }
+}
