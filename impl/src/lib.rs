@@ -4,6 +4,7 @@
 //! [`monitor`] turns process memory releases into cache invalidations.
 
 pub mod monitor;
+pub mod pagemap;
 pub mod registrar;
 
 pub use mrcache_types as types;

@@ -5,6 +5,9 @@
 use mrcache_types::{Access, Range, RegistrarFailure};
 
 pub mod counting;
+pub mod uring;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 /// The NIC-side keys of a registration, or the backend's equivalent handle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

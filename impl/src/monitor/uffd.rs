@@ -1,0 +1,1 @@
+//! userfaultfd monitor (in progress).

@@ -1,0 +1,1 @@
+//! /proc/self/pagemap reader (in progress).

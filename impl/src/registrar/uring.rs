@@ -1,0 +1,1 @@
+//! io_uring fixed-buffer registrar (in progress).

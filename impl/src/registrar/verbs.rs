@@ -1,0 +1,1 @@
+//! ibverbs registrar (in progress).
