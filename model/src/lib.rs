@@ -1,1 +1,633 @@
-//! placeholder
+//! The reference model of spec.md: pure, deterministic, no I/O, no unsafe.
+//!
+//! [`Model`] is a sequential state machine over the spec's state (S4): page
+//! generations (the physical truth), registrations, cache entries, leases.
+//! It offers two things:
+//! - [`Model::step`] (and [`SequentialSpec::invoke`]): the model's own
+//!   canonical outcome for an [`Op`];
+//! - [`Model::judge`] (and [`SequentialSpec::is_valid_step`]): given the
+//!   outcome another implementation returned, say whether the contract allows
+//!   it under the configured policy, name the rule it breaks if not, and
+//!   follow the observed choice if it is allowed.
+//!
+//! Invariants (checked by [`Model::check_invariants`] after every step):
+//! - every findable entry is fresh: the page generations it pinned are current (P2);
+//! - a registration with leases is registered (P3), and a registration is
+//!   deregistered exactly once (P4): it moves from `regs` to `awaiting_dereg`
+//!   once and never comes back;
+//! - after every op, for each limit: the cached entries are within it, or every
+//!   cached entry is leased (P5);
+//! - no registration that is neither findable nor leased stays in `regs` (L1).
+
+#![forbid(unsafe_code)]
+
+mod config;
+pub mod props;
+
+pub use config::{Config, EvictionPolicy, Limits, OverlapPolicy};
+pub use props::{Property, Violation};
+
+use mrcache_types::{
+    Access, LeaseId, Op, OpError, PageSpan, Range, RegView, RegistrarFailure, Ret, Stats,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A registration's identity: its creation order among cached registrations,
+/// starting at 1 (spec.md#S1.3).
+pub type RegId = u64;
+
+/// A registration the model holds (spec.md#S1.3, S1.5).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Registration {
+    pub id: RegId,
+    pub span: PageSpan,
+    pub access: Access,
+    /// Generations of the pages in `span` at registration time, for the pages
+    /// whose generation was not 0 (sparse; absent means 0).
+    pub pinned: BTreeMap<u64, u32>,
+    /// In the lookup structure: future acquires may hit it.
+    pub findable: bool,
+    pub leases: u32,
+    /// Logical time of the last acquire or release that used it (LRU).
+    pub last_use: u64,
+    /// GreedyDual-Size priority (cost-aware eviction).
+    pub priority: u64,
+}
+
+/// What the model did to the registrar: the part of an outcome that is not
+/// in [`Ret`] because its timing may legitimately differ (spec.md#S2.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    Register { view: RegView },
+    Deregister { view: RegView, reason: DeregReason },
+    /// Dropped without a registrar call: the child after fork (S2.6).
+    Forget { view: RegView },
+}
+
+/// Why a registration was deregistered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeregReason {
+    /// A release event invalidated it while unleased.
+    Invalidated,
+    /// Its last lease was released after it left the lookup.
+    LastLease,
+    /// A merged registration replaced it.
+    Merged,
+    /// no-merge-uncache-contained removed it.
+    Uncached,
+    Evicted,
+    /// Evicted because the registrar reported ENOMEM/EAGAIN (S5.4).
+    Pressure,
+    Flushed,
+}
+
+/// The choices an implementation may make where the contract allows several
+/// outcomes. [`Model::step`] uses the canonical ones; [`Model::judge`] derives
+/// them from the observed [`Ret`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Choice {
+    /// Serve a hit from this entry instead of the canonical one.
+    hit: Option<RegId>,
+    /// The registrar failed first with ENOMEM/EAGAIN; the retry succeeded.
+    pressure: bool,
+    /// The registrar failed (after its retry, for ENOMEM/EAGAIN).
+    fail: Option<OpError>,
+}
+
+/// The reference model. `Clone + Hash + Eq` so that the checker can keep it in
+/// its states.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Model {
+    pub config: Config,
+    /// Page generations (physical truth): absent means 0. A release event bumps
+    /// every page it touches.
+    gens: BTreeMap<u64, u32>,
+    /// Registrations still registered.
+    regs: BTreeMap<RegId, Registration>,
+    leases: BTreeMap<LeaseId, RegId>,
+    /// Leases taken before a fork: their release is a no-op in the child (S2.6).
+    orphan_leases: BTreeSet<LeaseId>,
+    /// Deregistered by the model, not yet confirmed by an observed
+    /// implementation (see [`Model::observe_deregister`]).
+    awaiting_dereg: BTreeMap<RegId, RegView>,
+    /// Why each deregistered registration went, so a judge can name the rule a
+    /// later hit on it breaks.
+    retired: BTreeMap<RegId, DeregReason>,
+    next_id: RegId,
+    clock: u64,
+    /// GreedyDual-Size inflation value.
+    gds_floor: u64,
+    stats: Stats,
+    effects: Vec<Effect>,
+}
+
+impl Model {
+    pub fn new(config: Config) -> Model {
+        Model {
+            config,
+            gens: BTreeMap::new(),
+            regs: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            orphan_leases: BTreeSet::new(),
+            awaiting_dereg: BTreeMap::new(),
+            retired: BTreeMap::new(),
+            next_id: 1,
+            clock: 0,
+            gds_floor: 0,
+            stats: Stats::default(),
+            effects: Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Effects since the last call, oldest first.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    pub fn registrations(&self) -> impl Iterator<Item = &Registration> {
+        self.regs.values()
+    }
+
+    pub fn lease(&self, lease: LeaseId) -> Option<&Registration> {
+        self.leases.get(&lease).and_then(|id| self.regs.get(id))
+    }
+
+    pub fn leases_held(&self) -> usize {
+        self.leases.len() + self.orphan_leases.len()
+    }
+
+    pub fn view(&self, r: &Registration) -> RegView {
+        let b = r.span.bytes(self.config.page_size);
+        RegView { id: r.id, addr: b.addr, len: b.len, access: r.access }
+    }
+
+    /// The model's canonical outcome for `op`.
+    pub fn step(&mut self, op: &Op) -> Ret {
+        self.apply(op, Choice::default())
+    }
+
+    //= spec.md#S9
+    /// Judges an observed outcome. On success the model has followed it; on
+    /// failure the model is unchanged and the violated rule is named.
+    pub fn judge(&mut self, op: &Op, observed: &Ret) -> Result<(), Violation> {
+        let choice = self.choice_for(op, observed)?;
+        let mut next = self.clone();
+        let expected = next.apply(op, choice);
+        if expected != *observed {
+            return Err(self.explain_mismatch(op, observed, &expected));
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// Derives the implementation's choices from its outcome, rejecting those
+    /// the contract does not allow.
+    fn choice_for(&self, op: &Op, observed: &Ret) -> Result<Choice, Violation> {
+        let Op::Acquire { addr, len, access, .. } = *op else {
+            return Ok(Choice::default());
+        };
+        let Ok(range) = Range::new(addr, len) else {
+            return Ok(Choice::default());
+        };
+        let span = range.pages(self.config.page_size);
+        let canonical = self.lookup(span, access);
+        match *observed {
+            Ret::Granted { reg, hit: true, .. } => {
+                let Some(r) = self.regs.get(&reg.id) else {
+                    let (prop, why) = match self.retired.get(&reg.id) {
+                        Some(DeregReason::Invalidated | DeregReason::LastLease) => {
+                            (Property::P2, "a release event invalidated it: its frames are stale")
+                        }
+                        Some(DeregReason::Evicted) => (Property::P5, "the limits evicted it"),
+                        Some(DeregReason::Pressure) => (Property::C3, "registrar pressure evicted it"),
+                        Some(DeregReason::Merged | DeregReason::Uncached) => {
+                            (Property::C2, "the overlap policy removed it")
+                        }
+                        Some(DeregReason::Flushed) => (Property::C1, "a flush removed it"),
+                        None => (Property::P1, "it was never created"),
+                    };
+                    return Err(Violation::new(prop, format!("hit on R{}, but {why}", reg.id)));
+                };
+                if !r.findable {
+                    let stale = !self.is_fresh(r);
+                    return Err(Violation::new(
+                        if stale { Property::P2 } else { Property::C1 },
+                        format!(
+                            "hit on R{} {} which left the lookup{}",
+                            reg.id,
+                            self.view(r),
+                            if stale { " and holds frames no longer mapped" } else { "" }
+                        ),
+                    ));
+                }
+                if !r.span.contains(&span) || !r.access.suffices_for(access) {
+                    return Err(Violation::new(
+                        Property::P1,
+                        format!("R{} {} does not cover {range} with {access}", reg.id, self.view(r)),
+                    ));
+                }
+                Ok(Choice { hit: Some(reg.id), ..Choice::default() })
+            }
+            Ret::Granted { hit: false, pressure, .. } => {
+                if let Some(id) = canonical {
+                    return Err(Violation::new(
+                        Property::C1,
+                        format!("miss although R{id} {} covers {range} with {access}", self.view(&self.regs[&id])),
+                    ));
+                }
+                Ok(Choice { pressure, ..Choice::default() })
+            }
+            Ret::Failed { error: e @ (OpError::Registrar { .. } | OpError::RetriesExhausted) } => {
+                if let Some(id) = canonical {
+                    return Err(Violation::new(
+                        Property::C1,
+                        format!("error `{e}` although R{id} covers {range}: a hit needs no registrar"),
+                    ));
+                }
+                Ok(Choice { fail: Some(e), ..Choice::default() })
+            }
+            _ => Ok(Choice::default()),
+        }
+    }
+
+    fn explain_mismatch(&self, op: &Op, observed: &Ret, expected: &Ret) -> Violation {
+        let (prop, why) = match (observed, expected) {
+            (Ret::Granted { reg: o, .. }, Ret::Granted { reg: e, .. }) => {
+                let covers = Range::new(o.addr, o.len).ok().zip(op.range().and_then(Result::ok));
+                match covers {
+                    Some((reg, req)) if !reg.contains(&req) => (Property::P1, "the registration does not cover the request"),
+                    _ if !o.access.suffices_for(e.access) && !e.access.suffices_for(o.access) => {
+                        (Property::C2, "the access differs from the policy's")
+                    }
+                    _ if o.id != e.id => (Property::C2, "the registration is not the one the policy creates next"),
+                    _ => (Property::C2, "the registered range differs from the overlap policy's"),
+                }
+            }
+            (Ret::Failed { .. }, _) | (_, Ret::Failed { .. }) => (Property::C4, "the error differs from the contract's"),
+            _ => (Property::C2, "the outcome differs from the contract's"),
+        };
+        Violation::new(prop, format!("{op}: observed `{observed}`, the contract gives `{expected}`: {why}"))
+    }
+
+    /// Confirms that an implementation deregistered `id` (spec.md#P3, P4).
+    pub fn observe_deregister(&mut self, id: RegId) -> Result<(), Violation> {
+        if self.awaiting_dereg.remove(&id).is_some() {
+            return Ok(());
+        }
+        match self.regs.get(&id) {
+            Some(r) if r.leases > 0 => Err(Violation::new(
+                Property::P3,
+                format!("R{id} {} deregistered while it holds {} lease(s)", self.view(r), r.leases),
+            )),
+            Some(r) => Err(Violation::new(
+                Property::C3,
+                format!("R{id} {} deregistered while still cached and not due for eviction", self.view(r)),
+            )),
+            None if id < self.next_id => {
+                Err(Violation::new(Property::P4, format!("R{id} deregistered a second time")))
+            }
+            None => Err(Violation::new(Property::P4, format!("R{id} deregistered but never registered"))),
+        }
+    }
+
+    /// Registrations the model has deregistered that the implementation has not
+    /// yet confirmed. Must be empty when an operation returns (spec.md#L1).
+    pub fn pending_deregistrations(&self) -> Vec<RegView> {
+        self.awaiting_dereg.values().copied().collect()
+    }
+
+    fn lookup(&self, span: PageSpan, access: Access) -> Option<RegId> {
+        //= spec.md#S2.1
+        //# A hit is served by the oldest findable entry that covers the request's
+        //# pages with sufficient access.
+        self.regs
+            .values()
+            .find(|r| r.findable && r.span.contains(&span) && r.access.suffices_for(access))
+            .map(|r| r.id)
+    }
+
+    fn is_fresh(&self, r: &Registration) -> bool {
+        self.gens
+            .range(r.span.first..r.span.end)
+            .all(|(page, g)| r.pinned.get(page).copied().unwrap_or(0) == *g)
+    }
+
+    fn apply(&mut self, op: &Op, choice: Choice) -> Ret {
+        let ret = match *op {
+            Op::Acquire { lease, addr, len, access } => self.acquire(lease, addr, len, access, choice),
+            Op::Release { lease } => self.release(lease),
+            Op::ReleaseEvent { addr, len, .. } => self.release_event(addr, len),
+            Op::Alloc { addr, len } | Op::Free { addr, len } => match Range::new(addr, len) {
+                Ok(_) => Ret::Done,
+                Err(e) => self.fail(e.into()),
+            },
+            Op::Flush => self.flush(),
+            Op::Fork => self.fork(),
+        };
+        debug_assert_eq!(self.check_invariants(), Ok(()), "after {op}");
+        ret
+    }
+
+    fn fail(&mut self, error: OpError) -> Ret {
+        self.stats.errors += 1;
+        Ret::Failed { error }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn touch(&mut self, id: RegId) {
+        let now = self.tick();
+        let floor = self.gds_floor;
+        let page_size = self.config.page_size;
+        let r = self.regs.get_mut(&id).expect("touch of a live registration");
+        r.last_use = now;
+        r.priority = floor + config::per_page_cost_ns(r.span.count(), page_size);
+    }
+
+    //= spec.md#S2.1
+    fn acquire(&mut self, lease: LeaseId, addr: u64, len: u64, access: Access, choice: Choice) -> Ret {
+        self.stats.acquires += 1;
+        let range = match Range::new(addr, len) {
+            Ok(r) => r,
+            Err(e) => return self.fail(e.into()),
+        };
+        if self.leases.contains_key(&lease) || self.orphan_leases.contains(&lease) {
+            return self.fail(OpError::LeaseInUse { lease });
+        }
+        let span = range.pages(self.config.page_size);
+        if let Some(id) = choice.hit.or_else(|| self.lookup(span, access)) {
+            self.stats.hits += 1;
+            self.grant(lease, id);
+            let view = self.view(&self.regs[&id]);
+            return Ret::Granted { reg: view, hit: true, pressure: false };
+        }
+        // Miss. The registrar is called with the policy's range; on ENOMEM or
+        // EAGAIN the cache evicts every unleased entry and retries once (S5.4).
+        if let Some(error) = choice.fail {
+            if matches!(error, OpError::Registrar { failure: RegistrarFailure::NoMemory | RegistrarFailure::Again }) {
+                self.evict_all_unleased();
+            }
+            return self.fail(error);
+        }
+        if choice.pressure {
+            self.evict_all_unleased();
+        }
+        let (new_span, new_access, displaced) = self.plan_miss(span, access);
+        self.stats.misses += 1;
+        let id = self.register(new_span, new_access);
+        self.grant(lease, id);
+        let reason = match self.config.policy {
+            OverlapPolicy::Merge => DeregReason::Merged,
+            _ => DeregReason::Uncached,
+        };
+        for old in displaced {
+            match reason {
+                DeregReason::Merged => self.stats.merges += 1,
+                _ => self.stats.uncached += 1,
+            }
+            self.uncache(old, reason);
+        }
+        self.enforce_limits();
+        let view = self.view(&self.regs[&id]);
+        Ret::Granted { reg: view, hit: false, pressure: choice.pressure }
+    }
+
+    //= spec.md#S6.1
+    /// The registration a miss creates, and the entries it displaces.
+    fn plan_miss(&self, span: PageSpan, access: Access) -> (PageSpan, Access, Vec<RegId>) {
+        let chunk = self.config.chunk_pages;
+        let mut new_span = span.align(chunk);
+        let mut new_access = access;
+        let mut displaced = Vec::new();
+        match self.config.policy {
+            OverlapPolicy::Independent => {}
+            OverlapPolicy::Merge => {
+                // Grow to the union of every overlapping findable entry, until
+                // nothing more overlaps. Each round adds an entry, so it ends.
+                loop {
+                    let more: Vec<&Registration> = self
+                        .regs
+                        .values()
+                        .filter(|r| r.findable && !displaced.contains(&r.id) && r.span.overlaps(&new_span))
+                        .collect();
+                    if more.is_empty() {
+                        break;
+                    }
+                    for r in more {
+                        new_span = new_span.union(&r.span).align(chunk);
+                        new_access = new_access | r.access;
+                        displaced.push(r.id);
+                    }
+                }
+            }
+            OverlapPolicy::NoMergeUncacheContained => {
+                displaced = self
+                    .regs
+                    .values()
+                    .filter(|r| r.findable && (new_span.contains(&r.span) || r.span.contains(&new_span)))
+                    .map(|r| r.id)
+                    .collect();
+            }
+        }
+        (new_span, new_access, displaced)
+    }
+
+    fn register(&mut self, span: PageSpan, access: Access) -> RegId {
+        let id = self.next_id;
+        self.next_id += 1;
+        let pinned = self.gens.range(span.first..span.end).map(|(p, g)| (*p, *g)).collect();
+        let bytes = span.count() * self.config.page_size;
+        self.regs.insert(
+            id,
+            Registration { id, span, access, pinned, findable: true, leases: 0, last_use: 0, priority: 0 },
+        );
+        self.stats.registrations += 1;
+        self.stats.bytes_registered += bytes;
+        self.stats.pinned_bytes += bytes;
+        self.stats.peak_pinned_bytes = self.stats.peak_pinned_bytes.max(self.stats.pinned_bytes);
+        self.stats.cached_entries += 1;
+        let view = self.view(&self.regs[&id]);
+        self.effects.push(Effect::Register { view });
+        id
+    }
+
+    fn grant(&mut self, lease: LeaseId, id: RegId) {
+        self.regs.get_mut(&id).expect("grant on a live registration").leases += 1;
+        self.leases.insert(lease, id);
+        self.touch(id);
+    }
+
+    /// Takes an entry out of the lookup; deregisters it now if unleased, else
+    /// when its last lease is released (spec.md#S3.2).
+    fn uncache(&mut self, id: RegId, reason: DeregReason) {
+        let r = self.regs.get_mut(&id).expect("uncache of a live registration");
+        debug_assert!(r.findable);
+        r.findable = false;
+        self.stats.cached_entries -= 1;
+        if r.leases == 0 {
+            self.deregister(id, reason);
+        } else {
+            self.stats.deferred_deregistrations += 1;
+        }
+    }
+
+    fn deregister(&mut self, id: RegId, reason: DeregReason) {
+        let r = self.regs.remove(&id).expect("deregister of a live registration");
+        let view = self.view(&r);
+        self.stats.deregistrations += 1;
+        self.stats.pinned_bytes -= view.len;
+        self.awaiting_dereg.insert(id, view);
+        self.retired.insert(id, reason);
+        self.effects.push(Effect::Deregister { view, reason });
+    }
+
+    //= spec.md#S2.2
+    fn release(&mut self, lease: LeaseId) -> Ret {
+        if self.orphan_leases.remove(&lease) {
+            self.stats.releases += 1;
+            return Ret::Done;
+        }
+        let Some(id) = self.leases.remove(&lease) else {
+            return self.fail(OpError::UnknownLease { lease });
+        };
+        self.stats.releases += 1;
+        let r = self.regs.get_mut(&id).expect("a held lease names a live registration");
+        r.leases -= 1;
+        if r.findable {
+            self.touch(id);
+        } else if r.leases == 0 {
+            self.deregister(id, DeregReason::LastLease);
+        }
+        self.enforce_limits();
+        Ret::Done
+    }
+
+    //= spec.md#S2.3
+    fn release_event(&mut self, addr: u64, len: u64) -> Ret {
+        let range = match Range::new(addr, len) {
+            Ok(r) => r,
+            Err(e) => return self.fail(e.into()),
+        };
+        self.stats.release_events += 1;
+        let span = range.pages(self.config.page_size);
+        for page in span.first..span.end {
+            *self.gens.entry(page).or_insert(0) += 1;
+        }
+        let hit: Vec<RegId> =
+            self.regs.values().filter(|r| r.findable && r.span.overlaps(&span)).map(|r| r.id).collect();
+        for id in hit {
+            self.stats.invalidations += 1;
+            if self.regs[&id].leases > 0 {
+                self.stats.leased_invalidations += 1;
+            }
+            self.uncache(id, DeregReason::Invalidated);
+        }
+        Ret::Done
+    }
+
+    //= spec.md#S2.5
+    fn flush(&mut self) -> Ret {
+        let all: Vec<RegId> = self.regs.values().filter(|r| r.findable).map(|r| r.id).collect();
+        for id in all {
+            self.uncache(id, DeregReason::Flushed);
+        }
+        Ret::Done
+    }
+
+    //= spec.md#S2.6
+    fn fork(&mut self) -> Ret {
+        for (_, r) in std::mem::take(&mut self.regs) {
+            let view = self.view(&r);
+            self.stats.forgotten += 1;
+            self.stats.pinned_bytes -= view.len;
+            self.effects.push(Effect::Forget { view });
+        }
+        self.stats.cached_entries = 0;
+        let held = std::mem::take(&mut self.leases);
+        self.orphan_leases.extend(held.into_keys());
+        Ret::Done
+    }
+
+    fn cached_bytes(&self) -> u64 {
+        self.regs.values().filter(|r| r.findable).map(|r| r.span.count() * self.config.page_size).sum()
+    }
+
+    fn over_limits(&self) -> bool {
+        let l = &self.config.limits;
+        l.max_regions.is_some_and(|m| self.stats.cached_entries > m)
+            || l.max_pinned_bytes.is_some_and(|m| self.cached_bytes() > m)
+    }
+
+    //= spec.md#S6.3
+    /// The next victim under the eviction policy, among unleased cached entries.
+    fn victim(&self) -> Option<RegId> {
+        let candidates = self.regs.values().filter(|r| r.findable && r.leases == 0);
+        match self.config.eviction {
+            EvictionPolicy::Lru => candidates.min_by_key(|r| (r.last_use, r.id)),
+            EvictionPolicy::CostAware => candidates.min_by_key(|r| (r.priority, r.last_use, r.id)),
+        }
+        .map(|r| r.id)
+    }
+
+    //= spec.md#S6.4
+    fn enforce_limits(&mut self) {
+        while self.over_limits() {
+            let Some(id) = self.victim() else { break };
+            self.gds_floor = self.gds_floor.max(self.regs[&id].priority);
+            self.stats.evictions += 1;
+            self.uncache(id, DeregReason::Evicted);
+        }
+    }
+
+    fn evict_all_unleased(&mut self) {
+        let all: Vec<RegId> = self.regs.values().filter(|r| r.findable && r.leases == 0).map(|r| r.id).collect();
+        for id in all {
+            self.stats.pressure_evictions += 1;
+            self.uncache(id, DeregReason::Pressure);
+        }
+    }
+
+    /// Checks the model's own invariants (module docs). Used after every step
+    /// in debug builds and by the checker.
+    pub fn check_invariants(&self) -> Result<(), Violation> {
+        for r in self.regs.values() {
+            if r.findable && !self.is_fresh(r) {
+                return Err(Violation::new(Property::P2, format!("findable R{} is stale", r.id)));
+            }
+            if !r.findable && r.leases == 0 {
+                return Err(Violation::new(Property::L1, format!("R{} is uncached, unleased, still registered", r.id)));
+            }
+        }
+        if self.over_limits() && self.victim().is_some() {
+            return Err(Violation::new(Property::P5, "over a limit with an unleased entry cached".into()));
+        }
+        let leased: u32 = self.regs.values().map(|r| r.leases).sum();
+        if leased as usize != self.leases.len() {
+            return Err(Violation::new(Property::P3, "lease counts disagree with held leases".into()));
+        }
+        Ok(())
+    }
+}
+
+impl stateright::semantics::SequentialSpec for Model {
+    type Op = Op;
+    type Ret = Ret;
+
+    fn invoke(&mut self, op: &Op) -> Ret {
+        self.step(op)
+    }
+
+    fn is_valid_step(&mut self, op: &Op, ret: &Ret) -> bool {
+        self.judge(op, ret).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests;

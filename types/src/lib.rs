@@ -350,6 +350,9 @@ impl fmt::Display for Op {
 /// `RegView` whatever their backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RegView {
+    /// Creation order among cached registrations, from 1 (spec.md#S1.3).
+    pub id: u64,
+    #[serde(with = "hex_u64")]
     pub addr: u64,
     pub len: u64,
     pub access: Access,
@@ -357,7 +360,7 @@ pub struct RegView {
 
 impl fmt::Display for RegView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{:#x},{:#x}) {}", self.addr, self.addr + self.len, self.access)
+        write!(f, "R{} [{:#x},{:#x}) {}", self.id, self.addr, self.addr + self.len, self.access)
     }
 }
 
@@ -455,6 +458,7 @@ pub struct Stats {
     pub leased_invalidations: u64,
     pub deferred_deregistrations: u64,
     pub merges: u64,
+    pub uncached: u64,
     pub evictions: u64,
     pub pressure_evictions: u64,
     pub forgotten: u64,

@@ -1,0 +1,117 @@
+//! The policy parameters of the one contract (spec.md#S6).
+
+use serde::{Deserialize, Serialize};
+
+//= spec.md#S6.1
+/// What a miss does about findable entries that overlap the new registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    /// Register the request's aligned range; leave others alone (Open MPI grdma).
+    #[default]
+    Independent,
+    /// Register the union with every overlapping entry, which leave the lookup (UCX).
+    Merge,
+    /// Register the request's aligned range; entries it contains or that contain
+    /// it leave the lookup (libfabric).
+    NoMergeUncacheContained,
+}
+
+impl OverlapPolicy {
+    pub const ALL: [OverlapPolicy; 3] =
+        [OverlapPolicy::Independent, OverlapPolicy::Merge, OverlapPolicy::NoMergeUncacheContained];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            OverlapPolicy::Independent => "independent",
+            OverlapPolicy::Merge => "merge",
+            OverlapPolicy::NoMergeUncacheContained => "no-merge-uncache-contained",
+        }
+    }
+}
+
+impl std::str::FromStr for OverlapPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.replace('_', "-").as_str() {
+            "independent" => Ok(OverlapPolicy::Independent),
+            "merge" => Ok(OverlapPolicy::Merge),
+            "no-merge-uncache-contained" => Ok(OverlapPolicy::NoMergeUncacheContained),
+            _ => Err(format!("unknown policy `{s}` (expected independent, merge or no-merge-uncache-contained)")),
+        }
+    }
+}
+
+//= spec.md#S6.3
+/// Which unleased entry goes first when a limit is exceeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EvictionPolicy {
+    /// Least recently used (acquired or released) first.
+    #[default]
+    Lru,
+    /// GreedyDual-Size over the registration cost model: entries that are cheap
+    /// to re-register per page, and not used lately, go first.
+    CostAware,
+}
+
+impl std::str::FromStr for EvictionPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.replace('_', "-").as_str() {
+            "lru" => Ok(EvictionPolicy::Lru),
+            "cost-aware" | "cost" => Ok(EvictionPolicy::CostAware),
+            _ => Err(format!("unknown eviction policy `{s}` (expected lru or cost-aware)")),
+        }
+    }
+}
+
+//= spec.md#S6.4
+/// Limits on cached entries. `None` is unlimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Limits {
+    /// Cached (findable) entries.
+    pub max_regions: Option<u64>,
+    /// Bytes of cached (findable) entries.
+    pub max_pinned_bytes: Option<u64>,
+    /// Deregistrations and queued release events an implementation may hold
+    /// back (deferred work, spec.md#L2). Always 0 in the sequential model.
+    pub max_unreleased: Option<u64>,
+}
+
+/// The whole policy an implementation declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Config {
+    pub policy: OverlapPolicy,
+    pub page_size: u64,
+    /// Registrations are widened outwards to multiples of this many pages (S6.2).
+    pub chunk_pages: u64,
+    pub eviction: EvictionPolicy,
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            policy: OverlapPolicy::Independent,
+            page_size: mrcache_types::PAGE_SIZE,
+            chunk_pages: 1,
+            eviction: EvictionPolicy::Lru,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Config {
+    pub fn with_policy(policy: OverlapPolicy) -> Config {
+        Config { policy, ..Config::default() }
+    }
+}
+
+//= spec.md#S6.3
+/// Registration cost per page, in ns, of a registration of `pages` pages:
+/// 16 µs fixed + 0.06 ns/byte (UCX's cost model), divided over its pages.
+pub fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
+    let bytes = pages * page_size;
+    (16_000 + bytes * 6 / 100) / pages.max(1)
+}

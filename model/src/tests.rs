@@ -1,0 +1,324 @@
+//! Every rule of spec.md gets an accepted history and at least one rejected
+//! history, so each check is shown to be able to fail. (P6, no deadlock, is a
+//! property of interleavings: the checker crate shows it failing.)
+
+use super::*;
+use mrcache_types::{Access, Op, OpError, RegView, RegistrarFailure, ReleaseKind, Ret};
+
+const RR: Access = Access::REMOTE_READ;
+const P: u64 = 4096;
+
+fn acq(lease: u64, addr: u64, len: u64) -> Op {
+    Op::Acquire { lease, addr, len, access: RR }
+}
+fn acq_with(lease: u64, addr: u64, len: u64, access: Access) -> Op {
+    Op::Acquire { lease, addr, len, access }
+}
+fn rel(lease: u64) -> Op {
+    Op::Release { lease }
+}
+fn unmap(addr: u64, len: u64) -> Op {
+    Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr, len }
+}
+fn view(id: u64, addr: u64, len: u64) -> RegView {
+    RegView { id, addr, len, access: RR }
+}
+fn hit(id: u64, addr: u64, len: u64) -> Ret {
+    Ret::Granted { reg: view(id, addr, len), hit: true, pressure: false }
+}
+fn miss(id: u64, addr: u64, len: u64) -> Ret {
+    Ret::Granted { reg: view(id, addr, len), hit: false, pressure: false }
+}
+const DONE: Ret = Ret::Done;
+
+/// Judges a history; returns the index and violation of the first rejected step.
+fn judge(config: Config, history: &[(Op, Ret)]) -> Result<Model, (usize, Violation)> {
+    let mut m = Model::new(config);
+    for (i, (op, ret)) in history.iter().enumerate() {
+        m.judge(op, ret).map_err(|v| (i, v))?;
+        for v in m.pending_deregistrations() {
+            m.observe_deregister(v.id).unwrap();
+        }
+    }
+    Ok(m)
+}
+
+fn rejects(config: Config, history: &[(Op, Ret)], prop: Property) {
+    match judge(config, history) {
+        Ok(_) => panic!("history accepted, expected a {prop} violation"),
+        Err((i, v)) => {
+            assert_eq!(i, history.len() - 1, "rejected too early: {v}");
+            assert_eq!(v.property, prop, "{v}");
+        }
+    }
+}
+
+fn indep() -> Config {
+    Config::default()
+}
+
+/// The seed thread's scenario: one registration spans the buffers of several
+/// sends; then 0x3000-0x3fff is freed back to the kernel.
+fn seed_history() -> Vec<(Op, Ret)> {
+    vec![
+        (acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)),
+        (acq(2, 0x1000, 0x800), hit(1, 0x1000, 0x3000)),
+        (acq(3, 0x2000, 0x1000), hit(1, 0x1000, 0x3000)),
+        (rel(1), DONE),
+        (rel(2), DONE),
+        (rel(3), DONE),
+        (unmap(0x3000, 0x1000), DONE),
+        (acq(4, 0x1000, 0x1000), miss(2, 0x1000, 0x1000)),
+    ]
+}
+
+#[test]
+fn model_step_matches_the_seed_history() {
+    let mut m = Model::new(indep());
+    for (op, ret) in seed_history() {
+        assert_eq!(m.step(&op), ret, "{op}");
+    }
+    let s = m.stats();
+    assert_eq!((s.hits, s.misses, s.invalidations, s.deregistrations), (2, 2, 1, 1));
+    assert!(judge(indep(), &seed_history()).is_ok());
+}
+
+#[test]
+fn p1_coverage() {
+    // Accepted: a hit on a registration that covers the request.
+    judge(indep(), &seed_history()).unwrap();
+    // Rejected: a hit on a registration that does not cover the request.
+    rejects(indep(), &[(acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)), (acq(2, 0x1000, 0x2000), hit(1, 0x1000, 0x1000))], Property::P1);
+    // Rejected: a miss whose registration does not cover the request.
+    rejects(indep(), &[(acq(1, 0x1000, 0x2000), miss(1, 0x1000, 0x1000))], Property::P1);
+    // Rejected: a hit with too little access.
+    let rw = Access::REMOTE_WRITE;
+    rejects(indep(), &[(acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)), (acq_with(2, 0x1000, 0x1000, rw), hit(1, 0x1000, 0x1000))], Property::P1);
+}
+
+#[test]
+fn p2_freshness_partial_free_while_leased() {
+    let h = vec![
+        (acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)),
+        (unmap(0x3000, 0x1000), DONE),
+        // R1 left the lookup but is still leased: the next acquire must miss.
+        (acq(2, 0x1000, 0x1000), miss(2, 0x1000, 0x1000)),
+        (rel(1), DONE),
+        (rel(2), DONE),
+    ];
+    let m = judge(indep(), &h).unwrap();
+    let s = m.stats();
+    assert_eq!((s.leased_invalidations, s.deferred_deregistrations, s.deregistrations), (1, 1, 1));
+    // Rejected: a hit on the invalidated, still-leased R1 (MVAPICH2's dreg).
+    rejects(indep(), &[h[0], h[1], (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x3000))], Property::P2);
+    // Rejected: the same after R1 was deregistered.
+    rejects(
+        indep(),
+        &[h[0], (rel(1), DONE), h[1], (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x3000))],
+        Property::P2,
+    );
+}
+
+#[test]
+fn p3_no_premature_deregistration() {
+    let mut m = Model::new(indep());
+    m.judge(&acq(1, 0x1000, 0x3000), &miss(1, 0x1000, 0x3000)).unwrap();
+    m.judge(&unmap(0x3000, 0x1000), &DONE).unwrap();
+    // Accepted: nothing is due yet.
+    assert!(m.pending_deregistrations().is_empty());
+    // Rejected: deregistering the invalidated R1 while L1 holds it.
+    assert_eq!(m.observe_deregister(1).unwrap_err().property, Property::P3);
+    m.judge(&rel(1), &DONE).unwrap();
+    assert_eq!(m.pending_deregistrations(), vec![view(1, 0x1000, 0x3000)]);
+    m.observe_deregister(1).unwrap();
+}
+
+#[test]
+fn p4_exactly_once_deregistration() {
+    let mut m = Model::new(indep());
+    m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
+    m.judge(&rel(1), &DONE).unwrap();
+    m.judge(&unmap(0x1000, 0x1000), &DONE).unwrap();
+    m.observe_deregister(1).unwrap();
+    assert_eq!(m.observe_deregister(1).unwrap_err().property, Property::P4);
+    assert_eq!(m.observe_deregister(9).unwrap_err().property, Property::P4);
+}
+
+fn limited(max_regions: u64) -> Config {
+    Config { limits: Limits { max_regions: Some(max_regions), ..Limits::default() }, ..Config::default() }
+}
+
+#[test]
+fn p5_limits_evict_lru_unleased() {
+    let h = vec![
+        (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
+        (acq(2, 0x3000, 0x1000), miss(2, 0x3000, 0x1000)),
+        (rel(1), DONE),
+        (rel(2), DONE),
+        // A third entry: R1 is least recently used and goes.
+        (acq(3, 0x5000, 0x1000), miss(3, 0x5000, 0x1000)),
+        (acq(4, 0x3000, 0x1000), hit(2, 0x3000, 0x1000)),
+    ];
+    let m = judge(limited(2), &h).unwrap();
+    assert_eq!(m.stats().evictions, 1);
+    // Rejected: a cache that did not evict and hits R1.
+    let mut bad = h[..5].to_vec();
+    bad.push((acq(4, 0x1000, 0x1000), hit(1, 0x1000, 0x1000)));
+    rejects(limited(2), &bad, Property::P5);
+    // Leased entries are not evicted: over the limit is allowed while all are leased.
+    let m = judge(limited(1), &[h[0], h[1]]).unwrap();
+    assert_eq!(m.stats().cached_entries, 2);
+    assert_eq!(m.check_invariants(), Ok(()));
+}
+
+#[test]
+fn cost_aware_eviction_keeps_small_expensive_entries() {
+    let cfg = Config { eviction: EvictionPolicy::CostAware, ..limited(2) };
+    let mut m = Model::new(cfg);
+    m.step(&acq(1, 0x1000, 0x1000)); // 1 page: costly per page
+    m.step(&acq(2, 0x100000, 0x100000)); // 256 pages: cheap per page
+    m.step(&rel(1));
+    m.step(&rel(2));
+    m.step(&acq(3, 0x400000, 0x1000));
+    // LRU would evict R1; GreedyDual-Size evicts the big cheap R2.
+    assert!(m.registrations().any(|r| r.id == 1));
+    assert!(!m.registrations().any(|r| r.id == 2));
+}
+
+#[test]
+fn l1_deregistration_is_due_when_the_op_returns() {
+    let mut m = Model::new(indep());
+    m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
+    m.judge(&rel(1), &DONE).unwrap();
+    m.judge(&unmap(0x1000, 0x1000), &DONE).unwrap();
+    // An implementation that has not deregistered R1 by now breaks L1; the
+    // harness asks the model what is due and finds R1 (accepted when confirmed).
+    assert_eq!(m.pending_deregistrations(), vec![view(1, 0x1000, 0x1000)]);
+    m.observe_deregister(1).unwrap();
+    assert!(m.pending_deregistrations().is_empty());
+}
+
+#[test]
+fn c1_hit_when_possible() {
+    rejects(indep(), &[(acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)), (acq(2, 0x2000, 0x1000), miss(2, 0x2000, 0x1000))], Property::C1);
+    // A registrar failure on a would-be hit is equally wrong.
+    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault } };
+    rejects(indep(), &[(acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)), (acq(2, 0x2000, 0x1000), fail)], Property::C1);
+}
+
+#[test]
+fn c2_overlap_policies() {
+    let first = (acq(1, 0x0, 0x10000), miss(1, 0x0, 0x10000));
+    let second = acq(2, 0x8000, 0x10000);
+    // independent: the request's own range.
+    judge(Config::with_policy(OverlapPolicy::Independent), &[first, (second, miss(2, 0x8000, 0x10000))]).unwrap();
+    // merge: the union; R1 leaves the lookup but stays registered while leased.
+    let merge = Config::with_policy(OverlapPolicy::Merge);
+    let m = judge(merge, &[first, (second, miss(2, 0x0, 0x18000))]).unwrap();
+    assert_eq!((m.stats().merges, m.stats().deferred_deregistrations), (1, 1));
+    rejects(merge, &[first, (second, miss(2, 0x8000, 0x10000))], Property::C2);
+    // no-merge-uncache-contained: a larger request uncaches the contained R1.
+    let nm = Config::with_policy(OverlapPolicy::NoMergeUncacheContained);
+    let m = judge(nm, &[first, (rel(1), DONE), (acq(2, 0x0, 0x20000), miss(2, 0x0, 0x20000))]).unwrap();
+    assert_eq!((m.stats().uncached, m.stats().deregistrations), (1, 1));
+    // ... while an overlapping, non-contained R1 stays.
+    let m = judge(nm, &[first, (second, miss(2, 0x8000, 0x10000))]).unwrap();
+    assert_eq!(m.stats().cached_entries, 2);
+}
+
+#[test]
+fn c2_alignment_widens_to_chunks() {
+    let cfg = Config { chunk_pages: 4, ..Config::default() };
+    judge(cfg, &[(acq(1, 0x5100, 100), miss(1, 0x4000, 0x4000))]).unwrap();
+    rejects(cfg, &[(acq(1, 0x5100, 100), miss(1, 0x5000, 0x1000))], Property::C2);
+}
+
+#[test]
+fn c3_no_spontaneous_eviction() {
+    let mut m = Model::new(indep());
+    m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
+    m.judge(&rel(1), &DONE).unwrap();
+    assert_eq!(m.observe_deregister(1).unwrap_err().property, Property::C3);
+}
+
+#[test]
+fn c3_pressure_evicts_unleased_then_retries() {
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&rel(1));
+    m.step(&acq(2, 0x3000, 0x1000));
+    let pressured = Ret::Granted { reg: view(3, 0x5000, 0x1000), hit: false, pressure: true };
+    m.judge(&acq(3, 0x5000, 0x1000), &pressured).unwrap();
+    let s = m.stats();
+    assert_eq!((s.pressure_evictions, s.cached_entries), (1, 2));
+    // A registrar that fails for good: the error reaches the caller, state is kept.
+    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault } };
+    m.judge(&acq(4, 0x9000, 0x1000), &fail).unwrap();
+    assert_eq!(m.stats().errors, 1);
+}
+
+#[test]
+fn c4_errors_for_bad_input() {
+    let mut m = Model::new(indep());
+    assert_eq!(m.step(&acq(1, 0x1000, 0)), Ret::Failed { error: OpError::EmptyRange });
+    assert_eq!(m.step(&acq(1, u64::MAX - 0xfff, 0x2000)), Ret::Failed { error: OpError::WrappingRange });
+    assert_eq!(m.step(&rel(7)), Ret::Failed { error: OpError::UnknownLease { lease: 7 } });
+    m.step(&acq(1, 0x1000, 0x1000));
+    assert_eq!(m.step(&acq(1, 0x1000, 0x1000)), Ret::Failed { error: OpError::LeaseInUse { lease: 1 } });
+    assert_eq!(m.step(&unmap(0x1000, 0)), Ret::Failed { error: OpError::EmptyRange });
+    assert_eq!(m.stats().errors, 5);
+    assert_eq!(m.check_invariants(), Ok(()));
+    rejects(indep(), &[(rel(7), DONE)], Property::C4);
+    rejects(indep(), &[(acq(1, 0x1000, 0), Ret::Failed { error: OpError::WrappingRange })], Property::C4);
+}
+
+#[test]
+fn fork_forgets_without_deregistering() {
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&acq(2, 0x3000, 0x1000));
+    m.step(&rel(2));
+    m.take_effects();
+    assert_eq!(m.step(&Op::Fork), DONE);
+    assert!(m.take_effects().iter().all(|e| matches!(e, Effect::Forget { .. })));
+    assert_eq!(m.step(&rel(1)), DONE, "a pre-fork lease releases as a no-op");
+    assert_eq!(m.step(&acq(3, 0x3000, 0x1000)), miss(3, 0x3000, 0x1000));
+    assert_eq!(m.stats().forgotten, 2);
+    assert_eq!(m.stats().deregistrations, 0);
+}
+
+#[test]
+fn flush_defers_leased_entries() {
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&acq(2, 0x3000, 0x1000));
+    m.step(&rel(2));
+    m.step(&Op::Flush);
+    assert_eq!((m.stats().deregistrations, m.stats().deferred_deregistrations), (1, 1));
+    assert_eq!(m.step(&acq(3, 0x1000, 0x1000)), miss(3, 0x1000, 0x1000));
+}
+
+#[test]
+fn register_vs_invalidate_written_sequentially() {
+    // The sequential reading of the race: the release event is ordered before
+    // the acquire's insertion, so the acquire must not return the pre-event
+    // registration; the canonical outcome is a fresh miss.
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&rel(1));
+    m.step(&unmap(0x1000, 0x1000));
+    assert_eq!(m.step(&acq(2, 0x1000, 0x1000)), miss(2, 0x1000, 0x1000));
+    assert!(m.lease(2).is_some_and(|r| r.pinned.get(&1) == Some(&1)), "pins generation 1 of page 1");
+}
+
+#[test]
+fn sequential_spec_shape() {
+    use stateright::semantics::SequentialSpec;
+    let mut m = Model::new(indep());
+    assert!(m.is_valid_history(seed_history()));
+    let mut m = Model::new(indep());
+    let mut bad = seed_history();
+    bad[7].1 = hit(1, 0x1000, 0x3000);
+    assert!(!m.is_valid_history(bad));
+    let _ = P;
+}
