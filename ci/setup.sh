@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the system packages mrcache needs (Debian). Idempotent and quiet.
+#   libibverbs-dev librdmacm-dev libclang-dev clang pkg-config: the verbs registrar (rdma-sys, bindgen)
+#   chromium: the explorer's headless browser test
+set -euo pipefail
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "ci/setup.sh: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

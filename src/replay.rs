@@ -1,0 +1,176 @@
+//! `mrcache replay`: run traces through an engine and report the stats.
+//!
+//! A trace record's `expect` is an assertion: the engine's outcome must be
+//! the expected one, or at least one the model's judge allows under the
+//! configured policy (spec.md#S9). The policy comes from the command line, or
+//! else from the trace header's `policy_hint`; expectations are checked only
+//! when the policy in force is the one the trace was written for.
+
+use anyhow::{Context, Result};
+use mrcache_model::{Config, EvictionPolicy, Limits, Model, OverlapPolicy};
+use mrcache_types::trace::Trace;
+use mrcache_types::Stats;
+use serde::Serialize;
+use std::path::Path;
+
+/// Which implementation runs the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    Model,
+}
+
+/// Options shared by every replayed trace.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// Trace files (JSON lines).
+    #[arg(required = true)]
+    pub traces: Vec<std::path::PathBuf>,
+    /// Overlap policy; default: the trace's policy_hint, else independent.
+    #[arg(long)]
+    pub policy: Option<OverlapPolicy>,
+    #[arg(long, default_value = "model")]
+    pub engine: Engine,
+    /// Eviction policy: lru or cost-aware.
+    #[arg(long, default_value = "lru")]
+    pub eviction: EvictionPolicy,
+    /// Registrations are widened to multiples of this many pages.
+    #[arg(long, default_value_t = 1)]
+    pub chunk_pages: u64,
+    #[arg(long)]
+    pub max_regions: Option<u64>,
+    #[arg(long)]
+    pub max_pinned_bytes: Option<u64>,
+    /// Print machine-readable stats.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The result of replaying one trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub trace: String,
+    pub engine: Engine,
+    pub policy: OverlapPolicy,
+    pub records: usize,
+    /// Records whose `expect` was checked.
+    pub expectations_checked: usize,
+    pub stats: Stats,
+}
+
+impl ReplayArgs {
+    pub fn config_for(&self, trace: &Trace) -> Result<Config> {
+        let policy = match (self.policy, &trace.header.policy_hint) {
+            (Some(p), _) => p,
+            (None, Some(hint)) => hint.parse().map_err(anyhow::Error::msg).context("header field `policy_hint`")?,
+            (None, None) => OverlapPolicy::Independent,
+        };
+        Ok(Config {
+            policy,
+            page_size: trace.header.page_size,
+            chunk_pages: self.chunk_pages.max(1),
+            eviction: self.eviction,
+            limits: Limits { max_regions: self.max_regions, max_pinned_bytes: self.max_pinned_bytes, ..Limits::default() },
+        })
+    }
+}
+
+pub fn load(path: &Path) -> Result<Trace> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(Trace::parse(&path.display().to_string(), &text)?)
+}
+
+/// Replays one trace through the model.
+pub fn replay_model(name: &str, trace: &Trace, config: Config, check_expect: bool) -> Result<Report> {
+    let mut model = Model::new(config);
+    let mut checked = 0;
+    for (i, rec) in trace.records.iter().enumerate() {
+        let line = trace.first_record_line + i;
+        match (check_expect, rec.expect) {
+            (true, Some(want)) => {
+                checked += 1;
+                let mut canonical = model.clone();
+                let got = canonical.step(&rec.op);
+                if got == want {
+                    model = canonical;
+                } else {
+                    // The trace may assert another outcome the contract allows.
+                    model.judge(&rec.op, &want).map_err(|v| {
+                        anyhow::anyhow!(
+                            "{name}:{line}: `{}`: the trace expects `{want}`, the model gives `{got}`, and the judge rejects the expectation: {v}",
+                            rec.op
+                        )
+                    })?;
+                }
+            }
+            _ => {
+                model.step(&rec.op);
+            }
+        }
+        model.take_effects();
+    }
+    Ok(Report {
+        trace: name.to_string(),
+        engine: Engine::Model,
+        policy: config.policy,
+        records: trace.records.len(),
+        expectations_checked: checked,
+        stats: model.stats(),
+    })
+}
+
+pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
+    let mut reports = Vec::new();
+    for path in &args.traces {
+        let trace = load(path)?;
+        let config = args.config_for(&trace)?;
+        let hint_matches = match &trace.header.policy_hint {
+            None => true,
+            Some(h) => h.parse::<OverlapPolicy>().ok() == Some(config.policy),
+        };
+        let name = path.display().to_string();
+        let report = match args.engine {
+            Engine::Model => replay_model(&name, &trace, config, hint_matches)?,
+        };
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The stats as a table, one column per trace.
+pub fn table(reports: &[Report]) -> String {
+    use std::fmt::Write;
+    let fields: Vec<(&str, Box<dyn Fn(&Stats) -> u64>)> = vec![
+        ("acquires", Box::new(|s| s.acquires)),
+        ("hits", Box::new(|s| s.hits)),
+        ("misses", Box::new(|s| s.misses)),
+        ("errors", Box::new(|s| s.errors)),
+        ("registrations", Box::new(|s| s.registrations)),
+        ("bytes registered", Box::new(|s| s.bytes_registered)),
+        ("peak pinned bytes", Box::new(|s| s.peak_pinned_bytes)),
+        ("invalidations", Box::new(|s| s.invalidations)),
+        ("leased invalidations", Box::new(|s| s.leased_invalidations)),
+        ("deferred deregistrations", Box::new(|s| s.deferred_deregistrations)),
+        ("merges", Box::new(|s| s.merges)),
+        ("uncached", Box::new(|s| s.uncached)),
+        ("evictions", Box::new(|s| s.evictions)),
+    ];
+    let mut out = String::new();
+    for r in reports {
+        let hit_rate = if r.stats.acquires == 0 { 0.0 } else { 100.0 * r.stats.hits as f64 / r.stats.acquires as f64 };
+        let _ = writeln!(
+            out,
+            "{} ({} records, engine {:?}, policy {}, {} expectations checked)",
+            r.trace,
+            r.records,
+            r.engine,
+            r.policy.name(),
+            r.expectations_checked
+        );
+        for (name, get) in &fields {
+            let _ = writeln!(out, "  {name:<26}{:>14}", get(&r.stats));
+        }
+        let _ = writeln!(out, "  {:<26}{:>13.1}%", "hit rate", hit_rate);
+    }
+    out
+}
