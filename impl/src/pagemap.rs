@@ -88,9 +88,7 @@ mod tests {
     fn mmap(addr: u64, len: usize, flags: i32, fd: i32) -> u64 {
         // SAFETY: anonymous or memfd mapping; with MAP_FIXED only over our own
         // mapping (see callers).
-        let p = unsafe {
-            libc::mmap(addr as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0)
-        };
+        let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
         assert_ne!(p, libc::MAP_FAILED);
         p as u64
     }

@@ -31,7 +31,8 @@
 //!
 //! The kernel does not say *which* call produced a message: DONTNEED, FREE and
 //! REMOVE all arrive as `UFFD_EVENT_REMOVE`, and munmap, an mremap shrink, a
-//! MAP_FIXED replacement and brk shrinking all arrive as `UFFD_EVENT_UNMAP`. We
+//! MAP_FIXED replacement (and, by the kernel source, a brk shrink; not tested
+//! here) all arrive as `UFFD_EVENT_UNMAP`. We
 //! report them as [`ReleaseKind::MadviseDontneed`] and [`ReleaseKind::Munmap`]
 //! respectively; the cache treats every kind the same way (the frames behind
 //! the range are gone), so nothing is lost. An UNMAP range is the range the
@@ -52,6 +53,17 @@
 //!   that share a page with a watched buffer;
 //! - a monitor thread should only `poll` ([`UffdMonitor::wait_readable`] or
 //!   [`UffdMonitor::raw_fd`]) and call into the cache, never release memory.
+//!
+//! When the event is queued, relative to the release (tested):
+//! - REMOVE (madvise) is queued *before* the pages are dropped: while it is
+//!   unread the old frames are still mapped, so there is no window.
+//! - UNMAP (munmap, mremap, MAP_FIXED) and REMAP are queued *after* the
+//!   mapping changed and the mm lock was dropped. While the event is unread,
+//!   another thread can already map new memory at the same address. So the
+//!   cache must drain [`UffdMonitor::read_pending`] before every lookup, and
+//!   even then a tiny window remains in the kernel (between the unmap and the
+//!   queueing of its event) in which a lookup can find nothing pending for an
+//!   address that was already unmapped and mapped again.
 //!
 //! Dropping the monitor closes the fd, which unregisters every range and wakes
 //! any thread still waiting for its event to be read.
@@ -139,8 +151,7 @@ mod sys {
     /// `_IOR(UFFDIO, _UFFDIO_WAKE, struct uffdio_range)`
     pub const UFFDIO_WAKE: u64 = ior(_UFFDIO_WAKE, std::mem::size_of::<UffdioRange>());
     /// `_IOWR(UFFDIO, _UFFDIO_WRITEPROTECT, struct uffdio_writeprotect)`
-    pub const UFFDIO_WRITEPROTECT: u64 =
-        iowr(_UFFDIO_WRITEPROTECT, std::mem::size_of::<UffdioWriteprotect>());
+    pub const UFFDIO_WRITEPROTECT: u64 = iowr(_UFFDIO_WRITEPROTECT, std::mem::size_of::<UffdioWriteprotect>());
 
     // The values the C header produces on x86-64 (checked with gcc).
     #[cfg(target_arch = "x86_64")]
@@ -408,10 +419,10 @@ impl UffdMonitor {
     /// vm.unprivileged_userfaultfd=0) and enables [`REQUIRED_FEATURES`].
     pub fn open() -> Result<Self, UffdError> {
         match userfaultfd(0) {
-            Ok(fd) => Self::from_fd(fd, false),
+            Ok(fd) => Self::from_fd(fd, false, REQUIRED_FEATURES),
             Err(libc::EPERM) => {
                 let fd = userfaultfd(sys::UFFD_USER_MODE_ONLY).map_err(|errno| UffdError::Open { errno })?;
-                Self::from_fd(fd, true)
+                Self::from_fd(fd, true, REQUIRED_FEATURES)
             }
             Err(errno) => Err(UffdError::Open { errno }),
         }
@@ -422,11 +433,13 @@ impl UffdMonitor {
     /// are excluded, and we want no faults at all).
     pub fn open_user_mode_only() -> Result<Self, UffdError> {
         let fd = userfaultfd(sys::UFFD_USER_MODE_ONLY).map_err(|errno| UffdError::Open { errno })?;
-        Self::from_fd(fd, true)
+        Self::from_fd(fd, true, REQUIRED_FEATURES)
     }
 
-    fn from_fd(fd: OwnedFd, user_mode_only: bool) -> Result<Self, UffdError> {
-        let available_features = match api_handshake(&fd, REQUIRED_FEATURES) {
+    /// Handshake on `fd`, enabling `required` (always [`REQUIRED_FEATURES`]
+    /// outside tests).
+    fn from_fd(fd: OwnedFd, user_mode_only: bool, required: u64) -> Result<Self, UffdError> {
+        let available_features = match api_handshake(&fd, required) {
             Ok(features) => features,
             Err(libc::EINVAL) => {
                 // Either the API version or some feature is unsupported. The
@@ -435,8 +448,8 @@ impl UffdMonitor {
                 let flags = if user_mode_only { sys::UFFD_USER_MODE_ONLY } else { 0 };
                 let available = userfaultfd(flags).ok().and_then(|probe| api_handshake(&probe, 0).ok());
                 return Err(match available {
-                    Some(available) if REQUIRED_FEATURES & !available != 0 => {
-                        UffdError::MissingFeatures { missing: REQUIRED_FEATURES & !available, available }
+                    Some(available) if required & !available != 0 => {
+                        UffdError::MissingFeatures { missing: required & !available, available }
                     }
                     _ => UffdError::Api { errno: libc::EINVAL },
                 });
@@ -445,7 +458,7 @@ impl UffdMonitor {
         };
         // The kernel echoes every feature it offers; it rejects requests for
         // features it lacks, so this only guards against odd kernels.
-        let missing = REQUIRED_FEATURES & !available_features;
+        let missing = required & !available_features;
         if missing != 0 {
             return Err(UffdError::MissingFeatures { missing, available: available_features });
         }
@@ -525,9 +538,7 @@ impl UffdMonitor {
         // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`,
         // which `reg` is (repr(C)), valid and exclusively borrowed. It changes
         // VMA flags only; no memory we reference is affected.
-        let rc = unsafe {
-            libc::ioctl(self.raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg as *mut sys::UffdioRegister)
-        };
+        let rc = unsafe { libc::ioctl(self.raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg as *mut sys::UffdioRegister) };
         if rc == 0 {
             return Ok(());
         }
@@ -554,9 +565,7 @@ impl UffdMonitor {
         };
         // SAFETY: UFFDIO_UNREGISTER reads one `struct uffdio_range`, which `r`
         // is (repr(C)), valid for the call. It only changes VMA flags.
-        let rc = unsafe {
-            libc::ioctl(self.raw_fd(), sys::UFFDIO_UNREGISTER as _, &mut r as *mut sys::UffdioRange)
-        };
+        let rc = unsafe { libc::ioctl(self.raw_fd(), sys::UFFDIO_UNREGISTER as _, &mut r as *mut sys::UffdioRange) };
         if rc == 0 {
             return Ok(());
         }
@@ -659,8 +668,9 @@ impl UffdMonitor {
                 span(a0, a1).map(|range| MonitorEvent { kind: ReleaseKind::MadviseDontneed, range })
             }
             // from = a0, to = a1, len = a2: the old range no longer maps those frames.
-            sys::UFFD_EVENT_REMAP => span(a0, a0.checked_add(a2)?)
-                .map(|range| MonitorEvent { kind: ReleaseKind::MremapSource, range }),
+            sys::UFFD_EVENT_REMAP => {
+                span(a0, a0.checked_add(a2)?).map(|range| MonitorEvent { kind: ReleaseKind::MremapSource, range })
+            }
             sys::UFFD_EVENT_PAGEFAULT => {
                 self.resolve_fault(a0, a1);
                 None
@@ -677,10 +687,8 @@ impl UffdMonitor {
     fn resolve_fault(&self, flags: u64, address: u64) {
         let page = sys::UffdioRange { start: address & !(self.page_size - 1), len: self.page_size };
         if flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
-            let mut wp = sys::UffdioWriteprotect {
-                range: sys::UffdioRange { start: page.start, len: page.len },
-                mode: 0,
-            };
+            let mut wp =
+                sys::UffdioWriteprotect { range: sys::UffdioRange { start: page.start, len: page.len }, mode: 0 };
             // SAFETY: UFFDIO_WRITEPROTECT reads and writes one `struct
             // uffdio_writeprotect`, which `wp` is (repr(C)). Mode 0 removes
             // write protection from one page of the faulting process's own
@@ -701,5 +709,697 @@ impl UffdMonitor {
         } else {
             self.faults_unresolved.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Real memory, real kernel. Every release of watched memory runs in its
+    //! own thread (it blocks until its event is read); the test thread reads.
+    //! Every wait is bounded; on a failed assertion the monitor is dropped
+    //! while unwinding, which wakes any thread still blocked.
+
+    use super::*;
+    use std::ptr;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    fn page() -> u64 {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+    }
+
+    fn range(addr: u64, len: u64) -> Range {
+        Range::new(addr, len).unwrap()
+    }
+
+    fn ev(kind: ReleaseKind, addr: u64, len: u64) -> MonitorEvent {
+        MonitorEvent { kind, range: range(addr, len) }
+    }
+
+    /// Maps `pages` private anonymous pages; touches them if `touch`.
+    fn map_anon_with(pages: u64, flags: libc::c_int, touch: bool) -> u64 {
+        let len = (pages * page()) as usize;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choice.
+        let p = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        assert_ne!(p, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
+        if touch {
+            // SAFETY: `p` is a fresh writable mapping of `len` bytes.
+            unsafe { ptr::write_bytes(p.cast::<u8>(), 0xab, len) };
+        }
+        p as u64
+    }
+
+    fn map_anon(pages: u64) -> u64 {
+        map_anon_with(pages, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, true)
+    }
+
+    /// munmap from the test thread: only for memory no monitor watches.
+    fn unmap_unwatched(addr: u64, len: u64) {
+        // SAFETY: the tests only unmap mappings they created and no longer use.
+        let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) };
+        assert_eq!(rc, 0, "munmap: {}", io::Error::last_os_error());
+    }
+
+    struct Releaser {
+        handle: thread::JoinHandle<i64>,
+        done: Arc<AtomicBool>,
+    }
+
+    /// Runs `f` (a release; returns the syscall's result) in a new thread.
+    fn release_in_thread(f: impl FnOnce() -> i64 + Send + 'static) -> Releaser {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let handle = thread::spawn(move || {
+            let r = f();
+            d.store(true, Ordering::SeqCst);
+            r
+        });
+        Releaser { handle, done }
+    }
+
+    /// Reads events until the releasing thread has finished (it cannot finish
+    /// before all its events are read), then joins it. Returns its result and
+    /// every event read. Panics after TIMEOUT.
+    fn finish(mon: &UffdMonitor, rel: Releaser) -> (i64, Vec<MonitorEvent>) {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut events = Vec::new();
+        while !rel.done.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "releasing thread still blocked after {TIMEOUT:?}; read {events:?}");
+            if mon.wait_readable(10).unwrap() {
+                mon.read_pending(&mut events, 64).unwrap();
+            }
+        }
+        let r = rel.handle.join().unwrap();
+        // Nothing is left: the thread waited for each of its events to be read.
+        assert_eq!(mon.read_pending(&mut events, 64).unwrap(), 0, "{events:?}");
+        (r, events)
+    }
+
+    /// Runs a release in a thread while reading; returns the events.
+    fn release(mon: &UffdMonitor, f: impl FnOnce() -> i64 + Send + 'static) -> Vec<MonitorEvent> {
+        let (rc, events) = finish(mon, release_in_thread(f));
+        assert_eq!(rc, 0, "release call failed");
+        events
+    }
+
+    fn munmap_in(mon: &UffdMonitor, addr: u64, len: u64) -> Vec<MonitorEvent> {
+        // SAFETY: the tests only unmap mappings they created and no longer use.
+        release(mon, move || unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) } as i64)
+    }
+
+    fn madvise_in(mon: &UffdMonitor, addr: u64, len: u64, advice: libc::c_int) -> Vec<MonitorEvent> {
+        // SAFETY: the tests only discard pages of mappings they own and do not
+        // hold references into.
+        release(mon, move || unsafe { libc::madvise(addr as *mut libc::c_void, len as usize, advice) } as i64)
+    }
+
+    #[test]
+    fn monitor_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<UffdMonitor>();
+    }
+
+    #[test]
+    fn open_enables_the_release_events() {
+        let mon = UffdMonitor::open().unwrap();
+        assert_eq!(mon.available_features() & REQUIRED_FEATURES, REQUIRED_FEATURES);
+        eprintln!("offered features: {}", feature_names(mon.available_features()));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(!mon.is_user_mode_only(), "root should not need UFFD_USER_MODE_ONLY");
+        }
+        assert!(!mon.wait_readable(0).unwrap());
+        let mut out = Vec::new();
+        assert_eq!(mon.read_pending(&mut out, 16).unwrap(), 0);
+        assert_eq!(mon.read_pending(&mut out, 0).unwrap(), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn an_unsupported_feature_is_reported_by_name() {
+        let (fd, umo) = match userfaultfd(0) {
+            Ok(fd) => (fd, false),
+            Err(_) => (userfaultfd(sys::UFFD_USER_MODE_ONLY).unwrap(), true), // unprivileged
+        };
+        let bogus = 1u64 << 40;
+        match UffdMonitor::from_fd(fd, umo, REQUIRED_FEATURES | bogus) {
+            Err(e @ UffdError::MissingFeatures { missing, available }) => {
+                assert_eq!(missing, bogus);
+                assert_eq!(available & REQUIRED_FEATURES, REQUIRED_FEATURES);
+                assert!(e.to_string().contains("bit40"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let e = UffdError::MissingFeatures { missing: REQUIRED_FEATURES, available: 1 << 1 };
+        let s = e.to_string();
+        assert!(s.contains("EVENT_UNMAP") && s.contains("EVENT_REMOVE") && s.contains("EVENT_FORK"), "{s}");
+        let e = UffdError::Unwatchable { range: range(0x1000, 0x1000), errno: libc::EBUSY };
+        assert!(e.to_string().contains("another userfaultfd"), "{e}");
+    }
+
+    #[test]
+    fn munmap_emits_unmap_of_the_unmapped_range() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let events = munmap_in(&mon, a + 2 * p, 3 * p);
+        assert_eq!(events, [ev(ReleaseKind::Munmap, a + 2 * p, 3 * p)]);
+        // An munmap wider than the watch reports the whole unmapped range.
+        let events = munmap_in(&mon, a, 8 * p);
+        assert_eq!(events, [ev(ReleaseKind::Munmap, a, 8 * p)]);
+    }
+
+    #[test]
+    fn watch_rounds_outwards_to_pages() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(3);
+        mon.watch(range(a + p + 100, 10)).unwrap(); // page 1 only
+        assert_eq!(munmap_in(&mon, a, p), []);
+        assert_eq!(munmap_in(&mon, a + 2 * p, p), []);
+        assert_eq!(munmap_in(&mon, a + p, p), [ev(ReleaseKind::Munmap, a + p, p)]);
+    }
+
+    #[test]
+    fn madvise_dontneed_emits_remove() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let events = madvise_in(&mon, a + p, 2 * p, libc::MADV_DONTNEED);
+        assert_eq!(events, [ev(ReleaseKind::MadviseDontneed, a + p, 2 * p)]);
+        // Touching the discarded pages is not trapped in WP mode (it would be
+        // in MISSING mode): read and write them from this, the reading, thread.
+        // SAFETY: `a + p` is mapped, writable and ours.
+        unsafe {
+            assert_eq!(ptr::read_volatile((a + p) as *const u8), 0);
+            ptr::write_volatile((a + p) as *mut u8, 7);
+        }
+        assert_eq!(mon.stats(), UffdStats::default());
+        // Still watched afterwards.
+        assert_eq!(munmap_in(&mon, a, 8 * p), [ev(ReleaseKind::Munmap, a, 8 * p)]);
+    }
+
+    #[test]
+    fn madvise_free_emits_remove() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let events = madvise_in(&mon, a + 4 * p, 4 * p, libc::MADV_FREE);
+        assert_eq!(events, [ev(ReleaseKind::MadviseDontneed, a + 4 * p, 4 * p)]);
+        drop(mon);
+        unmap_unwatched(a, 8 * p);
+    }
+
+    #[test]
+    fn mremap_move_emits_remap_then_unmap_and_the_watch_moves() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        // 12 pages, the first 8 watched: the unwatched tail sits right after
+        // the watched VMA, so growing it in place is impossible and it moves.
+        let a = map_anon(12);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let rel = release_in_thread(move || {
+            // SAFETY: moves a mapping this test owns; nothing points into it.
+            let r = unsafe {
+                libc::mremap(a as *mut libc::c_void, (8 * p) as usize, (16 * p) as usize, libc::MREMAP_MAYMOVE)
+            };
+            if r == libc::MAP_FAILED {
+                -1
+            } else {
+                r as i64
+            }
+        });
+        let (b, events) = finish(&mon, rel);
+        assert!(b > 0 && b as u64 != a, "mremap did not move: {b:#x}");
+        let b = b as u64;
+        assert_eq!(
+            events,
+            [ev(ReleaseKind::MremapSource, a, 8 * p), ev(ReleaseKind::Munmap, a, 8 * p)],
+            "moved to {b:#x}"
+        );
+        // The destination, including the grown part, is watched now.
+        assert_eq!(munmap_in(&mon, b, 16 * p), [ev(ReleaseKind::Munmap, b, 16 * p)]);
+        drop(mon);
+        unmap_unwatched(a + 8 * p, 4 * p);
+    }
+
+    #[test]
+    fn mremap_shrink_emits_unmap_of_the_tail() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let rel = release_in_thread(move || {
+            // SAFETY: shrinks a mapping this test owns; nothing points into the tail.
+            let r = unsafe { libc::mremap(a as *mut libc::c_void, (8 * p) as usize, (3 * p) as usize, 0) };
+            r as i64
+        });
+        let (r, events) = finish(&mon, rel);
+        assert_eq!(r as u64, a, "shrinking stays in place");
+        assert_eq!(events, [ev(ReleaseKind::Munmap, a + 3 * p, 5 * p)]);
+        assert_eq!(munmap_in(&mon, a, 3 * p), [ev(ReleaseKind::Munmap, a, 3 * p)]);
+    }
+
+    #[test]
+    fn map_fixed_over_a_watch_emits_unmap_and_the_new_mapping_is_unwatched() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        let rel = release_in_thread(move || {
+            // SAFETY: replaces pages of a mapping this test owns; nothing points into them.
+            let r = unsafe {
+                libc::mmap(
+                    (a + 2 * p) as *mut libc::c_void,
+                    (3 * p) as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            r as i64
+        });
+        let (r, events) = finish(&mon, rel);
+        assert_eq!(r as u64, a + 2 * p);
+        assert_eq!(events, [ev(ReleaseKind::Munmap, a + 2 * p, 3 * p)]);
+        assert_eq!(munmap_in(&mon, a + 2 * p, 3 * p), [], "the replacement is not watched");
+        assert_eq!(munmap_in(&mon, a, 8 * p), [ev(ReleaseKind::Munmap, a, 8 * p)]);
+    }
+
+    #[test]
+    fn the_releasing_thread_blocks_until_the_event_is_read() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(4);
+        mon.watch(range(a, 4 * p)).unwrap();
+        // SAFETY: unmaps a mapping this test owns.
+        let rel = release_in_thread(move || unsafe { libc::munmap(a as *mut libc::c_void, (4 * p) as usize) } as i64);
+        thread::sleep(Duration::from_millis(100));
+        assert!(!rel.done.load(Ordering::SeqCst), "munmap returned before its event was read");
+        assert!(mon.wait_readable(0).unwrap());
+        // Polling does not consume the event.
+        thread::sleep(Duration::from_millis(20));
+        assert!(!rel.done.load(Ordering::SeqCst));
+        let mut events = Vec::new();
+        assert_eq!(mon.read_pending(&mut events, 16).unwrap(), 1);
+        assert_eq!(events, [ev(ReleaseKind::Munmap, a, 4 * p)]);
+        let (rc, more) = finish(&mon, rel);
+        assert_eq!((rc, more), (0, vec![]));
+    }
+
+    #[test]
+    fn dropping_the_monitor_wakes_a_blocked_releaser() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(2);
+        mon.watch(range(a, 2 * p)).unwrap();
+        // SAFETY: unmaps a mapping this test owns.
+        let rel = release_in_thread(move || unsafe { libc::munmap(a as *mut libc::c_void, (2 * p) as usize) } as i64);
+        thread::sleep(Duration::from_millis(50));
+        assert!(!rel.done.load(Ordering::SeqCst));
+        drop(mon);
+        let deadline = Instant::now() + TIMEOUT;
+        while !rel.done.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "closing the fd did not wake the releasing thread");
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(rel.handle.join().unwrap(), 0);
+    }
+
+    /// Writes every page of `[a, a+len)` in another thread; asserts it ends
+    /// promptly without any fault having to be answered.
+    fn assert_writes_not_trapped(mon: &UffdMonitor, a: u64, len: u64) {
+        let rel = release_in_thread(move || {
+            // SAFETY: `[a, a+len)` is a writable mapping this test owns.
+            unsafe { ptr::write_bytes(a as *mut u8, 0x5a, len as usize) };
+            0
+        });
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !rel.done.load(Ordering::SeqCst) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        let blocked = !rel.done.load(Ordering::SeqCst);
+        // Unblock the writer in any case (resolves faults), then judge.
+        let (_, events) = finish(mon, rel);
+        assert!(!blocked, "a write to a watched page blocked");
+        assert_eq!(events, []);
+        assert_eq!(mon.stats(), UffdStats::default());
+    }
+
+    #[test]
+    fn writes_to_watched_pages_are_not_trapped() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let touched = map_anon(4);
+        let fresh = map_anon_with(4, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, false);
+        mon.watch(range(touched, 4 * p)).unwrap();
+        mon.watch(range(fresh, 4 * p)).unwrap();
+        assert_writes_not_trapped(&mon, touched, 4 * p);
+        assert_writes_not_trapped(&mon, fresh, 4 * p);
+        drop(mon);
+        unmap_unwatched(touched, 4 * p);
+        unmap_unwatched(fresh, 4 * p);
+    }
+
+    #[test]
+    fn remove_comes_before_the_pages_go_unmap_after_the_mapping_is_gone() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(3);
+        mon.watch(range(a, 3 * p)).unwrap();
+        // DONTNEED: the REMOVE is queued before the pages are dropped.
+        // SAFETY: discards a page of a mapping this test owns.
+        let rel =
+            release_in_thread(
+                move || unsafe { libc::madvise(a as *mut libc::c_void, p as usize, libc::MADV_DONTNEED) } as i64,
+            );
+        assert!(mon.wait_readable(TIMEOUT.as_millis() as i32).unwrap());
+        // SAFETY: `a` is mapped and readable.
+        assert_eq!(unsafe { ptr::read_volatile(a as *const u8) }, 0xab, "page dropped before its REMOVE was read");
+        let (rc, events) = finish(&mon, rel);
+        assert_eq!((rc, events), (0, vec![ev(ReleaseKind::MadviseDontneed, a, p)]));
+        // SAFETY: as above.
+        assert_eq!(unsafe { ptr::read_volatile(a as *const u8) }, 0);
+
+        // munmap: the UNMAP is queued after the mapping is gone, and the
+        // address can be mapped again before anybody has read the event.
+        let mid = a + p;
+        // SAFETY: unmaps a page of a mapping this test owns.
+        let rel = release_in_thread(move || unsafe { libc::munmap(mid as *mut libc::c_void, p as usize) } as i64);
+        assert!(mon.wait_readable(TIMEOUT.as_millis() as i32).unwrap());
+        let mut vec = [0u8; 1];
+        // SAFETY: `vec` has room for the one page asked about.
+        let rc = unsafe { libc::mincore(mid as *mut libc::c_void, p as usize, vec.as_mut_ptr()) };
+        assert_eq!((rc, last_errno()), (-1, libc::ENOMEM), "still mapped while the UNMAP is pending");
+        // SAFETY: maps a fresh page into the (one-page) hole just made; fails rather than replace.
+        let again = unsafe {
+            libc::mmap(
+                mid as *mut libc::c_void,
+                p as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(again as u64, mid, "re-mapping the address while its UNMAP is unread");
+        let (rc, events) = finish(&mon, rel);
+        assert_eq!((rc, events), (0, vec![ev(ReleaseKind::Munmap, mid, p)]));
+        drop(mon);
+        unmap_unwatched(a, 3 * p);
+    }
+
+    #[test]
+    fn a_forked_child_is_not_watched() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(2);
+        mon.watch(range(a, 2 * p)).unwrap();
+        // SAFETY: the child only calls the async-signal-safe munmap and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: in the child: unmaps its copy of the mapping and exits.
+            unsafe {
+                let rc = libc::munmap(a as *mut libc::c_void, (2 * p) as usize);
+                libc::_exit(if rc == 0 { 0 } else { 1 });
+            }
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        let mut events = Vec::new();
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child; `status` is a valid out-pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            assert!(Instant::now() < deadline, "child still running");
+            // Were the child watched, reading would let it go on.
+            if mon.wait_readable(10).unwrap() {
+                mon.read_pending(&mut events, 64).unwrap();
+            }
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        assert_eq!(events, []);
+        assert_eq!(munmap_in(&mon, a, 2 * p), [ev(ReleaseKind::Munmap, a, 2 * p)], "the parent still is");
+    }
+
+    #[test]
+    fn a_write_protect_fault_is_answered_by_read_pending() {
+        const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0; // linux/userfaultfd.h
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(2);
+        mon.watch(range(a, 2 * p)).unwrap();
+        // Something other than the monitor write-protects page 0.
+        let mut wp =
+            sys::UffdioWriteprotect { range: sys::UffdioRange { start: a, len: p }, mode: UFFDIO_WRITEPROTECT_MODE_WP };
+        // SAFETY: `wp` is a valid `struct uffdio_writeprotect` for the call.
+        let rc = unsafe {
+            libc::ioctl(mon.raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp as *mut sys::UffdioWriteprotect)
+        };
+        assert_eq!(rc, 0, "UFFDIO_WRITEPROTECT: {}", io::Error::last_os_error());
+        let rel = release_in_thread(move || {
+            // SAFETY: `a` is a writable page this test owns.
+            unsafe { ptr::write_volatile(a as *mut u8, 1) };
+            0
+        });
+        thread::sleep(Duration::from_millis(50));
+        assert!(!rel.done.load(Ordering::SeqCst), "the write should wait for the fault to be answered");
+        let (_, events) = finish(&mon, rel);
+        assert_eq!(events, []);
+        assert_eq!(mon.stats(), UffdStats { faults_resolved: 1, ..UffdStats::default() });
+        // SAFETY: `a` is readable and ours.
+        assert_eq!(unsafe { ptr::read_volatile(a as *const u8) }, 1);
+        drop(mon);
+        unmap_unwatched(a, 2 * p);
+    }
+
+    #[test]
+    fn free_of_an_mmap_served_malloc_chunk_emits_unmap_of_the_whole_chunk() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        // 64 MiB is above glibc's largest dynamic mmap threshold (32 MiB), so
+        // malloc serves it with its own mmap whatever happened before.
+        let size: u64 = 64 << 20;
+        // SAFETY: plain malloc; freed below exactly once.
+        let m = unsafe { libc::malloc(size as usize) } as u64;
+        assert_ne!(m, 0);
+        // glibc's chunk header: size field just before the user pointer, bit 1 = IS_MMAPPED.
+        // SAFETY: the 8 bytes before a glibc malloc pointer are its chunk's size field.
+        let size_field = unsafe { ptr::read((m - 8) as *const u64) };
+        assert_ne!(size_field & 2, 0, "chunk not mmap-served");
+        let interior = range(m.next_multiple_of(p) + (1 << 20), 1 << 20);
+        mon.watch(interior).unwrap();
+        let events = release(&mon, move || {
+            // SAFETY: `m` came from malloc above and is not used after this.
+            unsafe { libc::free(m as *mut libc::c_void) };
+            0
+        });
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = events[0];
+        assert_eq!(e.kind, ReleaseKind::Munmap);
+        assert!(e.range.contains(&range(m, size)), "{} does not cover the chunk [{m:#x}+{size:#x})", e.range);
+        assert!(e.range.contains(&interior));
+        assert_eq!(e.range.addr % p, 0);
+        eprintln!("free({m:#x}) of {size:#x} bytes -> {:?} {}", e.kind, e.range);
+    }
+
+    /// Maps 4 pages of an unlinked file in the temp dir with `flags`.
+    fn map_tmpfile(flags: libc::c_int) -> (u64, bool) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir();
+        let f = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).open(&dir).unwrap();
+        f.set_len(4 * page()).unwrap();
+        // SAFETY: `statfs` is plain old data, written by fstatfs.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid fd and a valid out-pointer.
+        assert_eq!(unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) }, 0);
+        let on_tmpfs = st.f_type == libc::TMPFS_MAGIC;
+        // SAFETY: maps the file we just sized; the mapping keeps its own reference.
+        let a = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                (4 * page()) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(a, libc::MAP_FAILED);
+        (a as u64, on_tmpfs)
+    }
+
+    #[test]
+    fn file_mappings_on_a_disk_filesystem_are_unwatchable() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        for (name, flags) in [("MAP_SHARED", libc::MAP_SHARED), ("MAP_PRIVATE", libc::MAP_PRIVATE)] {
+            let (a, on_tmpfs) = map_tmpfile(flags);
+            let r = mon.watch(range(a, 4 * p));
+            eprintln!("{name} file mapping (tmpfs: {on_tmpfs}): {r:?}");
+            if on_tmpfs {
+                // tmpfs is shmem: watchable.
+                assert_eq!(r, Ok(()));
+                mon.unwatch(range(a, 4 * p)).unwrap();
+            } else {
+                let e = r.unwrap_err();
+                assert_eq!(e, UffdError::Unwatchable { range: range(a, 4 * p), errno: libc::EINVAL });
+                assert!(e.to_string().contains("file mapping"), "{e}");
+            }
+            unmap_unwatched(a, 4 * p);
+        }
+    }
+
+    #[test]
+    fn shmem_is_watchable_and_madv_remove_emits_remove() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon_with(4, libc::MAP_SHARED | libc::MAP_ANONYMOUS, true);
+        mon.watch(range(a, 4 * p)).unwrap();
+        let events = madvise_in(&mon, a + p, p, libc::MADV_REMOVE);
+        assert_eq!(events, [ev(ReleaseKind::MadviseDontneed, a + p, p)]);
+        let events = madvise_in(&mon, a + 2 * p, p, libc::MADV_DONTNEED);
+        assert_eq!(events, [ev(ReleaseKind::MadviseDontneed, a + 2 * p, p)]);
+        assert_writes_not_trapped(&mon, a, 4 * p);
+        assert_eq!(munmap_in(&mon, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
+    }
+
+    #[test]
+    fn unmapped_and_impossible_ranges_are_unwatchable() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(4);
+        unmap_unwatched(a, 4 * p);
+        match mon.watch(range(a, 4 * p)) {
+            Err(UffdError::Unwatchable { errno, .. }) => {
+                assert!(errno == libc::EINVAL || errno == libc::ENOMEM, "errno {errno}")
+            }
+            other => panic!("watching an unmapped range: {other:?}"),
+        }
+        let kernel = range(0xffff_ffff_8000_0000, p);
+        assert!(matches!(mon.watch(kernel), Err(UffdError::Unwatchable { .. })));
+        let top = range(u64::MAX - p, 10); // rounding up would wrap
+        assert_eq!(mon.watch(top), Err(UffdError::Unwatchable { range: top, errno: libc::EINVAL }));
+        // Unwatching what is gone is fine.
+        mon.unwatch(range(a, 4 * p)).unwrap();
+        mon.unwatch(kernel).unwrap();
+        mon.unwatch(top).unwrap();
+    }
+
+    #[test]
+    fn a_hole_inside_a_watched_range_is_skipped() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(6);
+        unmap_unwatched(a + 2 * p, 2 * p);
+        let r = mon.watch(range(a, 6 * p));
+        eprintln!("watch over a hole: {r:?}");
+        assert_eq!(r, Ok(()));
+        assert_eq!(munmap_in(&mon, a, 2 * p), [ev(ReleaseKind::Munmap, a, 2 * p)]);
+        assert_eq!(munmap_in(&mon, a + 4 * p, 2 * p), [ev(ReleaseKind::Munmap, a + 4 * p, 2 * p)]);
+    }
+
+    #[test]
+    fn watching_again_is_a_no_op() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 4 * p)).unwrap();
+        mon.watch(range(a, 4 * p)).unwrap();
+        mon.watch(range(a + 2 * p, 6 * p)).unwrap(); // partly watched already
+                                                     // One munmap, one event, even across the two watches.
+        assert_eq!(munmap_in(&mon, a, 8 * p), [ev(ReleaseKind::Munmap, a, 8 * p)]);
+    }
+
+    #[test]
+    fn another_userfaultfd_is_refused_with_ebusy() {
+        let p = page();
+        let first = UffdMonitor::open().unwrap();
+        let second = UffdMonitor::open().unwrap();
+        let a = map_anon(4);
+        first.watch(range(a, 4 * p)).unwrap();
+        assert_eq!(
+            second.watch(range(a + p, p)),
+            Err(UffdError::Unwatchable { range: range(a + p, p), errno: libc::EBUSY })
+        );
+        drop(first); // closing unregisters
+        second.watch(range(a + p, p)).unwrap();
+        assert_eq!(munmap_in(&second, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
+    }
+
+    #[test]
+    fn unwatch_stops_the_events() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let a = map_anon(8);
+        mon.watch(range(a, 8 * p)).unwrap();
+        mon.unwatch(range(a + 2 * p, 2 * p)).unwrap();
+        assert_eq!(munmap_in(&mon, a + 2 * p, 2 * p), []);
+        assert_eq!(madvise_in(&mon, a, 2 * p, libc::MADV_DONTNEED), [ev(ReleaseKind::MadviseDontneed, a, 2 * p)]);
+        // Unwatching a range that is partly gone still works for the rest.
+        mon.unwatch(range(a, 8 * p)).unwrap();
+        assert_eq!(munmap_in(&mon, a, 8 * p), []);
+    }
+
+    #[test]
+    fn read_pending_reads_at_most_max() {
+        let p = page();
+        let mon = UffdMonitor::open().unwrap();
+        let regions: Vec<u64> = (0..3).map(|_| map_anon(2)).collect();
+        for &a in &regions {
+            mon.watch(range(a, 2 * p)).unwrap();
+        }
+        let rels: Vec<Releaser> = regions
+            .iter()
+            .map(|&a| {
+                // SAFETY: unmaps a mapping this test owns.
+                release_in_thread(move || unsafe { libc::munmap(a as *mut libc::c_void, (2 * p) as usize) } as i64)
+            })
+            .collect();
+        // Let all three block with their event queued.
+        thread::sleep(Duration::from_millis(100));
+        let mut events = Vec::new();
+        let deadline = Instant::now() + TIMEOUT;
+        while events.len() < 3 && Instant::now() < deadline {
+            if mon.wait_readable(10).unwrap() {
+                let n = mon.read_pending(&mut events, 1).unwrap();
+                assert!(n <= 1);
+            }
+        }
+        for rel in rels {
+            let (rc, more) = finish(&mon, rel);
+            assert_eq!((rc, more), (0, vec![]));
+        }
+        events.sort();
+        let mut want: Vec<_> = regions.iter().map(|&a| ev(ReleaseKind::Munmap, a, 2 * p)).collect();
+        want.sort();
+        assert_eq!(events, want);
+    }
+
+    #[test]
+    fn a_user_mode_only_fd_gets_the_same_events() {
+        let p = page();
+        let mon = UffdMonitor::open_user_mode_only().unwrap();
+        assert!(mon.is_user_mode_only());
+        let a = map_anon(4);
+        mon.watch(range(a, 4 * p)).unwrap();
+        assert_eq!(madvise_in(&mon, a, p, libc::MADV_DONTNEED), [ev(ReleaseKind::MadviseDontneed, a, p)]);
+        assert_eq!(munmap_in(&mon, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
     }
 }

@@ -12,7 +12,10 @@
 //!
 //! Invariants:
 //! - The table is sparse with `slots` entries. A slot is either on the free
-//!   list or owned by exactly one live [`UringHandle`]; never both.
+//!   list or owned by exactly one live [`UringHandle`]; never both. (A handle
+//!   dropped without `deregister`, or given to another registrar, leaks its
+//!   slot and pin until the registrar is dropped; dropping the registrar
+//!   closes the ring, which unpins everything.)
 //! - `register` takes a slot and fills it with one iovec (a real pin), or
 //!   returns an error, gives the slot back, and pins nothing.
 //! - `deregister` consumes the handle (it is not `Clone`), clears the slot
@@ -22,7 +25,7 @@
 //!   every I/O is submitted and reaped under it, so at most one request is in
 //!   flight and no completion outlives the call that issued it.
 //! - Only the process that created the registrar uses it. In a forked child
-//!   every call fails (the ring is `MADV_DONTFORK` and its table belongs to
+//!   `register`, `deregister` and `dma_*` fail with `EINVAL` (the ring is `MADV_DONTFORK` and its table belongs to
 //!   the parent).
 //! - Ranges longer than 1 GiB are refused before any syscall (the kernel's
 //!   per-buffer limit), with `RegistrarFailure::Other` / `EINVAL`.
@@ -40,12 +43,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-/// Default number of slots in the sparse fixed-buffer table.
-pub const DEFAULT_SLOTS: u32 = 16384;
+/// Default number of slots in the sparse fixed-buffer table (the maximum).
+pub const DEFAULT_SLOTS: u32 = MAX_SLOTS;
 /// The kernel refuses fixed buffers longer than this (`SZ_1G` in io_uring/rsrc.c).
 pub const MAX_BUFFER_LEN: u64 = 1 << 30;
-/// `buf_index` in an SQE is 16 bits wide, so no slot can exceed this.
-const MAX_SLOTS: u32 = 1 << 16;
+/// The kernel's table limit (`IORING_MAX_REG_BUFFERS`; 16385 gives EINVAL on
+/// 6.18). Also keeps every slot within the 16-bit `buf_index` of an SQE.
+pub const MAX_SLOTS: u32 = 1 << 14;
 /// Data moves through the scratch file in pieces of at most this size.
 const DMA_CHUNK: usize = 1 << 20;
 /// Bound on I/O submissions per chunk (short transfers, EINTR).
@@ -58,7 +62,17 @@ static NEXT_REGISTRAR_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A registration in a [`UringRegistrar`]: slot `slot` of its fixed-buffer
 /// table pins `range`. Not `Clone`: [`Registrar::deregister`] consumes it, so
-/// a handle is deregistered at most once and cannot be used afterwards.
+/// a handle is deregistered at most once and cannot be used afterwards:
+///
+/// ```compile_fail,E0382
+/// use mrcache::registrar::{uring::UringRegistrar, Registrar};
+/// use mrcache::types::{Access, Range};
+/// fn stale(reg: &UringRegistrar, r: Range) {
+///     let h = reg.register(r, Access::LOCAL_READ).unwrap();
+///     reg.deregister(h).unwrap();
+///     let _ = reg.dma_read(&h, 0, &mut [0u8; 1]); // borrow of moved value `h`
+/// }
+/// ```
 #[derive(Debug, PartialEq, Eq)]
 pub struct UringHandle {
     pub slot: u32,
@@ -89,10 +103,7 @@ pub struct UringRegistrar {
 
 impl std::fmt::Debug for UringRegistrar {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UringRegistrar")
-            .field("slots", &self.slots)
-            .field("in_use", &self.in_use())
-            .finish()
+        f.debug_struct("UringRegistrar").field("slots", &self.slots).field("in_use", &self.in_use()).finish()
     }
 }
 
@@ -105,13 +116,12 @@ fn io_errno(e: &std::io::Error) -> i32 {
 }
 
 impl UringRegistrar {
-    /// A ring with a sparse table of `slots` fixed buffers (1..=65536; the
-    /// kernel may allow fewer, currently 16384).
+    /// A ring with a sparse table of `slots` fixed buffers, 1..=[`MAX_SLOTS`].
     pub fn new(slots: u32) -> Result<Self, RegistrarError> {
         if slots == 0 || slots > MAX_SLOTS {
             return Err(einval(
                 "io_uring_register_buffers_sparse",
-                format!("{slots} slots requested; must be 1..={MAX_SLOTS}"),
+                format!("{slots} slots requested; the kernel allows 1..={MAX_SLOTS}"),
             ));
         }
         let ring = IoUring::builder()
@@ -269,15 +279,13 @@ impl State {
             let at = (addr + done as u64) as usize;
             let entry = match dir {
                 Dir::IntoBuffer => opcode::ReadFixed::new(fd, at as *mut u8, n, buf_index).offset(done as u64).build(),
-                Dir::FromBuffer => opcode::WriteFixed::new(fd, at as *const u8, n, buf_index).offset(done as u64).build(),
+                Dir::FromBuffer => {
+                    opcode::WriteFixed::new(fd, at as *const u8, n, buf_index).offset(done as u64).build()
+                }
             };
             let res = self.run(entry, verb)?;
             if res < 0 {
-                return Err(RegistrarError::from_errno(
-                    verb,
-                    -res,
-                    format!("slot {slot}, {n:#x} bytes at {at:#x}"),
-                ));
+                return Err(RegistrarError::from_errno(verb, -res, format!("slot {slot}, {n:#x} bytes at {at:#x}")));
             }
             if res == 0 {
                 return Err(RegistrarError::from_errno(
@@ -314,11 +322,8 @@ impl State {
                 Err(e) => return Err(RegistrarError::from_errno("io_uring_enter", io_errno(&e), e.to_string())),
             }
             // Completions of earlier requests abandoned by an error are skipped.
-            let found = self
-                .ring
-                .completion()
-                .map(|c: cqueue::Entry| (c.user_data(), c.result()))
-                .find(|&(t, _)| t == tag);
+            let found =
+                self.ring.completion().map(|c: cqueue::Entry| (c.user_data(), c.result())).find(|&(t, _)| t == tag);
             if let Some((_, res)) = found {
                 return Ok(res);
             }
@@ -420,6 +425,70 @@ mod tests {
         PIN_LOCK.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
+
+    /// An anonymous private mapping, unmapped on drop.
+    struct Anon {
+        addr: u64,
+        len: u64,
+    }
+
+    impl Anon {
+        fn new(len: u64) -> Anon {
+            // SAFETY: a fresh anonymous mapping at a kernel-chosen address.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Anon { addr: p as u64, len }
+        }
+        fn range(&self) -> Range {
+            Range::new(self.addr, self.len).unwrap()
+        }
+        fn fill(&self, b: u8) {
+            // SAFETY: the mapping is ours, writable and `len` bytes long.
+            unsafe { std::ptr::write_bytes(self.addr as *mut u8, b, self.len as usize) }
+        }
+        fn read(&self, off: u64, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            // SAFETY: `off + len <= self.len` in every caller; the mapping is readable.
+            unsafe { std::ptr::copy_nonoverlapping((self.addr + off) as *const u8, v.as_mut_ptr(), len) };
+            v
+        }
+        /// munmap, then map fresh zero pages at the same address and touch them.
+        fn remap_fresh(&self) {
+            // SAFETY: we own the mapping; nothing borrows it.
+            assert_eq!(unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) }, 0);
+            // SAFETY: MAP_FIXED over the hole we just made.
+            let p = unsafe {
+                libc::mmap(
+                    self.addr as *mut libc::c_void,
+                    self.len as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            assert_eq!(p as u64, self.addr);
+            self.fill(0);
+        }
+    }
+
+    impl Drop for Anon {
+        fn drop(&mut self) {
+            // SAFETY: unmapping our own mapping.
+            unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) };
+        }
+    }
+
     /// Checks that `attempt` (which returns the VmPin change it caused, in
     /// KiB) sees `expected`; retried, since pins taken at the same time by
     /// tests of other modules count too.
@@ -470,6 +539,7 @@ mod tests {
 
     #[test]
     fn slots_are_reused() {
+        let _g = serial();
         let reg = UringRegistrar::new(8).unwrap();
         let m = Anon::new(16 << 10);
         let a = reg.register(m.range(), Access::LOCAL_READ).unwrap();
@@ -485,6 +555,7 @@ mod tests {
 
     #[test]
     fn full_table_is_reported() {
+        let _g = serial();
         let reg = UringRegistrar::new(2).unwrap();
         let m = Anon::new(8 << 10);
         let a = reg.register(m.range(), RW).unwrap();
@@ -500,8 +571,10 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused() {
+        let _g = serial();
         assert_eq!(UringRegistrar::new(0).unwrap_err().errno, libc::EINVAL);
         assert_eq!(UringRegistrar::new(MAX_SLOTS + 1).unwrap_err().errno, libc::EINVAL);
+        assert_eq!(UringRegistrar::with_defaults().unwrap().slots(), 16384);
         let reg = UringRegistrar::new(1).unwrap();
         let bad = Range { addr: 0x1000, len: 0 };
         assert_eq!(reg.register(bad, RW).unwrap_err().errno, libc::EINVAL);
@@ -534,6 +607,7 @@ mod tests {
 
     #[test]
     fn unmapped_range_fails_with_fault() {
+        let _g = serial();
         let reg = UringRegistrar::new(1).unwrap();
         let m = Anon::new(8192);
         let r = m.range();
@@ -546,6 +620,7 @@ mod tests {
 
     #[test]
     fn dma_on_fresh_registration_is_visible() {
+        let _g = serial();
         let reg = UringRegistrar::new(2).unwrap();
         let m = Anon::new(64 << 10);
         m.fill(0x11);
@@ -587,6 +662,7 @@ mod tests {
     /// the mapping, and the NIC writes into frames the program no longer sees.
     #[test]
     fn stale_registration_writes_old_frames() {
+        let _g = serial();
         let reg = UringRegistrar::new(4).unwrap();
         let m = Anon::new(64 << 10);
         m.fill(0xaa);
@@ -620,17 +696,16 @@ mod tests {
     /// Writable MAP_SHARED mappings of a disk file cannot be pinned long-term.
     #[test]
     fn shared_writable_file_mapping_fails_with_fault() {
+        let _g = serial();
         let mut statfs: libc::statfs = {
             // SAFETY: statfs is plain old data; all-zero is a valid value.
             unsafe { std::mem::zeroed() }
         };
-        let dir = [std::env::temp_dir(), std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))]
-            .into_iter()
-            .find(|d| {
-                let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
-                // SAFETY: valid C string and a valid out-pointer.
-                unsafe { libc::statfs(c.as_ptr(), &mut statfs) == 0 && statfs.f_type != libc::TMPFS_MAGIC }
-            });
+        let dir = [std::env::temp_dir(), std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))].into_iter().find(|d| {
+            let c = std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: valid C string and a valid out-pointer.
+            unsafe { libc::statfs(c.as_ptr(), &mut statfs) == 0 && statfs.f_type != libc::TMPFS_MAGIC }
+        });
         let Some(dir) = dir else {
             eprintln!("no disk-backed directory found: shared-file-mapping check skipped");
             return;
@@ -668,6 +743,7 @@ mod tests {
 
     #[test]
     fn foreign_handles_are_refused() {
+        let _g = serial();
         let a = UringRegistrar::new(2).unwrap();
         let b = UringRegistrar::new(2).unwrap();
         let m = Anon::new(4096);
@@ -679,6 +755,7 @@ mod tests {
 
     #[test]
     fn concurrent_register_deregister() {
+        let _g = serial();
         let reg = UringRegistrar::new(64).unwrap();
         let m = Anon::new(256 << 10);
         m.fill(3);
@@ -704,6 +781,7 @@ mod tests {
     /// `--nocapture`).
     #[test]
     fn register_cost_report() {
+        let _g = serial();
         let reg = UringRegistrar::new(1).unwrap();
         for len in [4u64 << 10, 64 << 10, 1 << 20] {
             let m = Anon::new(len);
