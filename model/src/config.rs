@@ -74,9 +74,14 @@ pub struct Limits {
     pub max_regions: Option<u64>,
     /// Bytes of cached (findable) entries.
     pub max_pinned_bytes: Option<u64>,
-    /// Deregistrations and queued release events an implementation may hold
-    /// back (deferred work, spec.md#L2). Always 0 in the sequential model.
+    /// Queued release events an implementation may hold back (deferred work,
+    /// spec.md#L2). The sequential model never defers.
     pub max_unreleased: Option<u64>,
+}
+
+impl Limits {
+    /// spec.md#L2's default bound on the invalidation queue.
+    pub const DEFAULT_MAX_UNRELEASED: u64 = 1024;
 }
 
 /// The whole policy an implementation declares.
@@ -97,12 +102,25 @@ impl Default for Config {
             page_size: mrcache_types::PAGE_SIZE,
             chunk_pages: 1,
             eviction: EvictionPolicy::Lru,
-            limits: Limits::default(),
+            limits: Limits { max_unreleased: Some(Limits::DEFAULT_MAX_UNRELEASED), ..Limits::default() },
         }
     }
 }
 
 impl Config {
+    //= spec.md#S6.2
+    /// Page size a power of two in [512, 2^20]; `chunk_pages ≥ 1` with
+    /// `chunk_pages · page_size ≤ 2^62`, so no page arithmetic overflows.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.page_size.is_power_of_two() || !(512..=1 << 20).contains(&self.page_size) {
+            return Err(format!("page_size {} is not a power of two in [512, 2^20]", self.page_size));
+        }
+        if self.chunk_pages == 0 || self.chunk_pages.checked_mul(self.page_size).is_none_or(|b| b > 1 << 62) {
+            return Err(format!("chunk_pages {} must be >= 1 and chunk_pages * page_size <= 2^62", self.chunk_pages));
+        }
+        Ok(())
+    }
+
     pub fn with_policy(policy: OverlapPolicy) -> Config {
         Config { policy, ..Config::default() }
     }
@@ -111,7 +129,9 @@ impl Config {
 //= spec.md#S6.3
 /// Registration cost per page, in ns, of a registration of `pages` pages:
 /// 16 µs fixed + 0.06 ns/byte (UCX's cost model), divided over its pages.
+//# H is an integer in ns: `floor + ⌊(16000 + ⌊bytes·6/100⌋) / pages⌋`.
 pub fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
-    let bytes = pages * page_size;
-    (16_000 + bytes * 6 / 100) / pages.max(1)
+    let bytes = u128::from(pages) * u128::from(page_size);
+    let cost = (16_000 + bytes * 6 / 100) / u128::from(pages.max(1));
+    u64::try_from(cost).unwrap_or(u64::MAX)
 }

@@ -42,9 +42,9 @@ pub struct Registration {
     pub id: RegId,
     pub span: PageSpan,
     pub access: Access,
-    /// Generations of the pages in `span` at registration time, for the pages
-    /// whose generation was not 0 (sparse; absent means 0).
-    pub pinned: BTreeMap<u64, u32>,
+    /// The release-event sequence number when it was registered: it pinned
+    /// the frames mapped after every event up to this one (physical truth).
+    pub registered_at: u64,
     /// In the lookup structure: future acquires may hit it.
     pub findable: bool,
     pub leases: u32,
@@ -79,6 +79,8 @@ pub enum DeregReason {
     /// Evicted because the registrar reported ENOMEM/EAGAIN (S5.4).
     Pressure,
     Flushed,
+    /// Forgotten by a fork child (no registrar call).
+    Forgotten,
 }
 
 /// The choices an implementation may make where the contract allows several
@@ -99,9 +101,14 @@ struct Choice {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Model {
     pub config: Config,
-    /// Page generations (physical truth): absent means 0. A release event bumps
-    /// every page it touches.
-    gens: BTreeMap<u64, u32>,
+    /// Physical truth: the release events that may still matter, as (pages,
+    /// sequence number). Events older than every live registration are
+    /// pruned, so this stays as small as the set of live registrations needs.
+    events: Vec<(PageSpan, u64)>,
+    /// Sequence number of the last release event.
+    event_seq: u64,
+    /// E6 is an allowed outcome only in concurrent histories (S9).
+    concurrent: bool,
     /// Registrations still registered.
     regs: BTreeMap<RegId, Registration>,
     leases: BTreeMap<LeaseId, RegId>,
@@ -122,10 +129,17 @@ pub struct Model {
 }
 
 impl Model {
+    /// A model for `config`. Panics only if `config` is invalid: call
+    /// [`Config::validate`] first on untrusted configurations.
     pub fn new(config: Config) -> Model {
+        if let Err(e) = config.validate() {
+            panic!("invalid model config: {e}");
+        }
         Model {
             config,
-            gens: BTreeMap::new(),
+            events: Vec::new(),
+            event_seq: 0,
+            concurrent: false,
             regs: BTreeMap::new(),
             leases: BTreeMap::new(),
             orphan_leases: BTreeSet::new(),
@@ -137,6 +151,13 @@ impl Model {
             stats: Stats::default(),
             effects: Vec::new(),
         }
+    }
+
+    /// A model judging a concurrent history: E6 (retries exhausted) becomes an
+    /// allowed outcome of a miss (S9).
+    pub fn concurrent(mut self) -> Model {
+        self.concurrent = true;
+        self
     }
 
     pub fn stats(&self) -> Stats {
@@ -196,12 +217,14 @@ impl Model {
         let span = range.pages(self.config.page_size);
         let canonical = self.lookup(span, access);
         match *observed {
-            Ret::Granted { reg, hit: true, .. } => {
+            Ret::Granted { reg, hit: true, pressure } => {
                 let Some(r) = self.regs.get(&reg.id) else {
                     let (prop, why) = match self.retired.get(&reg.id) {
-                        Some(DeregReason::Invalidated | DeregReason::LastLease) => {
+                        Some(DeregReason::Invalidated) => {
                             (Property::P2, "a release event invalidated it: its frames are stale")
                         }
+                        Some(DeregReason::LastLease) => (Property::P3, "it was deregistered"),
+                        Some(DeregReason::Forgotten) => (Property::C1, "a fork forgot it"),
                         Some(DeregReason::Evicted) => (Property::P5, "the limits evicted it"),
                         Some(DeregReason::Pressure) => (Property::C3, "registrar pressure evicted it"),
                         Some(DeregReason::Merged | DeregReason::Uncached) => {
@@ -212,13 +235,15 @@ impl Model {
                     };
                     return Err(Violation::new(prop, format!("hit on R{}, but {why}", reg.id)));
                 };
+                if pressure {
+                    return Err(Violation::new(Property::C3, format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)));
+                }
                 if !r.findable {
                     let stale = !self.is_fresh(r);
                     return Err(Violation::new(
                         if stale { Property::P2 } else { Property::C1 },
                         format!(
-                            "hit on R{} {} which left the lookup{}",
-                            reg.id,
+                            "hit on {} which left the lookup{}",
                             self.view(r),
                             if stale { " and holds frames no longer mapped" } else { "" }
                         ),
@@ -227,7 +252,7 @@ impl Model {
                 if !r.span.contains(&span) || !r.access.suffices_for(access) {
                     return Err(Violation::new(
                         Property::P1,
-                        format!("R{} {} does not cover {range} with {access}", reg.id, self.view(r)),
+                        format!("{} does not cover {range} with {access}", self.view(r)),
                     ));
                 }
                 Ok(Choice { hit: Some(reg.id), ..Choice::default() })
@@ -236,11 +261,15 @@ impl Model {
                 if let Some(id) = canonical {
                     return Err(Violation::new(
                         Property::C1,
-                        format!("miss although R{id} {} covers {range} with {access}", self.view(&self.regs[&id])),
+                        format!("miss although {} covers {range} with {access}", self.view(&self.regs[&id])),
                     ));
                 }
                 Ok(Choice { pressure, ..Choice::default() })
             }
+            Ret::Failed { error: OpError::RetriesExhausted } if !self.concurrent => Err(Violation::new(
+                Property::C4,
+                "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
+            )),
             Ret::Failed { error: e @ (OpError::Registrar { .. } | OpError::RetriesExhausted) } => {
                 if let Some(id) = canonical {
                     return Err(Violation::new(
@@ -281,11 +310,11 @@ impl Model {
         match self.regs.get(&id) {
             Some(r) if r.leases > 0 => Err(Violation::new(
                 Property::P3,
-                format!("R{id} {} deregistered while it holds {} lease(s)", self.view(r), r.leases),
+                format!("{} deregistered while it holds {} lease(s)", self.view(r), r.leases),
             )),
             Some(r) => Err(Violation::new(
                 Property::C3,
-                format!("R{id} {} deregistered while still cached and not due for eviction", self.view(r)),
+                format!("{} deregistered while still cached and not due for eviction", self.view(r)),
             )),
             None if id < self.next_id => {
                 Err(Violation::new(Property::P4, format!("R{id} deregistered a second time")))
@@ -311,9 +340,7 @@ impl Model {
     }
 
     fn is_fresh(&self, r: &Registration) -> bool {
-        self.gens
-            .range(r.span.first..r.span.end)
-            .all(|(page, g)| r.pinned.get(page).copied().unwrap_or(0) == *g)
+        !self.events.iter().any(|(span, seq)| *seq > r.registered_at && span.overlaps(&r.span))
     }
 
     fn apply(&mut self, op: &Op, choice: Choice) -> Ret {
@@ -321,10 +348,8 @@ impl Model {
             Op::Acquire { lease, addr, len, access } => self.acquire(lease, addr, len, access, choice),
             Op::Release { lease } => self.release(lease),
             Op::ReleaseEvent { addr, len, .. } => self.release_event(addr, len),
-            Op::Alloc { addr, len } | Op::Free { addr, len } => match Range::new(addr, len) {
-                Ok(_) => Ret::Done,
-                Err(e) => self.fail(e.into()),
-            },
+            //= spec.md#S2.4
+            Op::Alloc { .. } | Op::Free { .. } => Ret::Done,
             Op::Flush => self.flush(),
             Op::Fork => self.fork(),
         };
@@ -442,15 +467,23 @@ impl Model {
     fn register(&mut self, span: PageSpan, access: Access) -> RegId {
         let id = self.next_id;
         self.next_id += 1;
-        let pinned = self.gens.range(span.first..span.end).map(|(p, g)| (*p, *g)).collect();
         let bytes = span.count() * self.config.page_size;
         self.regs.insert(
             id,
-            Registration { id, span, access, pinned, findable: true, leases: 0, last_use: 0, priority: 0 },
+            Registration {
+                id,
+                span,
+                access,
+                registered_at: self.event_seq,
+                findable: true,
+                leases: 0,
+                last_use: 0,
+                priority: 0,
+            },
         );
         self.stats.registrations += 1;
-        self.stats.bytes_registered += bytes;
-        self.stats.pinned_bytes += bytes;
+        self.stats.bytes_registered = self.stats.bytes_registered.saturating_add(bytes);
+        self.stats.pinned_bytes = self.stats.pinned_bytes.saturating_add(bytes);
         self.stats.peak_pinned_bytes = self.stats.peak_pinned_bytes.max(self.stats.pinned_bytes);
         self.stats.cached_entries += 1;
         let view = self.view(&self.regs[&id]);
@@ -467,6 +500,7 @@ impl Model {
     /// Takes an entry out of the lookup; deregisters it now if unleased, else
     /// when its last lease is released (spec.md#S3.2).
     fn uncache(&mut self, id: RegId, reason: DeregReason) {
+        self.retired.insert(id, reason);
         let r = self.regs.get_mut(&id).expect("uncache of a live registration");
         debug_assert!(r.findable);
         r.findable = false;
@@ -484,20 +518,19 @@ impl Model {
         self.stats.deregistrations += 1;
         self.stats.pinned_bytes -= view.len;
         self.awaiting_dereg.insert(id, view);
-        self.retired.insert(id, reason);
+        self.retired.entry(id).or_insert(reason);
         self.effects.push(Effect::Deregister { view, reason });
     }
 
     //= spec.md#S2.2
     fn release(&mut self, lease: LeaseId) -> Ret {
+        self.stats.releases += 1;
         if self.orphan_leases.remove(&lease) {
-            self.stats.releases += 1;
             return Ret::Done;
         }
         let Some(id) = self.leases.remove(&lease) else {
             return self.fail(OpError::UnknownLease { lease });
         };
-        self.stats.releases += 1;
         let r = self.regs.get_mut(&id).expect("a held lease names a live registration");
         r.leases -= 1;
         if r.findable {
@@ -511,15 +544,14 @@ impl Model {
 
     //= spec.md#S2.3
     fn release_event(&mut self, addr: u64, len: u64) -> Ret {
+        self.stats.release_events += 1;
         let range = match Range::new(addr, len) {
             Ok(r) => r,
             Err(e) => return self.fail(e.into()),
         };
-        self.stats.release_events += 1;
         let span = range.pages(self.config.page_size);
-        for page in span.first..span.end {
-            *self.gens.entry(page).or_insert(0) += 1;
-        }
+        self.event_seq += 1;
+        self.events.push((span, self.event_seq));
         let hit: Vec<RegId> =
             self.regs.values().filter(|r| r.findable && r.span.overlaps(&span)).map(|r| r.id).collect();
         for id in hit {
@@ -529,7 +561,14 @@ impl Model {
             }
             self.uncache(id, DeregReason::Invalidated);
         }
+        self.prune_events();
         Ret::Done
+    }
+
+    /// Drops events no live registration can be stale by.
+    fn prune_events(&mut self) {
+        let oldest = self.regs.values().map(|r| r.registered_at).min().unwrap_or(self.event_seq);
+        self.events.retain(|(_, seq)| *seq > oldest);
     }
 
     //= spec.md#S2.5
@@ -543,20 +582,25 @@ impl Model {
 
     //= spec.md#S2.6
     fn fork(&mut self) -> Ret {
-        for (_, r) in std::mem::take(&mut self.regs) {
+        for (id, r) in std::mem::take(&mut self.regs) {
             let view = self.view(&r);
+            self.retired.insert(id, DeregReason::Forgotten);
             self.stats.forgotten += 1;
             self.stats.pinned_bytes -= view.len;
             self.effects.push(Effect::Forget { view });
         }
         self.stats.cached_entries = 0;
+        self.prune_events();
         let held = std::mem::take(&mut self.leases);
         self.orphan_leases.extend(held.into_keys());
         Ret::Done
     }
 
     fn cached_bytes(&self) -> u64 {
-        self.regs.values().filter(|r| r.findable).map(|r| r.span.count() * self.config.page_size).sum()
+        self.regs
+            .values()
+            .filter(|r| r.findable)
+            .fold(0u64, |sum, r| sum.saturating_add(r.span.count() * self.config.page_size))
     }
 
     fn over_limits(&self) -> bool {
@@ -591,6 +635,19 @@ impl Model {
         for id in all {
             self.stats.pressure_evictions += 1;
             self.uncache(id, DeregReason::Pressure);
+        }
+    }
+
+    //= spec.md#L1
+    /// At the end of an operation (sequential use), every registration the
+    /// model deregistered must have been confirmed by the implementation.
+    pub fn check_quiescent(&self) -> Result<(), Violation> {
+        match self.awaiting_dereg.values().next() {
+            None => Ok(()),
+            Some(v) => Err(Violation::new(
+                Property::L1,
+                format!("{v} is neither findable nor leased and still registered after the operation returned"),
+            )),
         }
     }
 

@@ -308,7 +308,7 @@ fn register_vs_invalidate_written_sequentially() {
     m.step(&rel(1));
     m.step(&unmap(0x1000, 0x1000));
     assert_eq!(m.step(&acq(2, 0x1000, 0x1000)), miss(2, 0x1000, 0x1000));
-    assert!(m.lease(2).is_some_and(|r| r.pinned.get(&1) == Some(&1)), "pins generation 1 of page 1");
+    assert!(m.lease(2).is_some_and(|r| r.registered_at == 1), "pins the frames mapped after event 1");
 }
 
 #[test]
@@ -321,4 +321,105 @@ fn sequential_spec_shape() {
     bad[7].1 = hit(1, 0x1000, 0x3000);
     assert!(!m.is_valid_history(bad));
     let _ = P;
+}
+
+#[test]
+fn l1_rejects_an_implementation_that_has_not_deregistered() {
+    let mut m = Model::new(indep());
+    m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
+    m.judge(&rel(1), &DONE).unwrap();
+    assert_eq!(m.check_quiescent(), Ok(()));
+    m.judge(&unmap(0x1000, 0x1000), &DONE).unwrap();
+    // The impl returned from the release event without deregistering R1.
+    assert_eq!(m.check_quiescent().unwrap_err().property, Property::L1);
+    m.observe_deregister(1).unwrap();
+    assert_eq!(m.check_quiescent(), Ok(()));
+}
+
+#[test]
+fn c3_rejects_the_wrong_victim() {
+    let mut m = Model::new(limited(2));
+    for (op, ret) in [
+        (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
+        (acq(2, 0x3000, 0x1000), miss(2, 0x3000, 0x1000)),
+        (rel(1), DONE),
+        (rel(2), DONE),
+        (acq(3, 0x5000, 0x1000), miss(3, 0x5000, 0x1000)),
+    ] {
+        m.judge(&op, &ret).unwrap();
+    }
+    // LRU's victim is R1; an implementation that evicted R2 is caught.
+    assert_eq!(m.observe_deregister(2).unwrap_err().property, Property::C3);
+    m.observe_deregister(1).unwrap();
+}
+
+#[test]
+fn c3_pressure_only_on_a_miss() {
+    let first = (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000));
+    let pressured_hit = Ret::Granted { reg: view(1, 0x1000, 0x1000), hit: true, pressure: true };
+    rejects(indep(), &[first, (acq(2, 0x1000, 0x1000), pressured_hit)], Property::C3);
+}
+
+#[test]
+fn c4_retries_exhausted_only_in_concurrent_histories() {
+    let e6 = Ret::Failed { error: OpError::RetriesExhausted };
+    rejects(indep(), &[(acq(1, 0x1000, 0x1000), e6)], Property::C4);
+    let mut m = Model::new(indep()).concurrent();
+    m.judge(&acq(1, 0x1000, 0x1000), &e6).unwrap();
+}
+
+#[test]
+fn invariants_catch_a_corrupted_model() {
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    let mut stale = m.clone();
+    stale.events.push((PageSpan { first: 1, end: 2 }, 99));
+    assert_eq!(stale.check_invariants().unwrap_err().property, Property::P2);
+    let mut lost = m.clone();
+    lost.leases.clear();
+    assert_eq!(lost.check_invariants().unwrap_err().property, Property::P3);
+    let mut orphan = m.clone();
+    orphan.leases.clear();
+    let r = orphan.regs.get_mut(&1).unwrap();
+    r.leases = 0;
+    r.findable = false;
+    assert_eq!(orphan.check_invariants().unwrap_err().property, Property::L1);
+}
+
+#[test]
+fn never_panics_on_extreme_input() {
+    // Deterministic pseudo-random search over huge and boundary ranges, every
+    // policy, small limits and odd chunk sizes (a bounded loop).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let edges = [0, 1, 0xfff, 0x1000, 1 << 62, (1 << 63) - 0x1000, (1 << 63) - 1, 1 << 63, u64::MAX - 0xfff, u64::MAX];
+    for round in 0..300u64 {
+        let config = Config {
+            policy: OverlapPolicy::ALL[(round % 3) as usize],
+            chunk_pages: [1, 2, 3, 4, 16][(round % 5) as usize],
+            eviction: if round % 2 == 0 { EvictionPolicy::Lru } else { EvictionPolicy::CostAware },
+            limits: Limits { max_regions: Some(round % 4), ..Limits::default() },
+            ..Config::default()
+        };
+        let mut m = Model::new(config);
+        for _ in 0..40 {
+            let r = next();
+            let pick = |v: u64| if v % 3 == 0 { edges[(v / 3 % 10) as usize] } else { v >> (v % 64) };
+            let (addr, len) = (pick(next()), pick(next()));
+            let op = match r % 5 {
+                0 | 1 => Op::Acquire { lease: r % 6, addr, len, access: RR },
+                2 => Op::Release { lease: r % 6 },
+                3 => Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr, len },
+                _ => Op::Flush,
+            };
+            let ret = m.step(&op);
+            let _ = format!("{op} {ret}");
+            assert_eq!(m.check_invariants(), Ok(()), "{op}");
+        }
+    }
 }

@@ -24,6 +24,12 @@ pub type LeaseId = u64;
 pub const PAGE_SIZE: u64 = 4096;
 
 //= spec.md#S1.2
+/// No user address on a 64-bit Linux reaches 2^63; ranges must end at or below
+/// it, so page and chunk arithmetic never overflows (page size ≤ 2^20 and
+/// chunk ≤ 2^62 bytes).
+pub const ADDRESS_LIMIT: u64 = 1 << 63;
+
+//= spec.md#S1.2
 /// A half-open byte range `[addr, addr + len)`; never empty, never wrapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Range {
@@ -37,24 +43,24 @@ pub struct Range {
 pub enum RangeError {
     #[error("empty range at {addr:#x}: len is 0")]
     Empty { addr: u64 },
-    #[error("range {addr:#x}+{len:#x} wraps past the end of the address space")]
+    #[error("range {addr:#x}+{len:#x} wraps or ends beyond the address space limit 2^63")]
     Wraps { addr: u64, len: u64 },
 }
 
 impl Range {
-    /// Checks the preconditions of S2.1: `len > 0` and no wrap-around.
+    /// Checks the preconditions of S2.1: `len > 0`, no wrap-around, and the
+    /// end at or below [`ADDRESS_LIMIT`].
     pub fn new(addr: u64, len: u64) -> Result<Self, RangeError> {
         if len == 0 {
             return Err(RangeError::Empty { addr });
         }
-        if addr.checked_add(len).is_none() {
-            return Err(RangeError::Wraps { addr, len });
+        match addr.checked_add(len) {
+            Some(end) if end <= ADDRESS_LIMIT => Ok(Range { addr, len }),
+            _ => Err(RangeError::Wraps { addr, len }),
         }
-        Ok(Range { addr, len })
     }
 
-    /// One past the last byte. Cannot overflow by construction... except for a
-    /// range ending exactly at 2^64, which `new` rejects as wrapping.
+    /// One past the last byte; cannot overflow by construction.
     pub fn end(&self) -> u64 {
         self.addr + self.len
     }
@@ -385,7 +391,7 @@ pub enum RegistrarFailure {
 pub enum OpError {
     #[error("E1 empty range: len is 0")]
     EmptyRange,
-    #[error("E2 range wraps past the end of the address space")]
+    #[error("E2 range wraps or ends beyond the address space limit 2^63")]
     WrappingRange,
     #[error("E3 lease L{lease} is already held")]
     LeaseInUse { lease: LeaseId },
@@ -507,7 +513,8 @@ mod tests {
         assert_eq!(Range::new(0x1000, 0), Err(RangeError::Empty { addr: 0x1000 }));
         assert_eq!(Range::new(u64::MAX, 2), Err(RangeError::Wraps { addr: u64::MAX, len: 2 }));
         assert_eq!(Range::new(u64::MAX - 1, 2), Err(RangeError::Wraps { addr: u64::MAX - 1, len: 2 }));
-        assert!(Range::new(u64::MAX - 2, 2).is_ok());
+        assert!(Range::new(ADDRESS_LIMIT - 2, 2).is_ok());
+        assert_eq!(Range::new(ADDRESS_LIMIT - 2, 3), Err(RangeError::Wraps { addr: ADDRESS_LIMIT - 2, len: 3 }));
     }
 
     #[test]
