@@ -1,10 +1,20 @@
 //! mrcache: a registration cache for RDMA memory regions (see spec.md).
 //!
-//! Layout: [`registrar`] pins memory (counting, io_uring, verbs);
+//! Layout: [`cache`] is the cache of spec.md §A ([`Cache`], [`Lease`]);
+//! [`index`] its interval index; [`sync`] the std/loom facade;
+//! [`registrar`] pins memory (counting, io_uring, verbs);
 //! [`monitor`] turns process memory releases into cache invalidations.
 
+pub mod cache;
+pub mod error;
+pub mod index;
 pub mod monitor;
 pub mod pagemap;
 pub mod registrar;
+pub mod sync;
+
+pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Faults, Lease, ReleaseEvent};
+pub use error::Error;
+pub use mrcache_model::{Config, EvictionPolicy, Limits, OverlapPolicy};
 
 pub use mrcache_types as types;

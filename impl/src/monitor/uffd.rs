@@ -1292,14 +1292,12 @@ mod tests {
             }
             other => panic!("watching an unmapped range: {other:?}"),
         }
-        let kernel = range(0xffff_ffff_8000_0000, p);
-        assert!(matches!(mon.watch(kernel), Err(UffdError::Unwatchable { .. })));
-        let top = range(u64::MAX - p, 10); // rounding up would wrap
-        assert_eq!(mon.watch(top), Err(UffdError::Unwatchable { range: top, errno: libc::EINVAL }));
+        // Beyond the user half of the address space (a Range stops at 2^63).
+        let beyond = range((1 << 63) - 2 * p, p);
+        assert!(matches!(mon.watch(beyond), Err(UffdError::Unwatchable { .. })));
         // Unwatching what is gone is fine.
         mon.unwatch(range(a, 4 * p)).unwrap();
-        mon.unwatch(kernel).unwrap();
-        mon.unwatch(top).unwrap();
+        mon.unwatch(beyond).unwrap();
     }
 
     #[test]

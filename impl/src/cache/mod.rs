@@ -1,0 +1,1437 @@
+//! The registration cache: spec.md §A, step by step.
+//!
+//! # Shared state (spec.md#A)
+//!
+//! - the cache **lock**: a reader-writer lock over `State` (the index of
+//!   findable entries, the in-flight records, the bytes of findable entries).
+//!   Shared for the hit path (A1), exclusive for everything that changes the
+//!   index (A2–A11, R2, H2, M2, flush);
+//! - the **index** ([`crate::index::IntervalIndex`]) of findable entries;
+//! - the **in-flight** list: one record (planned span, *stale* flag) per
+//!   registration in progress, marked stale by every release event applied
+//!   while the registrar runs without the lock (A4–A7, S3.7);
+//! - the **invalidation queue** ([`InvalidationQueue`]): release events pushed
+//!   by hooks that could not take the lock (H1, H2);
+//! - per entry, the **state word** ([`EntryState`]: lease count + INVALID) and
+//!   the LRU / GreedyDual-Size stamps, all atomics, so the hit path only needs
+//!   the lock shared;
+//! - the **over-limit flag** (R2).
+//!
+//! The registrar is never called with the lock held. Every deregistration is
+//! collected in a per-operation dereg list and performed after the lock is
+//! released, or by the thread whose release dropped the last lease of an
+//! invalidated entry (R1), which needs no lock at all.
+//!
+//! # Entry ownership
+//!
+//! An entry is a `Box` turned into a raw pointer at insertion (A9). While
+//! findable it is reachable from the index; each lease holds the raw pointer.
+//! Whoever wins the handoff of spec.md#A-H — the invalidation that saw a lease
+//! count of 0, or the release that took the count from 1 to 0 with INVALID
+//! set — deregisters its handle and frees it, exactly once. Leases never
+//! clone an `Arc`: a hit is one shared lock, one `fetch_add` on the state word
+//! and one unlock; a release is one `fetch_sub`.
+//!
+//! # Fork (spec.md#F1, S2.6)
+//!
+//! Everything an operation touches besides the registrar and the counters
+//! lives in a `Shared` *generation* behind an atomic pointer. Each
+//! operation first compares the process's fork generation (bumped by a
+//! `pthread_atfork` child handler that only increments an atomic: it takes no
+//! lock and does no work) and, on slow paths, the pid, with the cache's. In a
+//! forked child the cache installs a fresh, empty generation and **leaks the
+//! old one**: the old index, entries and registrar handles are never dropped
+//! and never deregistered (deregistering through a registrar fd shared with
+//! the parent would destroy the parent's registrations), and the old lock,
+//! which a thread that does not exist in the child may hold, is never taken
+//! again. Leases from the old generation are released as no-ops.
+//! [`Cache::simulate_fork`] does the same on request, for replaying `Op::Fork`.
+//!
+//! # Sequential equivalence with the model
+//!
+//! For any sequential sequence of operations the cache returns the `Ret`s of
+//! `mrcache_model::Model::step` and the same [`Stats`]: the same canonical hit
+//! (lowest covering id), the same overlap plan (S6.1), ids in creation order
+//! of cached registrations (registrations discarded by A7/A8 get none), the
+//! same LRU / GreedyDual-Size victims (one logical clock ticked by every use;
+//! ties by id), the same pressure handling (S5.4: the plan is recomputed
+//! after the pressure eviction, as the model plans after evicting).
+
+mod harness;
+mod lease;
+mod queue;
+mod state;
+mod stats;
+
+pub use lease::Lease;
+pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
+pub use state::{EntryState, Invalidated, Released};
+
+use crate::error::Error;
+use crate::index::{IntervalIndex, Slot};
+use crate::registrar::{Keys, Registrar};
+use crate::sync::{thread_local, AtomicBool, Ordering, RwLock, RwLockWriteGuard};
+use mrcache_model::{Config, EvictionPolicy, OverlapPolicy};
+use mrcache_types::{Access, PageSpan, Range, RegView, RegistrarFailure, ReleaseKind, Stats};
+use serde::{Deserialize, Serialize};
+use stats::{add, get, inc, Counters, Hot, HotCounters};
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr as StdAtomicPtr, AtomicU32, AtomicU64 as StdAtomicU64, Ordering as Std};
+use std::sync::{OnceLock, PoisonError, TryLockError};
+
+/// Default bound on attempts of one miss (spec.md#S3.7).
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Default bound on the invalidation queue (spec.md#L2).
+pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_model::Limits::DEFAULT_MAX_UNRELEASED;
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+/// Fault switches that mirror the checker's mutants: each breaks one rule of
+/// the algorithm on purpose, so that tests can show their oracle catches it.
+/// Runtime flags, all off by default. Never set them in production.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// A7 skipped: a registration invalidated while the registrar ran is
+    /// inserted anyway (breaks P2).
+    pub skip_seq_recheck: bool,
+    /// Release events are ignored (explicit `invalidate`, queued events and
+    /// events read from the monitor): the monitor is off (breaks P2).
+    pub monitor_off: bool,
+    /// A release event deregisters leased entries at once (breaks P3). See
+    /// [`Faults::enable_dereg_leased_on_invalidate`].
+    dereg_leased_on_invalidate: bool,
+}
+
+impl Faults {
+    /// Makes release events deregister leased entries immediately (P3 mutant).
+    /// The last release then frees the entry without deregistering it again.
+    ///
+    /// # Safety
+    ///
+    /// After such an early deregistration [`Lease::handle`] returns a reference
+    /// to a handle the registrar has already consumed: the caller must not use
+    /// a lease's `handle()` after a release event overlapped it, unless the
+    /// registrar's handle owns no resources its `deregister` frees (true of
+    /// [`crate::registrar::counting::CountingRegistrar`]).
+    pub unsafe fn enable_dereg_leased_on_invalidate(&mut self) {
+        self.dereg_leased_on_invalidate = true;
+    }
+
+    pub fn dereg_leased_on_invalidate(&self) -> bool {
+        self.dereg_leased_on_invalidate
+    }
+}
+
+/// The configuration of a [`Cache`]: the contract's declared policy
+/// ([`Config`]: overlap policy, page size, chunking, eviction, limits) plus
+/// implementation parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheConfig {
+    /// What the model is configured with (spec.md#S6).
+    pub contract: Config,
+    /// Attempts of one miss before E6 (spec.md#S3.7, A7). At least 1.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Test-only fault switches (never serialised).
+    #[serde(skip)]
+    pub faults: Faults,
+}
+
+fn default_max_retries() -> u32 {
+    DEFAULT_MAX_RETRIES
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig::new(Config::default())
+    }
+}
+
+impl From<Config> for CacheConfig {
+    fn from(contract: Config) -> Self {
+        CacheConfig::new(contract)
+    }
+}
+
+impl CacheConfig {
+    pub fn new(contract: Config) -> Self {
+        CacheConfig { contract, max_retries: DEFAULT_MAX_RETRIES, faults: Faults::default() }
+    }
+
+    pub fn with_policy(policy: OverlapPolicy) -> Self {
+        CacheConfig::new(Config::with_policy(policy))
+    }
+
+    /// The model's [`Config::validate`] (spec.md#S6.2: page size a power of two
+    /// in [512, 2^20], `chunk_pages ≥ 1`, `chunk_pages · page_size ≤ 2^62`) and
+    /// `max_retries ≥ 1`.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.contract.validate().map_err(|reason| Error::InvalidConfig { reason })?;
+        if self.max_retries == 0 {
+            return Err(Error::InvalidConfig { reason: "max_retries must be at least 1".into() });
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Release events and the monitor hook point
+
+/// A release event (spec.md#S2.3), as a monitor reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReleaseEvent {
+    pub kind: ReleaseKind,
+    pub range: Range,
+}
+
+/// An asynchronous monitor the cache reads under its exclusive lock
+/// (spec.md#S3.8, M2: "A2 and A6 also read pending events").
+pub trait EventSource: Send + Sync + 'static {
+    /// Appends every pending event without blocking. Called with the cache's
+    /// exclusive lock held: it must not block and must not free monitored
+    /// memory.
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>);
+
+    /// Starts watching `range` before it is registered (spec.md#S7.3). Called
+    /// without the cache lock, before the registrar. An error fails the
+    /// acquire with [`Error::Watch`].
+    fn watch(&self, _range: Range) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Internal counters that are not part of the shared [`Stats`] schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostics {
+    /// Registrations made and deregistered without being cached: stale (A7)
+    /// or superseded by another thread's insertion (A8).
+    pub discarded_registrations: u64,
+    /// Attempts that found their in-flight record stale (A7).
+    pub stale_retries: u64,
+    /// `deregister` calls that returned an error (the handle is gone anyway).
+    pub dereg_failures: u64,
+    /// Leased registrations deregistered early by the P3 fault switch.
+    pub early_deregistrations: u64,
+    /// Release events queued now (spec.md#L2).
+    pub queued_events: u64,
+    /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`].
+    pub queue_capacity: u64,
+}
+
+// ---------------------------------------------------------------------------
+// Entries
+
+/// One cached registration. Immutable after creation except for its atomics.
+pub(crate) struct Entry<R: Registrar> {
+    pub(crate) state: EntryState,
+    /// Logical time of the last use (LRU).
+    last_use: StdAtomicU64,
+    /// GreedyDual-Size priority `H`.
+    priority: StdAtomicU64,
+    /// Per-page registration cost, ns (S6.3).
+    cost: u64,
+    pub(crate) view: RegView,
+    pub(crate) keys: Keys,
+    /// Taken exactly once by the deregistration owner (or by the P3 fault).
+    pub(crate) handle: ManuallyDrop<R::Handle>,
+}
+
+/// A raw pointer to an [`Entry`]; ownership follows spec.md#A-H (module docs).
+pub(crate) struct EntryPtr<R: Registrar>(NonNull<Entry<R>>);
+
+impl<R: Registrar> Clone for EntryPtr<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R: Registrar> Copy for EntryPtr<R> {}
+
+// SAFETY: an entry is shared between the index (under the lock) and lease
+// holders. Its mutable parts are atomics; `R::Handle: Send + Sync`; it is
+// freed exactly once, by the owner the state word designates.
+unsafe impl<R: Registrar> Send for EntryPtr<R> {}
+unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
+
+impl<R: Registrar> EntryPtr<R> {
+    /// # Safety
+    /// The entry must be alive: in the index (with the lock held) or leased
+    /// by the caller.
+    #[inline]
+    pub(crate) unsafe fn get<'a>(self) -> &'a Entry<R> {
+        // SAFETY: per the contract above.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Generation state
+
+/// A registration in progress (spec.md#A4).
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    token: u64,
+    span: PageSpan,
+    stale: bool,
+}
+
+/// What the cache lock protects.
+pub(crate) struct State<R: Registrar> {
+    index: IntervalIndex<EntryPtr<R>>,
+    inflight: Vec<InFlight>,
+    next_token: u64,
+    /// Bytes of findable entries (max_pinned_bytes, S6.4).
+    cached_bytes: u64,
+}
+
+impl<R: Registrar> State<R> {
+    fn add_inflight(&mut self, span: PageSpan) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.inflight.push(InFlight { token, span, stale: false });
+        token
+    }
+
+    fn take_inflight(&mut self, token: u64) -> Option<InFlight> {
+        let i = self.inflight.iter().position(|r| r.token == token)?;
+        Some(self.inflight.swap_remove(i))
+    }
+}
+
+/// One generation of the cache (see "Fork" in the module docs).
+pub(crate) struct Shared<R: Registrar> {
+    lock: RwLock<State<R>>,
+    queue: InvalidationQueue,
+    /// Set by A10 when every remaining entry is leased and a limit is still
+    /// exceeded; read by R2.
+    over_limit: AtomicBool,
+    /// Findable entries (mirror of the index length, for stats).
+    cached: StdAtomicU64,
+    /// Cached registrations of this generation not yet deregistered, and
+    /// their bytes (pinned_bytes, forgotten).
+    live_regs: StdAtomicU64,
+    live_bytes: StdAtomicU64,
+}
+
+impl<R: Registrar> Shared<R> {
+    fn new(queue_capacity: usize) -> Self {
+        Shared {
+            lock: RwLock::new(State {
+                index: IntervalIndex::new(),
+                inflight: Vec::new(),
+                next_token: 0,
+                cached_bytes: 0,
+            }),
+            queue: InvalidationQueue::with_capacity(queue_capacity),
+            over_limit: AtomicBool::new(false),
+            cached: StdAtomicU64::new(0),
+            live_regs: StdAtomicU64::new(0),
+            live_bytes: StdAtomicU64::new(0),
+        }
+    }
+}
+
+thread_local! {
+    /// Exclusive cache locks this thread holds (any cache). A hook raised by
+    /// such a thread never waits for a lock (spec.md#S7.2, L2).
+    // Not `const { .. }`: loom's `thread_local!` does not accept it.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static HELD: Cell<u32> = Cell::new(0);
+}
+
+fn held_by_this_thread() -> bool {
+    HELD.with(|h| h.get() > 0)
+}
+
+/// The exclusive lock, marked in [`HELD`]; refreshes the index's search tree
+/// before unlocking.
+pub(crate) struct WriteGuard<'a, R: Registrar> {
+    guard: ManuallyDrop<RwLockWriteGuard<'a, State<R>>>,
+}
+
+impl<'a, R: Registrar> WriteGuard<'a, R> {
+    fn new(guard: RwLockWriteGuard<'a, State<R>>) -> Self {
+        HELD.with(|h| h.set(h.get() + 1));
+        WriteGuard { guard: ManuallyDrop::new(guard) }
+    }
+}
+
+impl<R: Registrar> Deref for WriteGuard<'_, R> {
+    type Target = State<R>;
+    fn deref(&self) -> &State<R> {
+        &self.guard
+    }
+}
+
+impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
+    fn deref_mut(&mut self) -> &mut State<R> {
+        &mut self.guard
+    }
+}
+
+impl<R: Registrar> Drop for WriteGuard<'_, R> {
+    fn drop(&mut self) {
+        self.guard.index.refresh();
+        // SAFETY: dropped exactly once, here.
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        HELD.with(|h| h.set(h.get() - 1));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The dereg list
+
+enum Dereg<R: Registrar> {
+    /// A cached entry this operation owns: deregister and free it.
+    Entry(EntryPtr<R>),
+    /// A registration that was never cached (A7, A8): deregister, uncounted.
+    Discard(R::Handle),
+    /// The P3 fault: a leased entry's handle, deregistered early (counted).
+    Early(R::Handle, u64),
+}
+
+/// Deregistrations collected under the lock, performed after it (spec.md#A11).
+pub(crate) struct DeregList<'c, R: Registrar> {
+    cache: &'c Cache<R>,
+    shared: &'c Shared<R>,
+    items: Vec<Dereg<R>>,
+}
+
+impl<'c, R: Registrar> DeregList<'c, R> {
+    fn new(cache: &'c Cache<R>, shared: &'c Shared<R>) -> Self {
+        DeregList { cache, shared, items: Vec::new() }
+    }
+
+    /// Performs every collected deregistration. Call with the lock released.
+    fn perform(&mut self) {
+        if self.items.is_empty() {
+            return;
+        }
+        debug_assert!(!held_by_this_thread() || std::thread::panicking(), "dereg with the lock held");
+        for item in std::mem::take(&mut self.items) {
+            match item {
+                Dereg::Entry(e) => self.cache.deregister_entry(self.shared, e, false),
+                Dereg::Discard(h) => {
+                    inc(&self.cache.counters.discarded_registrations);
+                    self.cache.call_deregister(h);
+                }
+                Dereg::Early(h, bytes) => {
+                    inc(&self.cache.counters.early_deregistrations);
+                    self.cache.call_deregister(h);
+                    self.cache.count_dereg(self.shared, bytes);
+                }
+            }
+        }
+    }
+}
+
+impl<R: Registrar> Drop for DeregList<'_, R> {
+    fn drop(&mut self) {
+        self.perform();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fork detection
+
+mod fork {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Once;
+
+    static FORKS: AtomicU64 = AtomicU64::new(0);
+    static INSTALL: Once = Once::new();
+
+    /// Runs in the child after fork(): one atomic increment, no lock, no
+    /// allocation (async-signal-safe). The forgetting happens at the start of
+    /// the child's next cache operation (spec.md#S2.6, F1).
+    extern "C" fn child() {
+        FORKS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn install() {
+        INSTALL.call_once(|| {
+            // SAFETY: registers a handler that only touches a static atomic.
+            // A failure (ENOMEM) leaves the pid comparison of slow paths.
+            unsafe {
+                libc::pthread_atfork(None, None, Some(child));
+            }
+        });
+    }
+
+    #[inline]
+    pub(super) fn generation() -> u64 {
+        FORKS.load(Ordering::Relaxed)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The cache
+
+/// A miss's registration (spec.md#S6.1, S6.2).
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    span: PageSpan,
+    access: Access,
+    range: Range,
+}
+
+/// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
+/// it by reference or in an `Arc`.
+pub struct Cache<R: Registrar> {
+    registrar: R,
+    config: CacheConfig,
+    page_size: u64,
+    chunk_pages: u64,
+    limits_active: bool,
+    /// spec.md#L2 bound on the invalidation queue.
+    queue_capacity: usize,
+    /// The current generation; never null; freed in `Drop` (old ones leak).
+    shared: StdAtomicPtr<Shared<R>>,
+    forks_seen: StdAtomicU64,
+    pid: AtomicU32,
+    forgetting: std::sync::atomic::AtomicBool,
+    /// Logical clock of uses (LRU) and GreedyDual-Size inflation value.
+    clock: StdAtomicU64,
+    gds_floor: StdAtomicU64,
+    next_id: StdAtomicU64,
+    counters: Counters,
+    hot: HotCounters,
+    source: OnceLock<Box<dyn EventSource>>,
+}
+
+impl<R: Registrar> std::fmt::Debug for Cache<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("registrar", &self.registrar.name())
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Creates a cache.
+    ///
+    /// # Panics
+    ///
+    /// If the configuration is invalid (see [`Cache::try_new`]).
+    pub fn new(registrar: R, config: impl Into<CacheConfig>) -> Self {
+        match Self::try_new(registrar, config) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Creates a cache; fails if [`CacheConfig::validate`] does.
+    pub fn try_new(registrar: R, config: impl Into<CacheConfig>) -> Result<Self, Error> {
+        let config = config.into();
+        config.validate()?;
+        fork::install();
+        let l = &config.contract.limits;
+        let max_unreleased = l.max_unreleased.unwrap_or(DEFAULT_MAX_UNRELEASED);
+        let queue_capacity = usize::try_from(max_unreleased).unwrap_or(usize::MAX).clamp(1, MAX_QUEUE_CAPACITY);
+        Ok(Cache {
+            registrar,
+            page_size: config.contract.page_size,
+            chunk_pages: config.contract.chunk_pages.max(1),
+            limits_active: l.max_regions.is_some() || l.max_pinned_bytes.is_some(),
+            queue_capacity,
+            config,
+            shared: StdAtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity)))),
+            forks_seen: StdAtomicU64::new(fork::generation()),
+            pid: AtomicU32::new(std::process::id()),
+            forgetting: std::sync::atomic::AtomicBool::new(false),
+            clock: StdAtomicU64::new(0),
+            gds_floor: StdAtomicU64::new(0),
+            next_id: StdAtomicU64::new(1),
+            counters: Counters::default(),
+            hot: HotCounters::new(),
+            source: OnceLock::new(),
+        })
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.config
+    }
+
+    pub fn registrar(&self) -> &R {
+        &self.registrar
+    }
+
+    /// Installs the asynchronous monitor that A2, A6 and [`Cache::drain_with`]
+    /// read under the exclusive lock. Only one; later calls return the source.
+    pub fn set_event_source(&self, source: Box<dyn EventSource>) -> Result<(), Box<dyn EventSource>> {
+        self.source.set(source)
+    }
+
+    // -- F1 ----------------------------------------------------------------
+
+    //= spec.md#F1
+    /// The current generation, after the fork check every operation starts
+    /// with (fork generation only: two relaxed loads).
+    #[inline]
+    fn shared(&self) -> &Shared<R> {
+        if fork::generation() != self.forks_seen.load(Std::Acquire) {
+            self.after_fork();
+        }
+        // SAFETY: never null; generations are freed only in `Drop`.
+        unsafe { &*self.shared.load(Std::Acquire) }
+    }
+
+    //= spec.md#F1
+    /// [`Self::shared`] plus the pid comparison, for paths that take the
+    /// exclusive lock (a child must not touch a lock a vanished thread holds).
+    fn shared_slow(&self) -> &Shared<R> {
+        if std::process::id() != self.pid.load(Std::Acquire) {
+            self.after_fork();
+        }
+        self.shared()
+    }
+
+    #[cold]
+    fn after_fork(&self) {
+        self.with_forget_flag(|| {
+            let gen = fork::generation();
+            let pid = std::process::id();
+            if gen != self.forks_seen.load(Std::Acquire) || pid != self.pid.load(Std::Acquire) {
+                self.forget_generation();
+                self.pid.store(pid, Std::Release);
+                self.forks_seen.store(gen, Std::Release);
+            }
+        });
+    }
+
+    fn with_forget_flag(&self, f: impl FnOnce()) {
+        while self.forgetting.compare_exchange(false, true, Std::Acquire, Std::Relaxed).is_err() {
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+        f();
+        self.forgetting.store(false, Std::Release);
+    }
+
+    //= spec.md#S2.6
+    /// Installs a fresh generation and leaks the old one: its entries are
+    /// forgotten without registrar calls; its leases release as no-ops.
+    fn forget_generation(&self) {
+        let fresh = Box::into_raw(Box::new(Shared::<R>::new(self.queue_capacity)));
+        let old = self.shared.swap(fresh, Std::AcqRel);
+        // SAFETY: never null; deliberately leaked from here on (never freed).
+        let old = unsafe { &*old };
+        add(&self.counters.forgotten, old.live_regs.load(Std::Acquire));
+    }
+
+    /// Replays `Op::Fork` (spec.md#S2.6): forgets every registration without
+    /// calling the registrar, as a forked child does at its first operation.
+    /// Leases held now release as no-ops. The forgotten handles are leaked.
+    pub fn simulate_fork(&self) {
+        let _ = self.shared();
+        self.with_forget_flag(|| self.forget_generation());
+    }
+
+    // -- locks ---------------------------------------------------------------
+
+    fn write<'a>(&self, shared: &'a Shared<R>) -> WriteGuard<'a, R> {
+        WriteGuard::new(shared.lock.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn try_write<'a>(&self, shared: &'a Shared<R>) -> Option<WriteGuard<'a, R>> {
+        match shared.lock.try_write() {
+            Ok(g) => Some(WriteGuard::new(g)),
+            Err(TryLockError::Poisoned(p)) => Some(WriteGuard::new(p.into_inner())),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    // -- acquire -------------------------------------------------------------
+
+    /// Obtains a lease on a registration covering `[addr, addr+len)` with at
+    /// least `access` (spec.md#S2.1). The lease is released when dropped.
+    pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
+        let shared = self.shared();
+        self.hot.bump(Hot::Acquires);
+        let range = match Range::new(addr, len) {
+            Ok(r) => r,
+            Err(e) => {
+                inc(&self.counters.errors);
+                return Err(Error::from_range(e));
+            }
+        };
+        let span = range.pages(self.page_size);
+        //= spec.md#A1
+        //# if the queue is empty, take the lock *shared*; look up a covering
+        //# findable entry with sufficient access; if found, increment its lease
+        //# count atomically
+        if shared.queue.is_empty() {
+            let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(slot) = st.index.covering(span, access) {
+                let e = slot.value;
+                // SAFETY: in the index, lock held.
+                unsafe { e.get() }.state.acquire();
+                drop(st);
+                self.touch(e);
+                self.hot.bump(Hot::Hits);
+                return Ok(Lease::new(self, shared, e, true, false));
+            }
+        }
+        self.acquire_slow(shared, range, span, access)
+    }
+
+    #[inline(never)]
+    fn acquire_slow<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        range: Range,
+        span: PageSpan,
+        access: Access,
+    ) -> Result<Lease<'c, R>, Error> {
+        // F1 with the pid: we are about to take the exclusive lock. (Same
+        // generation as the fast path's unless a fork just happened.)
+        let _ = shared;
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut pressure_used = false;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            //= spec.md#A2
+            //# slow path: take the lock exclusive; drain (A-D).
+            let mut st = self.write(shared);
+            self.drain(shared, &mut st, &mut deregs);
+            //= spec.md#A3
+            //# look up again; on a hit, lease it, unlock, perform the dereg list, return.
+            if let Some(e) = st.index.covering(span, access).map(|s| s.value) {
+                // SAFETY: in the index, lock held.
+                unsafe { e.get() }.state.acquire();
+                self.touch(e);
+                drop(st);
+                deregs.perform();
+                self.hot.bump(Hot::Hits);
+                return Ok(Lease::new(self, shared, e, true, false));
+            }
+            //= spec.md#A4
+            //# miss: plan the registration per S6.1; add an in-flight record
+            //# (range, stale = false); unlock.
+            let Some(mut plan) = self.plan(&st.index, span, access) else {
+                drop(st);
+                return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
+            };
+            let mut token = st.add_inflight(plan.span);
+            drop(st);
+            deregs.perform();
+            if let Some(src) = self.source.get() {
+                if let Err(detail) = src.watch(plan.range) {
+                    self.abandon_inflight(shared, token, &mut deregs);
+                    return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                }
+            }
+            //= spec.md#A5
+            //# call the registrar without the lock.
+            let mut pressure = false;
+            let handle = match self.registrar.register(plan.range, plan.access) {
+                Ok(h) => h,
+                Err(err)
+                    if !pressure_used
+                        && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
+                {
+                    //= spec.md#A5
+                    //# On ENOMEM/EAGAIN (first time only): take the lock, drain,
+                    //# evict every unleased entry into the dereg list, unlock,
+                    //# perform it, call the registrar again.
+                    pressure_used = true;
+                    let mut st = self.write(shared);
+                    self.drain(shared, &mut st, &mut deregs);
+                    st.take_inflight(token);
+                    self.evict_all_unleased(shared, &mut st, &mut deregs);
+                    // The model plans after the pressure eviction: under
+                    // `merge`, evicted neighbours are no longer merged.
+                    let Some(p) = self.plan(&st.index, span, access) else {
+                        drop(st);
+                        return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
+                    };
+                    let watched = plan.range;
+                    plan = p;
+                    token = st.add_inflight(plan.span);
+                    drop(st);
+                    deregs.perform();
+                    // The re-plan only drops evicted neighbours, so it lies
+                    // within the watched range; watch it anyway if not.
+                    if let Some(src) = self.source.get().filter(|_| !watched.contains(&plan.range)) {
+                        if let Err(detail) = src.watch(plan.range) {
+                            self.abandon_inflight(shared, token, &mut deregs);
+                            return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                        }
+                    }
+                    match self.registrar.register(plan.range, plan.access) {
+                        Ok(h) => {
+                            pressure = true;
+                            h
+                        }
+                        Err(source) => {
+                            //= spec.md#A5
+                            //# On failure: take the lock, remove the in-flight
+                            //# record, unlock, return E5.
+                            self.abandon_inflight(shared, token, &mut deregs);
+                            return Err(self.fail(Error::Registrar { registrar: self.registrar.name(), source }));
+                        }
+                    }
+                }
+                Err(source) => {
+                    self.abandon_inflight(shared, token, &mut deregs);
+                    return Err(self.fail(Error::Registrar { registrar: self.registrar.name(), source }));
+                }
+            };
+            //= spec.md#A6
+            //# take the lock exclusive; drain.
+            let mut st = self.write(shared);
+            self.drain(shared, &mut st, &mut deregs);
+            //= spec.md#A7
+            //# if the in-flight record is stale: remove it, unlock, deregister the
+            //# new registration, retry from A2 (at most `max_retries` attempts,
+            //# then E6).
+            let record = st.take_inflight(token);
+            debug_assert!(record.is_some(), "in-flight record vanished");
+            if record.is_some_and(|r| r.stale) && !self.config.faults.skip_seq_recheck {
+                drop(st);
+                deregs.items.push(Dereg::Discard(handle));
+                deregs.perform();
+                inc(&self.counters.stale_retries);
+                if attempts >= self.config.max_retries {
+                    return Err(self.fail(Error::RetriesExhausted { attempts }));
+                }
+                continue;
+            }
+            //= spec.md#A8
+            //# if a findable entry now covers the request (another thread
+            //# inserted it): lease it, put the new registration on the dereg list
+            //# (never cached, never returned).
+            if let Some(e) = st.index.covering(span, access).map(|s| s.value) {
+                // SAFETY: in the index, lock held.
+                unsafe { e.get() }.state.acquire();
+                self.touch(e);
+                deregs.items.push(Dereg::Discard(handle));
+                drop(st);
+                deregs.perform();
+                self.hot.bump(Hot::Hits);
+                return Ok(Lease::new(self, shared, e, true, false));
+            }
+            //= spec.md#A9
+            //# else insert: remove the in-flight record, insert the entry with
+            //# lease count 1 and the next id, displace per S6.1
+            let e = self.insert(shared, &mut st, plan, handle, &mut deregs);
+            inc(&self.counters.misses);
+            //= spec.md#A10
+            //# evict per S6.4 into the dereg list; set the *over-limit* flag if
+            //# still over a limit (all remaining entries leased).
+            self.enforce_limits(shared, &mut st, &mut deregs);
+            //= spec.md#A11
+            //# unlock; perform the dereg list.
+            drop(st);
+            deregs.perform();
+            return Ok(Lease::new(self, shared, e, false, pressure));
+        }
+    }
+
+    /// Counts a failed operation and passes its error through.
+    fn fail(&self, e: Error) -> Error {
+        inc(&self.counters.errors);
+        e
+    }
+
+    fn abandon_inflight<'c>(&'c self, shared: &'c Shared<R>, token: u64, deregs: &mut DeregList<'c, R>) {
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, deregs);
+        st.take_inflight(token);
+        drop(st);
+        deregs.perform();
+    }
+
+    //= spec.md#S6.1
+    /// The registration a miss creates. `None` if its byte range would end
+    /// past the last byte of the address space.
+    fn plan(&self, index: &IntervalIndex<EntryPtr<R>>, span: PageSpan, access: Access) -> Option<Plan> {
+        //= spec.md#S6.2
+        let mut new_span = span.align(self.chunk_pages);
+        let mut new_access = access;
+        if self.config.contract.policy == OverlapPolicy::Merge {
+            // Widen to the union with every overlapping entry until nothing
+            // more overlaps: the model's fixpoint (order does not matter).
+            loop {
+                let mut grown = new_span;
+                for (s, slot) in index.overlapping(new_span) {
+                    grown = grown.union(&s);
+                    new_access = new_access | slot.access;
+                }
+                let grown = grown.align(self.chunk_pages);
+                if grown == new_span {
+                    break;
+                }
+                new_span = grown;
+            }
+        }
+        let ps = self.page_size;
+        let addr = new_span.first.checked_mul(ps)?;
+        new_span.end.checked_mul(ps)?;
+        let len = new_span.count().checked_mul(ps)?;
+        Some(Plan { span: new_span, access: new_access, range: Range { addr, len } })
+    }
+
+    /// A9: inserts a new entry with one lease, then displaces per S6.1.
+    fn insert<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        plan: Plan,
+        handle: R::Handle,
+        deregs: &mut DeregList<'c, R>,
+    ) -> EntryPtr<R> {
+        // Displaced entries, computed against the index as it is now (another
+        // thread may have changed it since A4; sequentially it is A4's plan).
+        let displaced: Vec<(PageSpan, u64)> = match self.config.contract.policy {
+            OverlapPolicy::Independent => Vec::new(),
+            OverlapPolicy::Merge => st.index.overlapping(plan.span).into_iter().map(|(s, slot)| (s, slot.id)).collect(),
+            OverlapPolicy::NoMergeUncacheContained => st
+                .index
+                .overlapping(plan.span)
+                .into_iter()
+                .filter(|(s, _)| plan.span.contains(s) || s.contains(&plan.span))
+                .map(|(s, slot)| (s, slot.id))
+                .collect(),
+        };
+        let id = self.next_id.fetch_add(1, Std::Relaxed);
+        let bytes = plan.range.len;
+        let view = RegView { id, addr: plan.range.addr, len: bytes, access: plan.access };
+        let keys = self.registrar.keys(&handle);
+        let entry = Box::new(Entry::<R> {
+            state: EntryState::new(1),
+            last_use: StdAtomicU64::new(0),
+            priority: StdAtomicU64::new(0),
+            cost: per_page_cost_ns(plan.span.count(), self.page_size),
+            view,
+            keys,
+            handle: ManuallyDrop::new(handle),
+        });
+        let e = EntryPtr(NonNull::from(Box::leak(entry)));
+        st.index.insert(plan.span, id, plan.access, e);
+        st.cached_bytes += bytes;
+        shared.cached.fetch_add(1, Std::Relaxed);
+        inc(&self.counters.registrations);
+        add(&self.counters.bytes_registered, bytes);
+        shared.live_regs.fetch_add(1, Std::Relaxed);
+        let pinned = shared.live_bytes.fetch_add(bytes, Std::Relaxed) + bytes;
+        self.counters.peak_pinned_bytes.fetch_max(pinned, Std::Relaxed);
+        self.touch(e);
+        for (s, old) in displaced {
+            match self.config.contract.policy {
+                OverlapPolicy::Merge => inc(&self.counters.merges),
+                _ => inc(&self.counters.uncached),
+            }
+            self.uncache(shared, st, s.first, old, deregs, false);
+        }
+        e
+    }
+
+    /// Removes a findable entry from the index (it leaves the lookup, S3.2):
+    /// deregistered now if unleased (into the dereg list), at its last release
+    /// otherwise. Returns whether it was leased.
+    fn uncache<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        first: u64,
+        id: u64,
+        deregs: &mut DeregList<'c, R>,
+        invalidation: bool,
+    ) -> bool {
+        let Some(slot) = st.index.remove(first, id) else {
+            debug_assert!(false, "uncache of an entry not in the index");
+            return false;
+        };
+        self.retire(shared, st, slot, deregs, invalidation)
+    }
+
+    /// Bookkeeping and A-H handoff for an entry just taken out of the index.
+    fn retire<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        slot: Slot<EntryPtr<R>>,
+        deregs: &mut DeregList<'c, R>,
+        invalidation: bool,
+    ) -> bool {
+        let e = slot.value;
+        // SAFETY: it was in the index and we hold the lock exclusive: nobody
+        // can free it before the handoff below.
+        let entry = unsafe { e.get() };
+        st.cached_bytes -= entry.view.len;
+        shared.cached.fetch_sub(1, Std::Relaxed);
+        let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
+        if early {
+            // P3 mutant: take the handle while the entry is surely alive (in
+            // the index, lock held), then hand the entry to its last release,
+            // which must not deregister it again (HANDLE_GONE).
+            // SAFETY: read once; HANDLE_GONE keeps every other path off it.
+            let h = unsafe { std::ptr::read(&*entry.handle) };
+            return match entry.state.invalidate(EntryState::HANDLE_GONE) {
+                Invalidated::Owner => {
+                    // The last lease went meanwhile: the entry is ours to free.
+                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    // SAFETY: we own it (count was 0); its handle was read above.
+                    drop(unsafe { Box::from_raw(e.0.as_ptr()) });
+                    false
+                }
+                Invalidated::Leased => {
+                    inc(&self.counters.deferred_deregistrations);
+                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    true
+                }
+            };
+        }
+        //= spec.md#A-H
+        //# invalidation sets INVALID with one atomic OR on the state word and
+        //# owns the deregistration iff the count it saw was 0
+        match entry.state.invalidate(0) {
+            Invalidated::Owner => {
+                deregs.items.push(Dereg::Entry(e));
+                false
+            }
+            Invalidated::Leased => {
+                inc(&self.counters.deferred_deregistrations);
+                true
+            }
+        }
+    }
+
+    //= spec.md#A-D
+    /// Drains the invalidation queue and the event source, applying every
+    /// event (exclusive lock held).
+    fn drain<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
+        let source = self.source.get();
+        if shared.queue.is_empty() && source.is_none() {
+            return;
+        }
+        let mut spans = Vec::new();
+        shared.queue.take_all(&mut spans);
+        if let Some(src) = source {
+            //= spec.md#M2
+            //# A2 and A6 also read pending events.
+            let mut events = Vec::new();
+            src.read_pending(&mut events);
+            add(&self.counters.release_events, events.len() as u64);
+            if !self.config.faults.monitor_off {
+                spans.extend(events.iter().map(|ev| ev.range.pages(self.page_size)));
+            }
+        }
+        for span in spans {
+            self.apply_event(shared, st, span, deregs);
+        }
+    }
+
+    //= spec.md#A-D
+    //# for each queued or read event, bump nothing but apply S2.3: findable
+    //# entries overlapping it leave the index (unleased → dereg list, leased →
+    //# set INVALID); in-flight records overlapping it become stale.
+    fn apply_event<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        span: PageSpan,
+        deregs: &mut DeregList<'c, R>,
+    ) {
+        for r in st.inflight.iter_mut() {
+            if r.span.overlaps(&span) {
+                r.stale = true;
+            }
+        }
+        let hit: Vec<(u64, u64)> = st.index.overlapping(span).into_iter().map(|(s, slot)| (s.first, slot.id)).collect();
+        for (first, id) in hit {
+            inc(&self.counters.invalidations);
+            if self.uncache(shared, st, first, id, deregs, true) {
+                inc(&self.counters.leased_invalidations);
+            }
+        }
+    }
+
+    // -- limits ------------------------------------------------------------
+
+    fn over_limits(&self, st: &State<R>) -> bool {
+        let l = &self.config.contract.limits;
+        l.max_regions.is_some_and(|m| st.index.len() as u64 > m)
+            || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes > m)
+    }
+
+    //= spec.md#S6.3
+    /// The next victim among unleased findable entries: least (last_use, id)
+    /// for LRU, least (H, last_use, id) for GreedyDual-Size.
+    /// Returns `(first page, id, priority)`.
+    fn victim(&self, st: &State<R>) -> Option<(u64, u64, u64)> {
+        let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
+        // (sort key, first page, id, priority) of the best candidate so far.
+        type Candidate = ((u64, u64, u64), u64, u64, u64);
+        let mut best: Option<Candidate> = None;
+        for (s, slot) in st.index.iter() {
+            // SAFETY: in the index, lock held.
+            let e = unsafe { slot.value.get() };
+            // SeqCst: pairs with the release's decrement (see `enforce_limits`).
+            if e.state.leases() != 0 {
+                continue;
+            }
+            let last = e.last_use.load(Std::Relaxed);
+            let prio = e.priority.load(Std::Relaxed);
+            let key = if cost_aware { (prio, last, slot.id) } else { (last, slot.id, 0) };
+            let better = match &best {
+                None => true,
+                Some(b) => key < b.0,
+            };
+            if better {
+                best = Some((key, s.first, slot.id, prio));
+            }
+        }
+        best.map(|(_, first, id, prio)| (first, id, prio))
+    }
+
+    //= spec.md#S6.4
+    //= spec.md#A10
+    fn enforce_limits<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
+        if !self.limits_active {
+            return;
+        }
+        loop {
+            while self.over_limits(st) {
+                let Some((first, id, prio)) = self.victim(st) else { break };
+                self.gds_floor.fetch_max(prio, Std::Relaxed);
+                inc(&self.counters.evictions);
+                self.uncache(shared, st, first, id, deregs, false);
+            }
+            if !self.over_limits(st) {
+                shared.over_limit.store(false, Ordering::SeqCst);
+                return;
+            }
+            // Every remaining entry is leased. Publish the flag, then look
+            // again: a release that decremented before seeing the flag is
+            // seen here (both sides SeqCst), so no evictable entry is missed.
+            shared.over_limit.store(true, Ordering::SeqCst);
+            if self.victim(st).is_none() {
+                return;
+            }
+        }
+    }
+
+    /// S5.4: every unleased findable entry leaves (pressure eviction).
+    fn evict_all_unleased<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
+        let unleased: Vec<(u64, u64)> = st
+            .index
+            .iter()
+            // SAFETY: in the index, lock held.
+            .filter(|(_, slot)| unsafe { slot.value.get() }.state.leases() == 0)
+            .map(|(s, slot)| (s.first, slot.id))
+            .collect();
+        for (first, id) in unleased {
+            inc(&self.counters.pressure_evictions);
+            self.uncache(shared, st, first, id, deregs, false);
+        }
+    }
+
+    /// A use: acquire or release (S6.3). Stamps matter only for eviction,
+    /// which only limits trigger, so without limits this costs nothing.
+    #[inline]
+    fn touch(&self, e: EntryPtr<R>) {
+        if !self.limits_active {
+            return;
+        }
+        // SAFETY: callers hold a lease on `e` or the lock with `e` indexed.
+        let entry = unsafe { e.get() };
+        let now = self.clock.fetch_add(1, Std::Relaxed) + 1;
+        entry.last_use.store(now, Std::Relaxed);
+        if self.config.contract.eviction == EvictionPolicy::CostAware {
+            entry.priority.store(self.gds_floor.load(Std::Relaxed).saturating_add(entry.cost), Std::Relaxed);
+        }
+    }
+
+    // -- release -------------------------------------------------------------
+
+    /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
+    pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>) {
+        //= spec.md#F1
+        let now = self.shared();
+        self.hot.bump(Hot::Releases);
+        if !std::ptr::eq(now, shared) {
+            // Leased before a fork: a no-op in the child (S2.6).
+            return;
+        }
+        // Touch while our lease still keeps the entry alive.
+        self.touch(e);
+        // SAFETY: we hold a lease.
+        let outcome = unsafe { e.get() }.state.release();
+        match outcome {
+            Released::Held => {}
+            //= spec.md#R1
+            //# If this took the count to 0 with INVALID set, this thread owns
+            //# the deregistration: perform it (no lock needed).
+            Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
+            //= spec.md#R2
+            //# else if the count reached 0 and the over-limit flag is set: take
+            //# the lock exclusive, drain, evict (A10), unlock, perform the dereg
+            //# list.
+            Released::Unleased => {
+                if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+                    self.release_over_limit(shared);
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn release_over_limit(&self, shared: &Shared<R>) {
+        if !std::ptr::eq(self.shared_slow(), shared) {
+            return;
+        }
+        let mut deregs = DeregList::new(self, shared);
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, &mut deregs);
+        self.enforce_limits(shared, &mut st, &mut deregs);
+        drop(st);
+        deregs.perform();
+    }
+
+    /// Deregisters and frees an entry this thread owns (A-H).
+    fn deregister_entry(&self, shared: &Shared<R>, e: EntryPtr<R>, handle_gone: bool) {
+        // SAFETY: the handoff made us the only owner; created by Box::leak.
+        let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
+        let Entry { handle, view, .. } = *boxed;
+        if handle_gone {
+            // Already deregistered (and counted) by the P3 fault.
+            return;
+        }
+        self.call_deregister(ManuallyDrop::into_inner(handle));
+        self.count_dereg(shared, view.len);
+    }
+
+    fn call_deregister(&self, h: R::Handle) {
+        if self.registrar.deregister(h).is_err() {
+            inc(&self.counters.dereg_failures);
+        }
+    }
+
+    fn count_dereg(&self, shared: &Shared<R>, bytes: u64) {
+        inc(&self.counters.deregistrations);
+        shared.live_regs.fetch_sub(1, Std::Relaxed);
+        shared.live_bytes.fetch_sub(bytes, Std::Relaxed);
+    }
+
+    // -- release events ------------------------------------------------------
+
+    /// A release event: the process stopped mapping `[addr, addr+len)`
+    /// (spec.md#S2.3). The synchronous-hook / explicit path: never waits for
+    /// the cache lock (H1, H2); a full queue collapses into one hull event
+    /// (L2). Callable from any thread, including one inside a cache
+    /// operation (a registrar, an allocator hook under the cache lock).
+    pub fn invalidate(&self, addr: u64, len: u64, kind: ReleaseKind) -> Result<(), Error> {
+        let _ = kind; // recorded for reports only (S2.3)
+        let shared = self.shared_slow();
+        inc(&self.counters.release_events);
+        let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
+        if self.config.faults.monitor_off {
+            return Ok(());
+        }
+        let span = range.pages(self.page_size);
+        let held = held_by_this_thread();
+        //= spec.md#H1
+        //# sync hook / explicit invalidate: push the event on the queue (wakes nobody).
+        shared.queue.push(span);
+        //= spec.md#H2
+        //# try the lock exclusive: if acquired, drain, unlock, perform the dereg
+        //# list; if not, return (the holder or the next slow path drains).
+        if !held {
+            if let Some(mut st) = self.try_write(shared) {
+                let mut deregs = DeregList::new(self, shared);
+                self.drain(shared, &mut st, &mut deregs);
+                drop(st);
+                deregs.perform();
+            }
+        }
+        Ok(())
+    }
+
+    //= spec.md#M2
+    //# take the lock exclusive; read every pending event non-blockingly (this
+    //# wakes the releasing threads) and apply each (A-D), all in the same
+    //# critical section; unlock; perform the dereg list.
+    /// The monitor round (M2): `read` runs under the exclusive lock and appends
+    /// the events it reads (non-blocking); they and every queued event are
+    /// applied in the same critical section; deregistrations follow the unlock.
+    /// `read` must not block, free monitored memory, or call into the cache
+    /// other than [`Cache::invalidate`] (which then only queues).
+    pub fn drain_with(&self, read: impl FnOnce(&mut Vec<ReleaseEvent>)) {
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut events = Vec::new();
+        let mut st = self.write(shared);
+        read(&mut events);
+        add(&self.counters.release_events, events.len() as u64);
+        if !self.config.faults.monitor_off {
+            for ev in &events {
+                self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
+            }
+        }
+        self.drain(shared, &mut st, &mut deregs);
+        drop(st);
+        deregs.perform();
+    }
+
+    //= spec.md#M1
+    //# uffd monitor thread: poll until the fd is readable, without reading.
+    /// One monitor round with the installed [`EventSource`] (spec.md#M2).
+    /// The monitor thread polls its fd for readability *without reading*
+    /// (M1), then calls this; the events are read only under the exclusive
+    /// lock. Returns `false` if no source is installed.
+    pub fn monitor_round(&self) -> bool {
+        match self.source.get() {
+            Some(src) => {
+                self.drain_with(|events| src.read_pending(events));
+                true
+            }
+            None => false,
+        }
+    }
+
+    //= spec.md#S2.5
+    /// Every findable entry leaves the lookup (unleased ones are deregistered
+    /// now, leased ones at their last release).
+    pub fn flush(&self) {
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, &mut deregs);
+        for (_, slot) in st.index.take_all() {
+            self.retire(shared, &mut st, slot, &mut deregs, false);
+        }
+        shared.over_limit.store(false, Ordering::SeqCst);
+        drop(st);
+        deregs.perform();
+    }
+
+    // -- observation ---------------------------------------------------------
+
+    /// Counters in the shared schema (spec.md#S8). Exact when no operation is
+    /// in flight.
+    pub fn stats(&self) -> Stats {
+        let shared = self.shared();
+        let c = &self.counters;
+        Stats {
+            acquires: self.hot.sum(Hot::Acquires),
+            hits: self.hot.sum(Hot::Hits),
+            misses: get(&c.misses),
+            errors: get(&c.errors),
+            releases: self.hot.sum(Hot::Releases),
+            release_events: get(&c.release_events),
+            registrations: get(&c.registrations),
+            deregistrations: get(&c.deregistrations),
+            bytes_registered: get(&c.bytes_registered),
+            pinned_bytes: shared.live_bytes.load(Std::Relaxed),
+            peak_pinned_bytes: get(&c.peak_pinned_bytes),
+            cached_entries: shared.cached.load(Std::Relaxed),
+            invalidations: get(&c.invalidations),
+            leased_invalidations: get(&c.leased_invalidations),
+            deferred_deregistrations: get(&c.deferred_deregistrations),
+            merges: get(&c.merges),
+            uncached: get(&c.uncached),
+            evictions: get(&c.evictions),
+            pressure_evictions: get(&c.pressure_evictions),
+            forgotten: get(&c.forgotten),
+        }
+    }
+
+    /// Internal counters outside the shared schema.
+    pub fn diagnostics(&self) -> Diagnostics {
+        let shared = self.shared();
+        let c = &self.counters;
+        Diagnostics {
+            discarded_registrations: get(&c.discarded_registrations),
+            stale_retries: get(&c.stale_retries),
+            dereg_failures: get(&c.dereg_failures),
+            early_deregistrations: get(&c.early_deregistrations),
+            queued_events: shared.queue.len() as u64,
+            queue_capacity: shared.queue.capacity() as u64,
+        }
+    }
+
+    /// The findable entries, oldest first (takes the lock shared).
+    pub fn cached_views(&self) -> Vec<RegView> {
+        let shared = self.shared();
+        let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
+        let mut v: Vec<RegView> = st
+            .index
+            .iter()
+            // SAFETY: in the index, lock held.
+            .map(|(_, slot)| unsafe { slot.value.get() }.view)
+            .collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+
+    /// Counts a failed op the harness rejects itself (E3, E4).
+    pub(crate) fn count_error(&self) {
+        let _ = self.shared();
+        inc(&self.counters.errors);
+    }
+
+    pub(crate) fn count_release(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Releases);
+    }
+
+    pub(crate) fn count_acquire(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Acquires);
+    }
+}
+
+impl<R: Registrar> Drop for Cache<R> {
+    fn drop(&mut self) {
+        // F1 first: a forked child must not deregister the parent's registrations.
+        let shared = self.shared_slow();
+        {
+            let mut deregs = DeregList::new(self, shared);
+            let mut st = self.write(shared);
+            self.drain(shared, &mut st, &mut deregs);
+            for (_, slot) in st.index.take_all() {
+                // Leased entries (only possible if a lease was leaked with
+                // mem::forget) are leaked with it.
+                self.retire(shared, &mut st, slot, &mut deregs, false);
+            }
+            drop(st);
+            deregs.perform();
+        }
+        let p = self.shared.swap(std::ptr::null_mut(), Std::AcqRel);
+        // SAFETY: the current generation, created by Box::into_raw; no lease
+        // can outlive the cache, so nothing refers to it any more.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// `cost/pages` of S6.3 (`mrcache_model::per_page_cost_ns`), computed without
+/// overflow for any span.
+fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
+    let bytes = pages as u128 * page_size as u128;
+    let v = (16_000 + bytes * 6 / 100) / pages.max(1) as u128;
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_matches_the_model() {
+        // mrcache_model's config::per_page_cost_ns: (16_000 + bytes * 6 / 100) / pages.
+        for pages in [1u64, 2, 3, 16, 255, 1 << 20] {
+            let bytes = pages * 4096;
+            assert_eq!(per_page_cost_ns(pages, 4096), (16_000 + bytes * 6 / 100) / pages);
+        }
+        assert_eq!(per_page_cost_ns(1 << 52, 4096), 245);
+    }
+}

@@ -1,0 +1,59 @@
+//! Synchronisation facade: `loom` under `--cfg loom`, `std` otherwise.
+//!
+//! Only the primitives that carry the protocol of spec.md §A go through this
+//! facade, so that loom explores exactly the interleavings that matter:
+//! - the cache lock ([`RwLock`]),
+//! - the per-entry state word (lease count + INVALID, spec.md#A-H),
+//! - the invalidation queue's head (spec.md#H1, S3.9),
+//! - the over-limit flag (spec.md#R2).
+//!
+//! Counters, LRU stamps and the fork generation are plain `std` atomics even
+//! under loom: their values never decide who deregisters what, and keeping
+//! them out of loom keeps its state space small.
+//!
+//! [`model`] runs a closure under `loom::model` with `--cfg loom`, and once,
+//! directly, without it, so the same loom tests also run as plain tests.
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release
+//! ```
+
+#[cfg(loom)]
+pub use loom::sync::{
+    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+#[cfg(not(loom))]
+pub use std::sync::{
+    atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
+    Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+
+#[cfg(loom)]
+pub(crate) use loom::thread_local;
+#[cfg(not(loom))]
+pub(crate) use std::thread_local;
+
+/// Threads: `loom::thread` under `--cfg loom`, `std::thread` otherwise.
+pub mod thread {
+    #[cfg(loom)]
+    pub use loom::thread::{spawn, yield_now, JoinHandle};
+    #[cfg(not(loom))]
+    pub use std::thread::{spawn, yield_now, JoinHandle};
+}
+
+/// Runs `f` under every interleaving loom explores (`--cfg loom`), or once.
+#[cfg(loom)]
+pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    loom::model(f)
+}
+
+/// Runs `f` under every interleaving loom explores (`--cfg loom`), or once.
+#[cfg(not(loom))]
+pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    f()
+}
+
+/// `true` when compiled for loom (tests use it to skip assertions that need
+/// loom's exhaustive scheduling to be meaningful).
+pub const LOOM: bool = cfg!(loom);

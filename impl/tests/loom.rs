@@ -1,0 +1,309 @@
+//! Loom models of the three races of spec.md §A:
+//!
+//! 1. the lease refcount / deregistration handoff (A-H): invalidation vs the
+//!    last release → exactly one deregistration (P3, P4);
+//! 2. the invalidation queue (H1, H2, S3.9): a hook's push + try-lock against
+//!    a lock holder → no event is lost before the next lookup;
+//! 3. the sequence retry (S3.7, A4–A9): a release event while the registrar
+//!    runs → the stale registration is never returned or cached (P2).
+//!
+//! With `--cfg loom` each `model` explores the interleavings (run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release`);
+//! without it, `model` runs the closure once on real threads, so these are
+//! plain tests too. Models 1 and 2 use the standalone types the cache is built
+//! from ([`EntryState`], [`InvalidationQueue`] and the cache's lock type);
+//! models 1 and 3 also run the whole [`Cache`].
+
+use mrcache::cache::{EntryState, Invalidated, InvalidationQueue, Released};
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::registrar::{Keys, Registrar, RegistrarError};
+use mrcache::sync::{model, thread, Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock};
+use mrcache::types::{Access, PageSpan, Range, ReleaseKind};
+use mrcache::{Cache, CacheConfig};
+
+const P: u64 = 4096;
+const RR: Access = Access::REMOTE_READ;
+
+// ---------------------------------------------------------------------------
+// 1. A-H handoff
+
+fn owned_by_release(r: Released) -> usize {
+    usize::from(matches!(r, Released::Owner { .. }))
+}
+
+#[test]
+fn handoff_invalidate_vs_last_release() {
+    model(|| {
+        let state = Arc::new(EntryState::new(1));
+        let owners = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (state, owners) = (state.clone(), owners.clone());
+            thread::spawn(move || {
+                owners.fetch_add(owned_by_release(state.release()), Ordering::SeqCst);
+            })
+        };
+        if state.invalidate(0) == Invalidated::Owner {
+            owners.fetch_add(1, Ordering::SeqCst);
+        }
+        t.join().unwrap();
+        assert_eq!(owners.load(Ordering::SeqCst), 1, "exactly one deregistration");
+        assert_eq!(state.leases(), 0);
+        assert!(state.is_invalid());
+    });
+}
+
+#[test]
+fn handoff_two_leases_and_an_invalidation() {
+    model(|| {
+        let state = Arc::new(EntryState::new(2));
+        let owners = Arc::new(AtomicUsize::new(0));
+        let releasers: Vec<_> = (0..2)
+            .map(|_| {
+                let (state, owners) = (state.clone(), owners.clone());
+                thread::spawn(move || {
+                    owners.fetch_add(owned_by_release(state.release()), Ordering::SeqCst);
+                })
+            })
+            .collect();
+        if state.invalidate(0) == Invalidated::Owner {
+            owners.fetch_add(1, Ordering::SeqCst);
+        }
+        for t in releasers {
+            t.join().unwrap();
+        }
+        assert_eq!(owners.load(Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn handoff_through_the_cache() {
+    // A lease dropped on one thread while another invalidates its range: the
+    // registrar sees exactly one deregistration, never while leased.
+    model(|| {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let lease = cache.acquire(0, P, RR).unwrap();
+        let view = lease.view();
+        drop(lease);
+        let holder = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                let l = cache.acquire(0, P, RR).unwrap();
+                // Either a hit on `view` or (after the invalidation) a fresh miss.
+                assert!(l.hit() == (l.view() == view));
+                drop(l);
+            })
+        };
+        cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+        holder.join().unwrap();
+        cache.flush();
+        let r = cache.registrar();
+        assert_eq!(r.live(), 0);
+        assert_eq!(
+            r.registered.load(std::sync::atomic::Ordering::SeqCst),
+            r.deregistered.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        let s = cache.stats();
+        assert_eq!(s.registrations, s.deregistrations);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// 2. The invalidation queue against a lock holder
+
+/// What the cache lock protects, reduced to the events applied so far.
+struct Sim {
+    lock: RwLock<Vec<PageSpan>>,
+    queue: InvalidationQueue,
+}
+
+fn ev(page: u64) -> PageSpan {
+    PageSpan { first: page, end: page + 1 }
+}
+
+fn covered(applied: &[PageSpan], page: u64) -> bool {
+    applied.iter().any(|s| s.contains(&ev(page)))
+}
+
+impl Sim {
+    fn new(capacity: usize) -> Arc<Sim> {
+        Arc::new(Sim { lock: RwLock::new(Vec::new()), queue: InvalidationQueue::with_capacity(capacity) })
+    }
+    fn drain(&self, applied: &mut Vec<PageSpan>) {
+        self.queue.take_all(applied);
+    }
+    /// H1 + H2.
+    fn hook(&self, page: u64) {
+        self.queue.push(ev(page));
+        if let Ok(mut g) = self.lock.try_write() {
+            self.drain(&mut g);
+        }
+    }
+    /// A2-style slow path: lock exclusive, drain.
+    fn slow_path(&self) {
+        let mut g = self.lock.write().unwrap();
+        self.drain(&mut g);
+    }
+    /// A1 then A2/A3: the events a lookup sees as applied.
+    fn lookup(&self) -> Vec<PageSpan> {
+        if self.queue.is_empty() {
+            return self.lock.read().unwrap().clone();
+        }
+        let mut g = self.lock.write().unwrap();
+        self.drain(&mut g);
+        g.clone()
+    }
+}
+
+#[test]
+fn queued_event_is_never_missed() {
+    model(|| {
+        let sim = Sim::new(8);
+        let hook_done = Arc::new(AtomicBool::new(false));
+        let hooker = {
+            let (sim, done) = (sim.clone(), hook_done.clone());
+            thread::spawn(move || {
+                sim.hook(7);
+                done.store(true, Ordering::Release);
+            })
+        };
+        let holder = {
+            let sim = sim.clone();
+            thread::spawn(move || sim.slow_path())
+        };
+        // A lookup that begins after the hook returned must see the event.
+        if hook_done.load(Ordering::Acquire) {
+            assert!(covered(&sim.lookup(), 7), "event lost before the next lookup");
+        }
+        hooker.join().unwrap();
+        holder.join().unwrap();
+        assert!(covered(&sim.lookup(), 7));
+        assert!(sim.queue.is_empty());
+    });
+}
+
+#[test]
+fn two_hooks_and_a_reader() {
+    model(|| {
+        let sim = Sim::new(8);
+        let hooks: Vec<_> = [1u64, 2]
+            .into_iter()
+            .map(|page| {
+                let sim = sim.clone();
+                thread::spawn(move || sim.hook(page))
+            })
+            .collect();
+        // A fast-path reader holding the lock shared makes the hooks' try-lock fail.
+        let _ = sim.lookup();
+        for h in hooks {
+            h.join().unwrap();
+        }
+        let seen = sim.lookup();
+        assert!(covered(&seen, 1) && covered(&seen, 2), "{seen:?}");
+    });
+}
+
+#[test]
+fn full_queue_collapses_into_a_hull_without_losing_events() {
+    // Capacity 1 (spec.md#L2): the second push replaces the queue by a hull.
+    model(|| {
+        let sim = Sim::new(1);
+        let done = Arc::new(AtomicUsize::new(0));
+        let hooks: Vec<_> = [3u64, 9]
+            .into_iter()
+            .map(|page| {
+                let (sim, done) = (sim.clone(), done.clone());
+                thread::spawn(move || {
+                    sim.hook(page);
+                    done.fetch_add(1, Ordering::Release);
+                })
+            })
+            .collect();
+        if done.load(Ordering::Acquire) == 2 {
+            let seen = sim.lookup();
+            assert!(covered(&seen, 3) && covered(&seen, 9), "{seen:?}");
+        }
+        for h in hooks {
+            h.join().unwrap();
+        }
+        let seen = sim.lookup();
+        assert!(covered(&seen, 3) && covered(&seen, 9), "{seen:?}");
+        assert!(sim.queue.len() <= 1);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// 3. The sequence retry: register vs invalidate
+
+/// A registrar over one page whose frames have a generation (a loom atomic):
+/// the handle records the generation it pinned.
+#[derive(Default)]
+struct GenReg {
+    gen: AtomicU64,
+    live: std::sync::atomic::AtomicI64,
+}
+
+impl Registrar for GenReg {
+    type Handle = u64;
+    fn register(&self, _range: Range, _access: Access) -> Result<u64, RegistrarError> {
+        self.live.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(self.gen.load(Ordering::SeqCst))
+    }
+    fn deregister(&self, _h: u64) -> Result<(), RegistrarError> {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn keys(&self, h: &u64) -> Keys {
+        Keys { lkey: *h as u32, rkey: *h as u32 }
+    }
+    fn name(&self) -> &'static str {
+        "gen"
+    }
+}
+
+fn sequence_retry(config: CacheConfig) {
+    model(move || {
+        let cache = Arc::new(Cache::new(GenReg::default(), config));
+        let releaser = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                // The frames change, then the hook runs (S1.8).
+                cache.registrar().gen.fetch_add(1, Ordering::SeqCst);
+                cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+            })
+        };
+        // Concurrent with the event: either order is allowed for this one.
+        match cache.acquire(0, P, RR) {
+            Ok(l) => drop(l),
+            Err(e) => assert_eq!(e.code(), "E6"),
+        }
+        releaser.join().unwrap();
+        // The event happened before this acquire began: it must be fresh (P2).
+        let now = cache.registrar().gen.load(Ordering::SeqCst);
+        let l = cache.acquire(0, P, RR).unwrap();
+        assert_eq!(*l.handle(), now, "stale registration returned (hit: {})", l.hit());
+        drop(l);
+        cache.flush();
+        assert_eq!(cache.registrar().live.load(std::sync::atomic::Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn stale_in_flight_registration_is_never_cached() {
+    sequence_retry(CacheConfig::default());
+}
+
+#[test]
+fn stale_in_flight_registration_is_never_cached_merge() {
+    sequence_retry(CacheConfig::with_policy(mrcache::OverlapPolicy::Merge));
+}
+
+/// The mutant that skips A7 is caught: loom finds the interleaving in which
+/// the registration pinned the old frames and is cached anyway.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "stale registration returned")]
+fn loom_catches_skip_seq_recheck() {
+    let mut config = CacheConfig::default();
+    config.faults.skip_seq_recheck = true;
+    sequence_retry(config);
+}
