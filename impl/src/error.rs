@@ -25,6 +25,8 @@ pub enum Error {
     Registrar {
         /// [`crate::registrar::Registrar::name`].
         registrar: &'static str,
+        /// Every unleased entry was evicted after a first ENOMEM/EAGAIN (S5.4).
+        pressure: bool,
         /// The verb, errno and detail the registrar reported.
         #[source]
         source: RegistrarError,
@@ -48,11 +50,11 @@ impl Error {
         match self {
             Error::EmptyRange { .. } => OpError::EmptyRange,
             Error::WrappingRange { .. } => OpError::WrappingRange,
-            Error::Registrar { source, .. } => OpError::Registrar { failure: source.failure },
-            Error::Watch { .. } => OpError::Registrar { failure: RegistrarFailure::Other },
+            Error::Registrar { source, pressure, .. } => OpError::Registrar { failure: source.failure, pressure: *pressure },
+            Error::Watch { .. } => OpError::Registrar { failure: RegistrarFailure::Other, pressure: false },
             Error::RetriesExhausted { .. } => OpError::RetriesExhausted,
             // Not an operation error: no op can produce it. Closest code.
-            Error::InvalidConfig { .. } => OpError::Registrar { failure: RegistrarFailure::Other },
+            Error::InvalidConfig { .. } => OpError::Registrar { failure: RegistrarFailure::Other, pressure: false },
         }
     }
 
@@ -96,8 +98,8 @@ mod tests {
         let e = Error::from_range(Range::new(u64::MAX, 2).unwrap_err());
         assert_eq!(e.op_error(), OpError::WrappingRange);
         let r = RegistrarError::from_errno("ibv_reg_mr", libc::EFAULT, "bad address");
-        let e = Error::Registrar { registrar: "verbs", source: r };
-        assert_eq!(e.op_error(), OpError::Registrar { failure: RegistrarFailure::Fault });
+        let e = Error::Registrar { registrar: "verbs", pressure: false, source: r };
+        assert_eq!(e.op_error(), OpError::Registrar { failure: RegistrarFailure::Fault, pressure: false });
         let msg = e.to_string();
         assert!(msg.contains("E5") && msg.contains("ibv_reg_mr") && msg.contains("errno 14"), "{msg}");
         assert_eq!(Error::RetriesExhausted { attempts: 4 }.op_error(), OpError::RetriesExhausted);

@@ -270,6 +270,13 @@ impl Model {
                 Property::C4,
                 "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
             )),
+            Ret::Failed {
+                error:
+                    OpError::Registrar { failure: failure @ (RegistrarFailure::NoMemory | RegistrarFailure::Again), pressure: false },
+            } => Err(Violation::new(
+                Property::C4,
+                format!("E5 {failure:?} without the pressure eviction and retry S5.4 requires"),
+            )),
             Ret::Failed { error: e @ (OpError::Registrar { .. } | OpError::RetriesExhausted) } => {
                 if let Some(id) = canonical {
                     return Err(Violation::new(
@@ -396,7 +403,7 @@ impl Model {
         // Miss. The registrar is called with the policy's range; on ENOMEM or
         // EAGAIN the cache evicts every unleased entry and retries once (S5.4).
         if let Some(error) = choice.fail {
-            if matches!(error, OpError::Registrar { failure: RegistrarFailure::NoMemory | RegistrarFailure::Again }) {
+            if matches!(error, OpError::Registrar { pressure: true, .. }) {
                 self.evict_all_unleased();
             }
             return self.fail(error);

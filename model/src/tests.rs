@@ -202,7 +202,7 @@ fn l1_deregistration_is_due_when_the_op_returns() {
 fn c1_hit_when_possible() {
     rejects(indep(), &[(acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)), (acq(2, 0x2000, 0x1000), miss(2, 0x2000, 0x1000))], Property::C1);
     // A registrar failure on a would-be hit is equally wrong.
-    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault } };
+    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault, pressure: false } };
     rejects(indep(), &[(acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)), (acq(2, 0x2000, 0x1000), fail)], Property::C1);
 }
 
@@ -252,9 +252,18 @@ fn c3_pressure_evicts_unleased_then_retries() {
     let s = m.stats();
     assert_eq!((s.pressure_evictions, s.cached_entries), (1, 2));
     // A registrar that fails for good: the error reaches the caller, state is kept.
-    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault } };
+    let fail = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault, pressure: false } };
     m.judge(&acq(4, 0x9000, 0x1000), &fail).unwrap();
     assert_eq!(m.stats().errors, 1);
+    assert_eq!(m.stats().cached_entries, 2);
+    // ENOMEM, evict, retry, EFAULT: the evictions happened and are followed.
+    m.step(&rel(2));
+    let after_pressure = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::Fault, pressure: true } };
+    m.judge(&acq(5, 0xb000, 0x1000), &after_pressure).unwrap();
+    assert_eq!(m.stats().pressure_evictions, 2);
+    // ENOMEM reported without the eviction and retry: rejected.
+    let lazy = Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::NoMemory, pressure: false } };
+    assert_eq!(m.judge(&acq(6, 0xd000, 0x1000), &lazy).unwrap_err().property, Property::C4);
 }
 
 #[test]

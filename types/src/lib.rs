@@ -397,8 +397,14 @@ pub enum OpError {
     LeaseInUse { lease: LeaseId },
     #[error("E4 lease L{lease} is not held")]
     UnknownLease { lease: LeaseId },
-    #[error("E5 registrar failed: {failure:?}")]
-    Registrar { failure: RegistrarFailure },
+    /// `pressure`: the first attempt failed with ENOMEM/EAGAIN, so the cache
+    /// evicted every unleased entry before its one retry (S5.4).
+    #[error("E5 registrar failed: {failure:?}{}", if *pressure { " (after evicting every unleased entry and retrying)" } else { "" })]
+    Registrar {
+        failure: RegistrarFailure,
+        #[serde(default)]
+        pressure: bool,
+    },
     #[error("E6 registration invalidated on every retry")]
     RetriesExhausted,
 }

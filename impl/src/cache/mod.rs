@@ -775,13 +775,15 @@ impl<R: Registrar> Cache<R> {
                             //# On failure: take the lock, remove the in-flight
                             //# record, unlock, return E5.
                             self.abandon_inflight(shared, token, &mut deregs);
-                            return Err(self.fail(Error::Registrar { registrar: self.registrar.name(), source }));
+                            let registrar = self.registrar.name();
+                            return Err(self.fail(Error::Registrar { registrar, pressure: true, source }));
                         }
                     }
                 }
                 Err(source) => {
                     self.abandon_inflight(shared, token, &mut deregs);
-                    return Err(self.fail(Error::Registrar { registrar: self.registrar.name(), source }));
+                    let registrar = self.registrar.name();
+                    return Err(self.fail(Error::Registrar { registrar, pressure: pressure_used, source }));
                 }
             };
             //= spec.md#A6
