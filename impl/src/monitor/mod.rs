@@ -1,3 +1,11 @@
 //! Memory monitors: sources of release events (spec.md#S7).
+//!
+//! - [`uffd`]: the userfaultfd primitive (non-blocking reads, WP mode);
+//! - [`uffd_thread`]: that primitive as a cache's event source, plus the
+//!   monitor thread (M1/M2);
+//! - explicit calls: [`crate::Cache::invalidate`] (the synchronous hook path).
 
 pub mod uffd;
+pub mod uffd_thread;
+
+pub use uffd_thread::{MonitorThread, UffdEvents};

@@ -349,6 +349,12 @@ pub enum UffdError {
     /// `poll()` of the userfaultfd failed (POLLERR/POLLNVAL are reported as EIO/EBADF).
     #[error("poll() of the userfaultfd failed: {}", os_err(.errno))]
     Poll { errno: i32 },
+    /// The cache already has an event source; one monitor per cache.
+    #[error("the cache already has an event source (one monitor per cache)")]
+    AlreadyMonitored,
+    /// The monitor thread could not be started.
+    #[error("cannot start the monitor thread: {}", os_err(.errno))]
+    Thread { errno: i32 },
 }
 
 /// A release the kernel reported: the process stopped mapping the frames of

@@ -1,0 +1,195 @@
+//! The userfaultfd monitor wired into a cache (spec.md#S3.8, S7.3, M1, M2).
+//!
+//! [`UffdEvents`] is the cache's [`EventSource`]: the cache reads it only
+//! while holding its exclusive lock (M2, and A2/A6 before every slow-path
+//! lookup), so an event is never read (which wakes the releasing thread)
+//! without being applied in the same critical section.
+//!
+//! [`MonitorThread`] is M1: it polls the fd for readability *without
+//! reading*, then runs one [`Cache::monitor_round`]. It never frees monitored
+//! memory itself (a thread that releases watched memory blocks until someone
+//! reads its event; if that someone is itself, it blocks forever).
+//!
+//! Invariants: the thread stops within one poll timeout of [`MonitorThread`]
+//! being dropped or stopped; every loop is bounded by that stop flag or by
+//! [`READ_BATCH`].
+
+use super::uffd::{MonitorEvent, UffdError, UffdMonitor};
+use crate::cache::{Cache, EventSource, ReleaseEvent};
+use crate::registrar::Registrar;
+use mrcache_types::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Messages read per `read_pending` call of the monitor.
+pub const READ_BATCH: usize = 256;
+
+/// How long the monitor thread waits in `poll` before re-checking its stop flag.
+pub const POLL_TIMEOUT_MS: i32 = 20;
+
+/// A [`UffdMonitor`] as the cache's event source.
+pub struct UffdEvents {
+    monitor: Arc<UffdMonitor>,
+    read_errors: AtomicU64,
+}
+
+impl UffdEvents {
+    pub fn new(monitor: Arc<UffdMonitor>) -> Self {
+        UffdEvents { monitor, read_errors: AtomicU64::new(0) }
+    }
+
+    /// `read()` calls that failed (not EAGAIN). They are retried next round.
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(Ordering::Relaxed)
+    }
+}
+
+impl EventSource for UffdEvents {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+        let mut events: Vec<MonitorEvent> = Vec::new();
+        // Bounded: each call reads at most READ_BATCH messages and stops when
+        // the kernel has none left (EAGAIN), so the lock is held briefly.
+        match self.monitor.read_pending(&mut events, READ_BATCH) {
+            Ok(_) => {}
+            Err(_) => {
+                self.read_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        out.extend(events.into_iter().map(|e| ReleaseEvent { kind: e.kind, range: e.range }));
+    }
+
+    fn watch(&self, range: Range) -> Result<(), String> {
+        self.monitor.watch(range).map_err(|e| e.to_string())
+    }
+}
+
+/// The monitor thread of one cache. Dropping it stops and joins the thread.
+pub struct MonitorThread {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl MonitorThread {
+    /// Opens a userfaultfd monitor, installs it as `cache`'s event source and
+    /// starts the monitor thread. Fails if the cache already has a source or
+    /// userfaultfd is unavailable.
+    pub fn start<R: Registrar>(cache: &Arc<Cache<R>>) -> Result<MonitorThread, UffdError> {
+        let monitor = Arc::new(UffdMonitor::open()?);
+        if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
+            return Err(UffdError::AlreadyMonitored);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let (cache, stop2, rounds2) = (Arc::clone(cache), stop.clone(), rounds.clone());
+        let handle = std::thread::Builder::new()
+            .name("mrcache-uffd".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Acquire) {
+                    //= spec.md#M1
+                    //# uffd monitor thread: poll until the fd is readable, without reading.
+                    match monitor.wait_readable(POLL_TIMEOUT_MS) {
+                        //= spec.md#M2
+                        //# take the lock exclusive; read every pending event non-blockingly
+                        Ok(true) => {
+                            cache.monitor_round();
+                            rounds2.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(false) => {}
+                        // EINTR and the like: poll again after the timeout.
+                        Err(_) => std::thread::sleep(std::time::Duration::from_millis(POLL_TIMEOUT_MS as u64)),
+                    }
+                }
+            })
+            .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
+        Ok(MonitorThread { stop, rounds, handle: Some(handle) })
+    }
+
+    /// Monitor rounds run so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MonitorThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registrar::counting::CountingRegistrar;
+    use crate::CacheConfig;
+    use mrcache_types::Access;
+
+    fn map(len: usize) -> u64 {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as u64
+    }
+
+    #[test]
+    fn munmap_invalidates_through_the_monitor_thread() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let _monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");
+        let a = map(8 << 12);
+        {
+            let lease = cache.acquire(a, 8 << 12, Access::LOCAL_WRITE).unwrap();
+            assert!(!lease.hit());
+        }
+        assert!(cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        // The munmap returns only once the monitor has read (and so applied) it.
+        // SAFETY: `a` is our mapping, no lease is held.
+        assert_eq!(unsafe { libc::munmap((a + (4 << 12)) as *mut _, 4 << 12) }, 0);
+        let s = cache.stats();
+        assert_eq!((s.invalidations, s.deregistrations), (1, 1), "{s:?}");
+        assert!(!cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        // SAFETY: the rest of our mapping.
+        unsafe { libc::munmap(a as *mut _, 4 << 12) };
+    }
+
+    #[test]
+    fn unwatchable_memory_is_refused_clearly() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let _monitor = MonitorThread::start(&cache).unwrap();
+        let path = std::env::temp_dir().join(format!("mrcache-uffd-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        f.set_len(4096).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of our own file.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let err = cache.acquire(p as u64, 4096, Access::LOCAL_WRITE).unwrap_err();
+        assert_eq!(err.code(), "E5");
+        assert!(err.to_string().contains("cannot watch"), "{err}");
+        assert_eq!(cache.stats().cached_entries, 0);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(p, 4096) };
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_second_source_is_refused() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let _m = MonitorThread::start(&cache).unwrap();
+        assert!(matches!(MonitorThread::start(&cache), Err(UffdError::AlreadyMonitored)));
+    }
+}
