@@ -1,5 +1,7 @@
 //! The `mrcache` command line as a library, so integration tests can call it.
 //!
-//! - [`replay`]: run traces through the reference model (and, later, the impl).
+//! - [`replay`]: run traces through the reference model or the cache;
+//! - [`replay_impl`]: the cache engine, judged op by op by the model.
 
 pub mod replay;
+pub mod replay_impl;

@@ -13,11 +13,16 @@ use mrcache_types::Stats;
 use serde::Serialize;
 use std::path::Path;
 
+pub use crate::replay_impl::{MonitorKind, RegistrarKind};
+
 /// Which implementation runs the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Engine {
+    /// The reference model.
     Model,
+    /// The real cache, every outcome judged by the model.
+    Impl,
 }
 
 /// Options shared by every replayed trace.
@@ -31,6 +36,12 @@ pub struct ReplayArgs {
     pub policy: Option<OverlapPolicy>,
     #[arg(long, default_value = "model")]
     pub engine: Engine,
+    /// The impl engine's registrar.
+    #[arg(long, default_value = "counting")]
+    pub registrar: RegistrarKind,
+    /// The impl engine's monitor.
+    #[arg(long, default_value = "explicit")]
+    pub monitor: MonitorKind,
     /// Eviction policy: lru or cost-aware.
     #[arg(long, default_value = "lru")]
     pub eviction: EvictionPolicy,
@@ -79,6 +90,7 @@ impl ReplayArgs {
     }
 }
 
+/// Reads a trace; `.gz` files are decompressed.
 pub fn load(path: &Path) -> Result<Trace> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(Trace::parse(&path.display().to_string(), &text)?)
@@ -149,6 +161,17 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
         let name = path.display().to_string();
         let report = match args.engine {
             Engine::Model => replay_model(&name, &trace, config, hint_matches)?,
+            Engine::Impl => {
+                let stats = crate::replay_impl::replay(&trace, &name, config, args.registrar, args.monitor)?;
+                Report {
+                    trace: name.clone(),
+                    engine: Engine::Impl,
+                    policy: config.policy,
+                    records: trace.records.len(),
+                    expectations_checked: 0,
+                    stats,
+                }
+            }
         };
         reports.push(report);
     }

@@ -13,16 +13,7 @@ fn traces_dir() -> PathBuf {
 fn run(name: &str, policy: Option<OverlapPolicy>) -> Report {
     let path = traces_dir().join(name);
     let trace = replay::load(&path).unwrap();
-    let args = replay::ReplayArgs {
-        traces: vec![path],
-        policy,
-        engine: replay::Engine::Model,
-        eviction: Default::default(),
-        chunk_pages: 1,
-        max_regions: None,
-        max_pinned_bytes: None,
-        json: false,
-    };
+    let args = replay::ReplayArgs { policy, ..Args::for_trace(&path) };
     let config = args.config_for(&trace).unwrap();
     let expect = policy.is_none();
     replay::replay_model(name, &trace, config, expect).unwrap()
@@ -107,4 +98,48 @@ fn cli_prints_stats_and_json() {
     let out = std::process::Command::new(exe).args(["replay", "/nonexistent.jsonl"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent.jsonl"));
+}
+
+/// spec.md#S9 in practice: every shipped trace through the real cache, each
+/// outcome judged by the model; with the counting registrar and explicit
+/// invalidation the stats are identical to the model's.
+#[test]
+fn impl_replay_matches_the_model_on_every_shipped_trace() {
+    use mrcache_cli::replay_impl::{self, MonitorKind, RegistrarKind};
+    for entry in std::fs::read_dir(traces_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "jsonl") {
+            continue;
+        }
+        let name = path.display().to_string();
+        let trace = replay::load(&path).unwrap();
+        let config = Args::for_trace(&path).config_for(&trace).unwrap();
+        let model = replay::replay_model(&name, &trace, config, true).unwrap().stats;
+        let cache = replay_impl::replay(&trace, &name, config, RegistrarKind::Counting, MonitorKind::Explicit).unwrap();
+        assert_eq!(cache, model, "{name}");
+        // Real pinning and real releases: still judged op by op.
+        for monitor in [MonitorKind::Explicit, MonitorKind::Uffd] {
+            let s = replay_impl::replay(&trace, &name, config, RegistrarKind::Uring, monitor)
+                .unwrap_or_else(|e| panic!("{name} uring/{monitor:?}: {e}"));
+            assert_eq!((s.hits, s.misses, s.invalidations), (model.hits, model.misses, model.invalidations), "{name} {monitor:?}");
+        }
+    }
+}
+
+struct Args;
+impl Args {
+    fn for_trace(path: &std::path::Path) -> replay::ReplayArgs {
+        replay::ReplayArgs {
+            traces: vec![path.to_path_buf()],
+            policy: None,
+            engine: replay::Engine::Model,
+            registrar: replay::RegistrarKind::Counting,
+            monitor: replay::MonitorKind::Explicit,
+            eviction: Default::default(),
+            chunk_pages: 1,
+            max_regions: None,
+            max_pinned_bytes: None,
+            json: false,
+        }
+    }
 }

@@ -15,6 +15,7 @@ pub mod sync;
 
 pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Faults, Lease, ReleaseEvent};
 pub use error::Error;
+pub use monitor::MonitorThread;
 pub use mrcache_model::{Config, EvictionPolicy, Limits, OverlapPolicy};
 
 pub use mrcache_types as types;

@@ -281,6 +281,19 @@ impl Relocation {
         (addr < e).then(|| off + (addr - s))
     }
 
+    /// The recorded address of an arena offset: the inverse of [`Self::offset`],
+    /// extended linearly around each cluster so that a registration widened by
+    /// chunk alignment (at most `ALIGN` beyond its cluster) maps back too.
+    pub fn original(&self, offset: u64) -> Option<u64> {
+        let i = self.clusters.partition_point(|c| c.2 <= offset.saturating_add(Self::ALIGN)).checked_sub(1)?;
+        let (s, _, off) = self.clusters[i];
+        if offset >= off {
+            s.checked_add(offset - off)
+        } else {
+            s.checked_sub(off - offset)
+        }
+    }
+
     /// Rewrites an op's addresses as `base + offset`.
     pub fn relocate(&self, op: &Op, base: u64) -> Option<Op> {
         let mut op = *op;
@@ -375,6 +388,9 @@ mod tests {
         assert!(o2 >= o1 + Relocation::CLUSTER_GAP);
         assert!(r.arena_len < 64 << 20, "{r}");
         assert_eq!(r.offset(0x5000), None);
+        assert_eq!(r.original(o1), Some(0x1000));
+        assert_eq!(r.original(o2), Some(0x7f00_0000_1234));
+        assert_eq!(r.original(o1 - 0x1000), Some(0), "alignment below a cluster maps back");
         let moved = r.relocate(&ops[0], base).unwrap();
         assert_eq!(moved, Op::Acquire { lease: 1, addr: base + o1, len: 0x3000, access: a });
     }
