@@ -7,3 +7,8 @@ bash ci/setup.sh
 cargo test --workspace --no-fail-fast
 # The verbs registrar builds and its device-free tests run.
 cargo test -p mrcache --features verbs --lib registrar::verbs
+# loom: the lease handoff, the invalidation queue and the sequence retry.
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+  cargo test -q --profile test -p mrcache --test loom
+# A real stale DMA without a monitor, and the same sequence made correct by uffd.
+cargo run -q --profile test -p mrcache --example stale_dma
