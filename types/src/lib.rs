@@ -246,10 +246,13 @@ pub enum ReleaseKind {
     MapFixedOver,
     BrkShrink,
     Shmdt,
+    /// A deallocation reported by an allocator wrapper (`MonitoredAlloc`):
+    /// the block may be reused or given back to the kernel; conservative.
+    Dealloc,
 }
 
 impl ReleaseKind {
-    pub const ALL: [ReleaseKind; 8] = [
+    pub const ALL: [ReleaseKind; 9] = [
         ReleaseKind::Munmap,
         ReleaseKind::MadviseDontneed,
         ReleaseKind::MadviseFree,
@@ -258,6 +261,7 @@ impl ReleaseKind {
         ReleaseKind::MapFixedOver,
         ReleaseKind::BrkShrink,
         ReleaseKind::Shmdt,
+        ReleaseKind::Dealloc,
     ];
 }
 

@@ -500,6 +500,10 @@ pub struct Cache<R: Registrar> {
     counters: Counters,
     hot: HotCounters,
     source: OnceLock<Box<dyn EventSource>>,
+    /// Page hull `[lo, hi)` of every registration ever planned (A4): a
+    /// release event outside it cannot concern the cache. Only grows.
+    hull_lo: StdAtomicU64,
+    hull_hi: StdAtomicU64,
 }
 
 impl<R: Registrar> std::fmt::Debug for Cache<R> {
@@ -547,6 +551,8 @@ impl<R: Registrar> Cache<R> {
             clock: StdAtomicU64::new(0),
             gds_floor: StdAtomicU64::new(0),
             next_id: StdAtomicU64::new(1),
+            hull_lo: StdAtomicU64::new(u64::MAX),
+            hull_hi: StdAtomicU64::new(0),
             counters: Counters::default(),
             hot: HotCounters::new(),
             source: OnceLock::new(),
@@ -719,7 +725,7 @@ impl<R: Registrar> Cache<R> {
                 drop(st);
                 return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
             };
-            let mut token = st.add_inflight(plan.span);
+            let mut token = self.add_inflight(&mut st, plan.span);
             drop(st);
             deregs.perform();
             if let Some(src) = self.source.get() {
@@ -754,7 +760,7 @@ impl<R: Registrar> Cache<R> {
                     };
                     let watched = plan.range;
                     plan = p;
-                    token = st.add_inflight(plan.span);
+                    token = self.add_inflight(&mut st, plan.span);
                     drop(st);
                     deregs.perform();
                     // The re-plan only drops evicted neighbours, so it lies
@@ -1225,6 +1231,24 @@ impl<R: Registrar> Cache<R> {
     }
 
     // -- release events ------------------------------------------------------
+
+    /// A4's in-flight record, after widening the hull that
+    /// [`Cache::may_hold`] reads. The hull grows before the registrar runs, so
+    /// an event that misses it happened before the registration began.
+    fn add_inflight(&self, st: &mut State<R>, span: PageSpan) -> u64 {
+        self.hull_lo.fetch_min(span.first, Std::SeqCst);
+        self.hull_hi.fetch_max(span.end, Std::SeqCst);
+        st.add_inflight(span)
+    }
+
+    /// Whether a release event on `[addr, addr+len)` could concern a
+    /// registration of this cache: a lock-free filter for allocator hooks
+    /// ([`crate::monitor::alloc::MonitoredAlloc`]), which see every free.
+    pub fn may_hold(&self, addr: u64, len: u64) -> bool {
+        let Ok(range) = Range::new(addr, len) else { return false };
+        let span = range.pages(self.page_size);
+        span.first < self.hull_hi.load(Std::SeqCst) && self.hull_lo.load(Std::SeqCst) < span.end
+    }
 
     /// A release event: the process stopped mapping `[addr, addr+len)`
     /// (spec.md#S2.3). The synchronous-hook / explicit path: never waits for
