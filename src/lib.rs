@@ -3,5 +3,7 @@
 //! - [`replay`]: run traces through the reference model or the cache;
 //! - [`replay_impl`]: the cache engine, judged op by op by the model.
 
+pub mod check;
+pub mod record;
 pub mod replay;
 pub mod replay_impl;

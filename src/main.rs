@@ -2,7 +2,7 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::replay;
+use mrcache_cli::{check, record, replay};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -16,6 +16,15 @@ struct Cli {
 enum Command {
     /// Run traces through an engine and print their stats.
     Replay(replay::ReplayArgs),
+    /// Run an MPI program under the PMPI recorder: one trace per rank.
+    Record(record::RecordArgs),
+    /// Model-check the concurrent algorithm of spec.md §A (stateright).
+    Check(check::CheckArgs),
+    /// Browse the state space in stateright's Explorer on 127.0.0.1.
+    Explore {
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+    },
 }
 
 fn main() -> ExitCode {
@@ -29,6 +38,9 @@ fn main() -> ExitCode {
             }
             0
         }),
+        Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
+        Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
+        Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -92,7 +92,7 @@ impl ReplayArgs {
 
 /// Reads a trace; `.gz` files are decompressed.
 pub fn load(path: &Path) -> Result<Trace> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::record::read_text(path)?;
     Ok(Trace::parse(&path.display().to_string(), &text)?)
 }
 

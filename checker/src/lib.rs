@@ -1,1 +1,135 @@
-//! placeholder
+//! A stateright model of mrcache's concurrent algorithm (spec.md §A), checked
+//! against the safety and liveness properties of spec.md §3–§4 and, for
+//! linearizability, against the reference model (`mrcache_model::Model`,
+//! spec.md#S9), with stateright's `LinearizabilityTester`.
+//!
+//! # What is modeled
+//!
+//! *Actors.* N application threads, each running a fixed script of
+//! [`Op`](mrcache_types::Op)s (acquire, release, release events: munmap,
+//! madvise, mremap, MAP_FIXED); with the `async` monitor, one uffd monitor
+//! thread. A release event can also be raised *inside* a cache operation: by
+//! the registrar while it registers (A5, [`CheckConfig::registrar_frees`]) or
+//! by the cache freeing its own memory while it holds the lock (A9,
+//! [`CheckConfig::cache_frees`]); each at most once per run, at a
+//! nondeterministically chosen A5/A9 (the action's `alt` branch).
+//!
+//! *State* ([`State`]). The lock as explicit state (`Free`, `Shared(n)`,
+//! `Exclusive(actor)`); every registration the registrar made (never removed:
+//! its deregistration count is kept), with the cache entry state (id, findable,
+//! the state word's lease count and INVALID bit); the in-flight records (one
+//! per thread, with the stale flag); the invalidation queue; the uffd queue of
+//! unread events (with the thread asleep on each) and the monitor's buffer of
+//! events read but not applied; the over-limit flag; the LRU clock (only with
+//! limits); each thread's program counter and locals (the acquire's plan and
+//! registration, its dereg list, leases held). *Physical truth*: a generation
+//! per page, bumped when the kernel releases the frames; a registration
+//! records the generations it pinned. A tiny address space: the pages the
+//! scripts use (2 for the generated scripts) plus one private page of the cache.
+//!
+//! *Steps.* One action is one atomic step of one actor. Steps that only touch
+//! thread-local state or happen under the exclusive lock are merged where no
+//! other actor could observe the difference; lock-free steps (R1, H1, the
+//! kernel's release, reading uffd) are separate, so every interleaving §A
+//! allows between them is explored. Invocation of an op is folded into its
+//! first step and the return into its last (this removes only executions with
+//! *fewer* real-time constraints, so no violation is lost).
+//!
+//! | step | where | granularity |
+//! |---|---|---|
+//! | A1 | `start_op`, `a1_lookup` | check the queue and take the lock shared (blocks while a writer holds it); then lookup + lease + touch + unlock |
+//! | A2, A6 | `thread_step` | take the lock exclusive (blocking), drain the queue, and with uffd read + apply pending events |
+//! | A3, A4 | `a3` | lookup; hit: lease, unlock. Miss: plan (S6.1), in-flight record, unlock |
+//! | A5 | `a5` | register: pin the current generations (optionally the registrar then frees a page) |
+//! | A7, A8, A9 | `a7` | stale → throw away, unlock, retry (E6 after `max_retries`); covered → lease that entry (A8); merge plan changed → as stale; else insert with the next id and displace what the policy gives now |
+//! | A10 | `a10`, `a10b` | two steps (raise the flag, then scan), so R1 can interleave |
+//! | A11 | `a11`, `unlock_exclusive` | drain what was queued meanwhile, unlock, perform the dereg list |
+//! | R1 | `r1` | one atomic step: touch, decrement (seeing INVALID), read the over-limit flag |
+//! | R2 | `thread_step` | lock, drain, evict, unlock |
+//! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
+//! | M1, M2 | `monitor_step` | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
+//! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
+//! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant 10 splits it) |
+//!
+//! # Properties ([`props`])
+//!
+//! `always`: P1 coverage and P2 freshness judged at each grant (P2: for every
+//! requested page, the pinned generation is at least the one installed by
+//! every release event that *completed before the acquire was invoked*;
+//! concurrent events may be ordered either way, spec.md#P2); P3 (no
+//! registration with leases has been deregistered); P4 (no registration
+//! deregistered twice); P5 (limits, only when configured; judged when no op is
+//! in flight); linearizability w.r.t. the reference model (judged when no op
+//! is in flight; release events raised inside an operation are operations of
+//! pseudo-threads `16 + t`); P6 (no actor holds the lock exclusively while it
+//! cannot move, and no state without moves while a script is unfinished); L1
+//! (in terminal states: every registration neither findable nor leased was
+//! deregistered, and the queue is empty). `sometimes` (reachability goals,
+//! which the pinned configurations must reach): a leased entry is invalidated;
+//! a merge (merge policy) or an uncache (no-merge-uncache-contained) happens;
+//! a release event is applied during a registration; the monitor holds an
+//! event read but not applied while an acquire is in flight (async); a hook
+//! leaves its event queued because the lock is busy (sync).
+//!
+//! # Invariants the modeled algorithm keeps (and the rules it needs)
+//!
+//! The correct algorithm here is §A plus five rules the spec does not state
+//! (each has a mutant showing it is needed; see the crate's report):
+//! 1. *The holder drains before it unlocks* (`unlock_exclusive`; H2's "the
+//!    holder ... drains"): events a hook queued while the lock was held are
+//!    applied before the lock is released (mutant 17 breaks L1 without it).
+//! 2. *The last fast-path reader drains*: a reader that unlocks with events
+//!    queued tries the lock exclusive and drains, as H2 would (mutant 18
+//!    breaks L1 without it). Together: the queue is empty in every terminal state.
+//! 3. *A9 re-plans under the lock* (merge): if the policy's plan differs from
+//!    A4's, the registration is treated as stale (retry); displaced entries are
+//!    recomputed at A9 (mutant 15 breaks linearizability without it).
+//! 4. *A10 raises the over-limit flag before it reads lease counts*, and R1
+//!    reads the flag after its decrement (mutant 13 breaks P5 otherwise).
+//! 5. *R1 touches the LRU stamp* of a findable entry (S2.2), *before* its
+//!    decrement: an eviction between a decrement and a later touch sees an
+//!    unleased entry with a stale stamp (mutants 16 and 19 break
+//!    linearizability under limits).
+//!
+//! A8 returns `hit: true` and skips A10 (it inserts nothing). The LRU clock is
+//! global; eviction is LRU only.
+//!
+//! # Not modeled
+//!
+//! Registrar failures (E5, the ENOMEM/EAGAIN pressure path of A5), fork:
+//! step F1 is out of scope (a fork child is single-threaded until it calls in,
+//! and the reference model covers S2.6),
+//! the bounded queue of L2 (queues stay tiny), `chunk_pages` (always 1),
+//! cost-aware eviction, and `flush`.
+//!
+//= spec.md#F1
+//# (not modeled: see "Not modeled" above)
+//!
+//! # API
+//!
+//! [`check`] / [`check_with_progress`] run a [`CheckConfig`] with
+//! [`RunOptions`] and return an [`Outcome`] (verdicts, counts, the first
+//! counterexample with its [`timeline`] and [`counterexample_trace`]);
+//! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
+//! lists the broken variants and the property each must violate;
+//! [`step_ids_in_spec`] / [`missing_step_ids`] check that every §A step is
+//! tagged in code; [`explore`] serves stateright's Explorer.
+
+#![forbid(unsafe_code)]
+
+pub mod algo;
+pub mod config;
+pub mod pinned;
+pub mod props;
+pub mod report;
+pub mod run;
+pub mod state;
+pub mod stepids;
+
+pub use algo::{Action, AlgoModel, Rec, RecEvent};
+pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Mutant, Span};
+pub use pinned::{pinned_configs, Pinned};
+pub use report::{counterexample_trace, counterexample_trace_of, timeline};
+pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
+pub use state::State;
+pub use stepids::{missing_step_ids, read_rust_sources, step_ids_in_spec};

@@ -1,0 +1,1181 @@
+//! The §A algorithm, step by step, as a stateright [`Model`].
+//!
+//! Each action is one step of one actor (an application thread or the uffd
+//! monitor); a step is atomic, so its granularity decides which interleavings
+//! are explored. See the crate docs for the step mapping.
+
+use crate::config::{compile_scripts, CacheFrees, CheckConfig, MonitorKind, Mutant, ScriptOp, Span, MAX_PAGES};
+use crate::props;
+use crate::state::*;
+use mrcache_model::{Model as RefModel, OverlapPolicy};
+use mrcache_types::{Access, Op, OpError, RegView, Ret, ReleaseKind};
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
+use stateright::{Model, Property};
+
+/// One step of one actor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Thread `t` takes its next step. `alt` takes the other branch of a
+    /// choice: the registrar frees memory during A5, or the cache frees its
+    /// own memory at A9 under the lock.
+    Thread { t: u8, alt: bool },
+    /// The uffd monitor thread takes its next step.
+    Monitor,
+}
+
+/// What a step did, recorded only when rebuilding a counterexample.
+#[derive(Clone, Debug, Default)]
+pub struct Rec {
+    /// Human-readable notes, each starting with the spec step ID.
+    pub notes: Vec<String>,
+    /// Invocations (`ret: None`) and returns of operations.
+    pub events: Vec<RecEvent>,
+}
+
+/// An operation invoked or returning, for the JSON trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecEvent {
+    pub thread: u8,
+    /// A release event raised inside a cache operation (registrar or cache free).
+    pub nested: bool,
+    pub op: Op,
+    pub ret: Option<Ret>,
+}
+
+/// The model of §A for one [`CheckConfig`].
+#[derive(Clone, Debug)]
+pub struct AlgoModel {
+    pub cfg: CheckConfig,
+    pub scripts: Vec<Vec<(Op, ScriptOp)>>,
+    /// Pages the scripts (and nested events) use; uffd watches exactly these.
+    pub app_pages: u8,
+    /// The cache's private page (`app_pages`): never cached, never watched by uffd.
+    pub private_page: u8,
+}
+
+/// What A7 will do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum A7 {
+    /// Throw the registration away and retry; `replan`: not because of an
+    /// event, but because the policy's plan changed while the lock was dropped.
+    Stale { replan: bool },
+    /// A8: another thread inserted a covering entry.
+    Hit(Handle),
+    /// A9.
+    Insert,
+}
+
+macro_rules! note {
+    ($cx:expr, $($arg:tt)*) => {
+        if $cx.rec.is_some() {
+            let msg = format!($($arg)*);
+            if let Some(r) = $cx.rec.as_deref_mut() {
+                r.notes.push(msg);
+            }
+        }
+    };
+}
+
+impl AlgoModel {
+    pub fn new(cfg: CheckConfig) -> Result<AlgoModel, String> {
+        if cfg.max_retries == 0 {
+            return Err("max_retries must be at least 1".into());
+        }
+        let scripts = compile_scripts(&cfg.scripts())?;
+        let mut app_pages = 1u8;
+        for s in &scripts {
+            for (_, op) in s {
+                if let ScriptOp::Acquire { span, .. } | ScriptOp::Event { span, .. } = op {
+                    app_pages = app_pages.max(span.end);
+                }
+            }
+        }
+        if let Some(p) = cfg.registrar_frees {
+            app_pages = app_pages.max(p + 1);
+        }
+        if let Some(CacheFrees::AppPage(p)) = cfg.cache_frees {
+            app_pages = app_pages.max(p + 1);
+        }
+        if app_pages >= MAX_PAGES {
+            return Err(format!("the scripts use {app_pages} pages; the checker allows {}", MAX_PAGES - 1));
+        }
+        Ok(AlgoModel { cfg, scripts, app_pages, private_page: app_pages })
+    }
+
+    pub fn mutant(&self, m: Mutant) -> bool {
+        self.cfg.mutant == Some(m)
+    }
+
+    fn is_async(&self) -> bool {
+        self.cfg.monitor == MonitorKind::Async
+    }
+
+    pub fn init_state(&self) -> State {
+        let pages = (self.app_pages + 1) as usize;
+        State {
+            gens: vec![0; pages],
+            done_gens: vec![0; pages],
+            lock: Lock::Free,
+            regs: Vec::new(),
+            next_id: 1,
+            queue: Vec::new(),
+            uffd: Vec::new(),
+            over_limit: false,
+            clock: 0,
+            threads: self
+                .scripts
+                .iter()
+                .map(|s| Thread {
+                    pc: if s.is_empty() { Pc::Done } else { Pc::Idle },
+                    next_op: 0,
+                    acq: None,
+                    ev: None,
+                    inflight: None,
+                    held: Vec::new(),
+                    dereg: Vec::new(),
+                    toctou: Vec::new(),
+                    waiting: false,
+                })
+                .collect(),
+            monitor: Monitor { pc: MonPc::Idle, buf: Vec::new(), dereg: Vec::new(), toctou: Vec::new() },
+            registrar_free_left: self.cfg.registrar_frees.is_some(),
+            cache_free_left: self.cfg.cache_frees.is_some(),
+            bad: Vec::new(),
+            lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent()),
+        }
+    }
+
+    /// The page the cache frees under its lock.
+    fn cache_free_span(&self) -> Span {
+        let p = match self.cfg.cache_frees {
+            Some(CacheFrees::AppPage(p)) => p,
+            _ => self.private_page,
+        };
+        Span::new(p, p + 1)
+    }
+
+    /// userfaultfd reports events only on the ranges the monitor subscribed:
+    /// every application page; never the cache's private page.
+    fn uffd_watches(&self, span: &Span) -> bool {
+        span.first < self.app_pages
+    }
+
+    pub fn view(&self, s: &State, h: Handle) -> RegView {
+        let r = &s.regs[h as usize];
+        RegView { id: r.id as u64, addr: r.span.addr(), len: r.span.bytes(), access: r.access }
+    }
+
+    /// A covering findable entry with sufficient access; the oldest (S2.1).
+    pub fn lookup(&self, s: &State, req: Span, access: Access) -> Option<Handle> {
+        let any_access = self.mutant(Mutant::HitIgnoresAccess);
+        s.regs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.findable && r.span.contains(&req) && (any_access || r.access.suffices_for(access)))
+            .min_by_key(|(_, r)| r.id)
+            .map(|(h, _)| h as Handle)
+    }
+
+    //= spec.md#S6.1
+    /// The registration the overlap policy makes for a miss on `req`, and the
+    /// entries it displaces, given the findable entries of `s`.
+    pub fn plan(&self, s: &State, req: Span, access: Access) -> Plan {
+        let findable = || s.regs.iter().enumerate().filter(|(_, r)| r.findable).map(|(h, r)| (h as Handle, r));
+        match self.cfg.policy {
+            OverlapPolicy::Independent => Plan { span: req, access, displaced: Vec::new() },
+            OverlapPolicy::Merge => {
+                let (mut span, mut acc, mut displaced) = (req, access, Vec::new());
+                loop {
+                    let more: Vec<Handle> = findable()
+                        .filter(|(h, r)| !displaced.contains(h) && r.span.overlaps(&span))
+                        .map(|(h, _)| h)
+                        .collect();
+                    if more.is_empty() {
+                        break;
+                    }
+                    for h in more {
+                        let r = &s.regs[h as usize];
+                        span = span.union(&r.span);
+                        acc = acc | r.access;
+                        displaced.push(h);
+                    }
+                }
+                displaced.sort_unstable();
+                Plan { span, access: acc, displaced }
+            }
+            OverlapPolicy::NoMergeUncacheContained => Plan {
+                span: req,
+                access,
+                displaced: findable()
+                    .filter(|(_, r)| req.contains(&r.span) || r.span.contains(&req))
+                    .map(|(h, _)| h)
+                    .collect(),
+            },
+        }
+    }
+
+    pub fn over_limits(&self, s: &State) -> bool {
+        let n = s.findable_count() as u64;
+        let bytes: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum();
+        self.cfg.max_regions.is_some_and(|m| n > m) || self.cfg.max_pinned_bytes.is_some_and(|m| bytes > m)
+    }
+
+    //= spec.md#S6.3
+    /// The LRU victim among unleased findable entries (ties by id).
+    fn victim(&self, s: &State) -> Option<Handle> {
+        s.regs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.findable && r.leases == 0)
+            .min_by_key(|(_, r)| (r.last_use, r.id))
+            .map(|(h, _)| h as Handle)
+    }
+
+    pub fn a7_outcome(&self, s: &State, t: usize) -> A7 {
+        let th = &s.threads[t];
+        let acq = th.acq.as_ref().expect("A7 runs inside an acquire");
+        if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
+            return A7::Stale { replan: false };
+        }
+        if let Some(h) = self.lookup(s, acq.req, acq.access) {
+            return A7::Hit(h);
+        }
+        if self.cfg.policy == OverlapPolicy::Merge && !self.mutant(Mutant::StaleMergePlan) {
+            let now = self.plan(s, acq.req, acq.access);
+            let planned = acq.plan.as_ref().expect("A4 planned");
+            if now.span != planned.span || now.access != planned.access {
+                return A7::Stale { replan: true };
+            }
+        }
+        A7::Insert
+    }
+
+    fn first_ev_pc(&self, span: &Span) -> EvPc {
+        if !self.mutant(Mutant::NotifyBeforeRelease) {
+            return EvPc::Bump;
+        }
+        match self.cfg.monitor {
+            MonitorKind::Sync => EvPc::H1,
+            MonitorKind::Async if self.uffd_watches(span) => EvPc::Enqueue,
+            MonitorKind::Async => EvPc::BumpLast,
+        }
+    }
+
+    /// Whether thread `t` can take its next step.
+    pub fn thread_enabled(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if !th.toctou.is_empty() {
+            return true;
+        }
+        if let Some(ev) = &th.ev {
+            return match ev.pc {
+                // Mutant 2: the hook waits for the lock instead of trying it.
+                EvPc::H2 if self.mutant(Mutant::BlockingHook) => s.lock == Lock::Free,
+                EvPc::Wait => !th.waiting,
+                _ => true,
+            };
+        }
+        match th.pc {
+            Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
+                // A1: a reader blocks while a writer holds the lock, unless the
+                // queue is non-empty (then it goes straight to A2).
+                ScriptOp::Acquire { .. } => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
+                ScriptOp::Release { .. } | ScriptOp::Event { .. } => true,
+            },
+            Pc::A2 | Pc::A6 | Pc::R2 => s.lock == Lock::Free,
+            Pc::Done | Pc::Event => false,
+            _ => true,
+        }
+    }
+
+    /// Whether thread `t`'s next step has a second branch.
+    pub fn thread_alt(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if !th.toctou.is_empty() || th.ev.is_some() {
+            return false;
+        }
+        match th.pc {
+            Pc::A5 => s.registrar_free_left,
+            Pc::A7 => s.cache_free_left && self.a7_outcome(s, t) == A7::Insert,
+            _ => false,
+        }
+    }
+
+    pub fn monitor_enabled(&self, s: &State) -> bool {
+        if !self.is_async() {
+            return false;
+        }
+        if !s.monitor.toctou.is_empty() {
+            return true;
+        }
+        match s.monitor.pc {
+            MonPc::Idle => !s.uffd.is_empty(),
+            MonPc::Lock => s.lock == Lock::Free,
+            MonPc::Read | MonPc::Apply => true,
+        }
+    }
+
+    /// What an actor waits for, for deadlock reports.
+    pub fn blocked_on(&self, s: &State, a: Actor) -> String {
+        let holder = match s.lock {
+            Lock::Free => "nobody".to_string(),
+            Lock::Shared(n) => format!("{n} reader(s)"),
+            Lock::Exclusive(h) if h == a => "itself".to_string(),
+            Lock::Exclusive(h) => actor_name(h),
+        };
+        if a == MONITOR {
+            return match s.monitor.pc {
+                MonPc::Lock => format!("M2 waits for the lock, held by {holder}"),
+                pc => format!("{pc:?}"),
+            };
+        }
+        let th = &s.threads[a as usize];
+        if let Some(ev) = &th.ev {
+            return match ev.pc {
+                EvPc::H2 => format!("H2 waits for the lock, held by {holder} ({:?} event {})", ev.origin, ev.span),
+                EvPc::Wait => format!("asleep in the kernel until the monitor reads its uffd event {}", ev.span),
+                pc => format!("event step {pc:?}"),
+            };
+        }
+        match th.pc {
+            Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
+            Pc::A2 | Pc::A6 | Pc::R2 => format!("{:?} waits for the lock, held by {holder}", th.pc),
+            pc => format!("at {pc:?}"),
+        }
+    }
+
+    /// Applies `a` to `s`, recording notes and operation events into `rec`.
+    pub fn step(&self, s: &mut State, a: Action, rec: Option<&mut Rec>) {
+        let mut cx = Ctx { m: self, s, rec };
+        match a {
+            Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
+            Action::Monitor => cx.monitor_step(),
+        }
+    }
+
+    /// A short label for an action in state `s`: who moves, at which step.
+    pub fn label(&self, s: &State, a: Action) -> String {
+        match a {
+            Action::Monitor => {
+                let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
+                let at = match s.monitor.pc {
+                    _ if !s.monitor.toctou.is_empty() => "A-H (read lease counts)",
+                    MonPc::Idle if lockless => "reads the uffd events without the lock",
+                    MonPc::Idle => "M1 (the uffd fd is readable)",
+                    MonPc::Lock => "M2 (take the lock)",
+                    MonPc::Read => "M2 (read the pending events)",
+                    MonPc::Apply => "M2 (apply the events read)",
+                };
+                format!("monitor {at}")
+            }
+            Action::Thread { t, alt } => {
+                let th = &s.threads[t as usize];
+                let at = if !th.toctou.is_empty() {
+                    "A-H (read lease counts)".to_string()
+                } else if let Some(ev) = &th.ev {
+                    let what = match ev.origin {
+                        Origin::Script => format!("{:?} {}", ev.kind, ev.span),
+                        Origin::Registrar => format!("registrar's free of {}", ev.span),
+                        Origin::Cache => format!("cache's own free of {}", ev.span),
+                    };
+                    let step = match ev.pc {
+                        EvPc::Bump | EvPc::BumpLast => "kernel releases the frames",
+                        EvPc::H1 => "H1",
+                        EvPc::H2 => "H2",
+                        EvPc::Enqueue => "kernel queues the uffd event",
+                        EvPc::Wait => "wakes up",
+                    };
+                    format!("{step} ({what})")
+                } else if th.pc == Pc::Idle {
+                    format!("starts `{}`", self.scripts[t as usize][th.next_op as usize].0)
+                } else {
+                    match th.pc {
+                        Pc::A1Look => "A1 (lookup under the shared lock)".to_string(),
+                        Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
+                        Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
+                        Pc::A10b => "A10 (second half)".to_string(),
+                        pc => format!("{pc:?}"),
+                    }
+                };
+                format!("T{t} {at}{}", if alt { " (alternative branch)" } else { "" })
+            }
+        }
+    }
+}
+
+/// A step in progress: the model, the state it changes, and the recorder.
+struct Ctx<'a> {
+    m: &'a AlgoModel,
+    s: &'a mut State,
+    rec: Option<&'a mut Rec>,
+}
+
+impl Ctx<'_> {
+    fn mutant(&self, m: Mutant) -> bool {
+        self.m.mutant(m)
+    }
+
+    fn thread_mut(&mut self, t: usize) -> &mut Thread {
+        &mut self.s.threads[t]
+    }
+
+    fn acq(&self, t: usize) -> &Acq {
+        self.s.threads[t].acq.as_ref().expect("inside an acquire")
+    }
+
+    fn acq_mut(&mut self, t: usize) -> &mut Acq {
+        self.s.threads[t].acq.as_mut().expect("inside an acquire")
+    }
+
+    fn dereg_list(&mut self, a: Actor) -> &mut Vec<Handle> {
+        if a == MONITOR {
+            &mut self.s.monitor.dereg
+        } else {
+            &mut self.s.threads[a as usize].dereg
+        }
+    }
+
+    fn toctou_list(&mut self, a: Actor) -> &mut Vec<Handle> {
+        if a == MONITOR {
+            &mut self.s.monitor.toctou
+        } else {
+            &mut self.s.threads[a as usize].toctou
+        }
+    }
+
+    // ---- history (linearizability tester and trace recorder) ----
+
+    fn invoke(&mut self, thread: u8, nested: bool, op: Op) {
+        let id = if nested { NESTED + thread } else { thread };
+        let _ = self.s.lin.on_invoke(id, op);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.events.push(RecEvent { thread, nested, op, ret: None });
+        }
+    }
+
+    fn ret(&mut self, thread: u8, nested: bool, op: Op, ret: Ret) {
+        let id = if nested { NESTED + thread } else { thread };
+        let _ = self.s.lin.on_return(id, ret);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.events.push(RecEvent { thread, nested, op, ret: Some(ret) });
+        }
+    }
+
+    /// The script op thread `t` is running ends with `ret`.
+    fn finish(&mut self, t: usize, ret: Ret) {
+        let op = self.m.scripts[t][self.s.threads[t].next_op as usize].0;
+        note!(self, "T{t} returns `{ret}` for `{op}`");
+        self.ret(t as u8, false, op, ret);
+        let len = self.m.scripts[t].len() as u8;
+        let th = self.thread_mut(t);
+        th.acq = None;
+        th.next_op += 1;
+        th.pc = if th.next_op < len { Pc::Idle } else { Pc::Done };
+    }
+
+    // ---- registrar, lock, index ----
+
+    fn deregister(&mut self, h: Handle) {
+        let r = &mut self.s.regs[h as usize];
+        r.deregs += 1;
+        note!(self, "registrar: deregister #{h} ({})", reg_line(h, &self.s.regs[h as usize]));
+    }
+
+    fn perform_dereg(&mut self, a: Actor) {
+        for h in std::mem::take(self.dereg_list(a)) {
+            self.deregister(h);
+        }
+    }
+
+    fn lock_shared(&mut self) {
+        self.s.lock = match self.s.lock {
+            Lock::Free => Lock::Shared(1),
+            Lock::Shared(n) => Lock::Shared(n + 1),
+            Lock::Exclusive(a) => panic!("shared lock taken while {} holds it exclusively", actor_name(a)),
+        };
+    }
+
+    fn unlock_shared(&mut self) {
+        self.s.lock = match self.s.lock {
+            Lock::Shared(1) => Lock::Free,
+            Lock::Shared(n) => Lock::Shared(n - 1),
+            other => panic!("shared unlock of {other:?}"),
+        };
+    }
+
+    fn lock_exclusive(&mut self, a: Actor) {
+        assert_eq!(self.s.lock, Lock::Free, "{} takes a lock that is not free", actor_name(a));
+        self.s.lock = Lock::Exclusive(a);
+    }
+
+    //= spec.md#H2
+    //= spec.md#A11
+    /// Unlock (exclusive), then perform the dereg list. The holder first drains
+    /// what hooks queued while it held the lock: H2's "the holder ... drains".
+    /// Without it (mutant 8), an event queued while the lock was busy waits for
+    /// a later slow path, which may never come (L1).
+    fn unlock_exclusive(&mut self, a: Actor) {
+        assert_eq!(self.s.lock, Lock::Exclusive(a), "{} unlocks a lock it does not hold", actor_name(a));
+        let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::HolderSkipsDrain);
+        if !skip && !self.s.queue.is_empty() {
+            note!(self, "{} drains the queue before it unlocks (events queued while it held the lock)", actor_name(a));
+            self.drain_queue(a);
+        }
+        self.s.lock = Lock::Free;
+        self.perform_dereg(a);
+    }
+
+    fn touch(&mut self, h: Handle) {
+        if self.m.cfg.has_limits() {
+            self.s.clock += 1;
+            self.s.regs[h as usize].last_use = self.s.clock;
+        }
+    }
+
+    /// Takes a lease on `h` for thread `t`'s acquire and judges P1 and P2.
+    fn grant(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
+        let acq = self.acq(t).clone();
+        self.s.regs[h as usize].leases += 1;
+        self.touch(h);
+        self.thread_mut(t).held.push((acq.lease, h));
+        let r = &self.s.regs[h as usize];
+        //= spec.md#P1
+        let covers = r.span.contains(&acq.req) && r.access.suffices_for(acq.access);
+        //= spec.md#P2
+        //# for every page of the request, the frame pinned is at least as new as
+        //# the one installed by every release event that completed before the
+        //# acquire was invoked.
+        let stale = acq.req.pages().enumerate().find_map(|(i, p)| {
+            let pinned = (r.span.first..r.span.end).contains(&p).then(|| r.pinned[(p - r.span.first) as usize])?;
+            (pinned < acq.snap[i]).then_some((p, pinned, acq.snap[i]))
+        });
+        note!(self, "T{t} leases #{h} for L{} ({})", acq.lease, reg_line(h, r));
+        let base = Bad { property: props::P1, thread: t as u8, lease: acq.lease, handle: h, page: 0, pinned: 0, needed: 0 };
+        if !covers {
+            self.s.bad.push(base);
+        }
+        if let Some((page, pinned, needed)) = stale {
+            self.s.bad.push(Bad { property: props::P2, page, pinned, needed, ..base });
+        }
+        Ret::Granted { reg: self.m.view(self.s, h), hit, pressure: false }
+    }
+
+    //= spec.md#A-D
+    /// Applies one release event under the lock: findable entries overlapping
+    /// it leave the index (unleased: dereg list; leased: INVALID, deregistered
+    /// by the last release); in-flight records overlapping it become stale.
+    fn apply_event(&mut self, span: Span, a: Actor) {
+        note!(self, "A-D: {} applies the release of {span}", actor_name(a));
+        for h in 0..self.s.regs.len() {
+            let r = &self.s.regs[h];
+            if !r.findable || !r.span.overlaps(&span) {
+                continue;
+            }
+            if self.mutant(Mutant::PartialUnmapStartOnly) && r.span.first != span.first {
+                continue;
+            }
+            if self.mutant(Mutant::LeasedStaysFindable) && r.leases > 0 {
+                continue;
+            }
+            let h = h as Handle;
+            self.s.regs[h as usize].findable = false;
+            //= spec.md#A-H
+            //# one atomic OR sets INVALID and returns the count; the invalidation
+            //# owns the deregistration iff that count was 0.
+            if self.mutant(Mutant::HandoffToctou) {
+                self.s.regs[h as usize].invalid = true;
+                self.toctou_list(a).push(h);
+                continue;
+            }
+            let seen = self.s.regs[h as usize].leases;
+            self.s.regs[h as usize].invalid = true;
+            if seen == 0 || self.mutant(Mutant::DeregLeasedOnInvalidate) {
+                self.dereg_list(a).push(h);
+            }
+            note!(self, "A-D: #{h} leaves the index ({})", if seen == 0 { "unleased: dereg list" } else { "leased: INVALID" });
+        }
+        for t in 0..self.s.threads.len() {
+            if let Some(i) = self.s.threads[t].inflight.as_mut() {
+                if i.span.overlaps(&span) && !i.stale {
+                    i.stale = true;
+                    note!(self, "A-D: T{t}'s in-flight registration of {} is now stale", i.span);
+                }
+            }
+        }
+    }
+
+    /// Mutant 10's second half: read the count after INVALID was set.
+    fn read_counts_late(&mut self, a: Actor) {
+        //= spec.md#A-H
+        for h in std::mem::take(self.toctou_list(a)) {
+            let leases = self.s.regs[h as usize].leases;
+            note!(self, "A-H (split): {} reads #{h}'s count: {leases}", actor_name(a));
+            if leases == 0 {
+                self.deregister(h);
+            }
+        }
+    }
+
+    fn drain_queue(&mut self, a: Actor) {
+        for span in std::mem::take(&mut self.s.queue) {
+            self.apply_event(span, a);
+        }
+    }
+
+    //= spec.md#M2
+    //# A2 and A6 also read pending events.
+    fn read_and_apply_uffd(&mut self, a: Actor) {
+        if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
+            return;
+        }
+        for (span, w) in std::mem::take(&mut self.s.uffd) {
+            note!(self, "{} reads the uffd event {span}: T{w} wakes up", actor_name(a));
+            self.s.threads[w as usize].waiting = false;
+            self.apply_event(span, a);
+        }
+    }
+
+    //= spec.md#A10
+    fn evict(&mut self, a: Actor) {
+        while self.m.over_limits(self.s) {
+            let Some(v) = self.m.victim(self.s) else { break };
+            note!(self, "A10: evict #{v}");
+            self.s.regs[v as usize].findable = false;
+            self.dereg_list(a).push(v);
+        }
+    }
+
+    // ---- application threads ----
+
+    fn thread_step(&mut self, t: usize, alt: bool) {
+        if !self.s.threads[t].toctou.is_empty() {
+            return self.read_counts_late(t as Actor);
+        }
+        if self.s.threads[t].ev.is_some() {
+            return self.ev_step(t);
+        }
+        match self.s.threads[t].pc {
+            Pc::Idle => self.start_op(t),
+            Pc::A1Look => self.a1_lookup(t),
+            Pc::A2 => {
+                //= spec.md#A2
+                note!(self, "A2: T{t} takes the lock exclusive and drains");
+                self.lock_exclusive(t as Actor);
+                self.drain_queue(t as Actor);
+                self.read_and_apply_uffd(t as Actor);
+                self.thread_mut(t).pc = Pc::A3;
+            }
+            Pc::A3 => self.a3(t),
+            Pc::A5 => self.a5(t, alt),
+            Pc::A6 => {
+                //= spec.md#A6
+                note!(self, "A6: T{t} takes the lock exclusive and drains");
+                self.lock_exclusive(t as Actor);
+                self.drain_queue(t as Actor);
+                self.read_and_apply_uffd(t as Actor);
+                self.thread_mut(t).pc = Pc::A7;
+            }
+            Pc::A7 => self.a7(t, alt),
+            Pc::A10 => self.a10(t),
+            Pc::A10b => self.a10b(t),
+            Pc::A11 => self.a11(t),
+            Pc::R1Touch(h, r2) => {
+                note!(self, "R1 (mutant 19): T{t} touches #{h}'s LRU stamp after its decrement");
+                self.touch(h);
+                if r2 {
+                    self.thread_mut(t).pc = Pc::R2;
+                } else {
+                    self.finish(t, Ret::Done);
+                }
+            }
+            Pc::R2 => {
+                //= spec.md#R2
+                note!(self, "R2: T{t} takes the lock exclusive, drains and evicts");
+                self.lock_exclusive(t as Actor);
+                self.drain_queue(t as Actor);
+                self.evict(t as Actor);
+                if !self.m.over_limits(self.s) {
+                    self.s.over_limit = false;
+                }
+                self.unlock_exclusive(t as Actor);
+                self.finish(t, Ret::Done);
+            }
+            Pc::Event | Pc::Done => unreachable!("T{t} has no step at {:?}", self.s.threads[t].pc),
+        }
+    }
+
+    /// Invokes the thread's next script op and takes its first step.
+    fn start_op(&mut self, t: usize) {
+        let (op, sop) = self.m.scripts[t][self.s.threads[t].next_op as usize];
+        self.invoke(t as u8, false, op);
+        match sop {
+            ScriptOp::Acquire { lease, span, access } => {
+                let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
+                self.thread_mut(t).acq =
+                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None });
+                //= spec.md#A1
+                //= spec.md#S3.9
+                //# The fast (read-locked) hit path is taken only when the queue is empty.
+                if !self.s.queue.is_empty() {
+                    note!(self, "A1: the queue is not empty: T{t} takes the slow path");
+                    self.thread_mut(t).pc = Pc::A2;
+                } else {
+                    note!(self, "A1: the queue is empty: T{t} takes the lock shared");
+                    self.lock_shared();
+                    self.thread_mut(t).pc = Pc::A1Look;
+                }
+            }
+            ScriptOp::Release { lease } => self.r1(t, lease),
+            ScriptOp::Event { kind, span } => {
+                self.thread_mut(t).pc = Pc::Event;
+                self.start_event(t, kind, span, Origin::Script);
+            }
+        }
+    }
+
+    //= spec.md#A1
+    fn a1_lookup(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        match self.m.lookup(self.s, req, access) {
+            Some(h) => {
+                note!(self, "A1: hit #{h} under the shared lock");
+                let ret = self.grant(t, h, true);
+                self.unlock_shared();
+                // The reader's part of "the holder drains": a hook that found the
+                // lock held shared left its event queued; the last reader out
+                // tries the lock and drains, as H2 would.
+                let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::ReaderSkipsDrain);
+                if !skip && !self.s.queue.is_empty() && self.s.lock == Lock::Free {
+                    note!(self, "A1: T{t} unlocked with events queued: it tries the lock exclusive and drains");
+                    self.lock_exclusive(t as Actor);
+                    self.drain_queue(t as Actor);
+                    self.unlock_exclusive(t as Actor);
+                }
+                self.finish(t, ret);
+            }
+            None => {
+                note!(self, "A1: no covering entry: T{t} unlocks and takes the slow path");
+                self.unlock_shared();
+                self.thread_mut(t).pc = Pc::A2;
+            }
+        }
+    }
+
+    fn a3(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        //= spec.md#A3
+        if let Some(h) = self.m.lookup(self.s, req, access) {
+            note!(self, "A3: hit #{h}");
+            let ret = self.grant(t, h, true);
+            self.unlock_exclusive(t as Actor);
+            return self.finish(t, ret);
+        }
+        //= spec.md#A4
+        let plan = self.m.plan(self.s, req, access);
+        note!(self, "A4: miss: T{t} plans {} {} (displacing {:?}), adds an in-flight record and unlocks", plan.span, plan.access, plan.displaced);
+        self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+        self.acq_mut(t).plan = Some(plan);
+        self.unlock_exclusive(t as Actor);
+        self.thread_mut(t).pc = Pc::A5;
+    }
+
+    //= spec.md#A5
+    //# call the registrar without the lock.
+    fn a5(&mut self, t: usize, alt: bool) {
+        let plan = self.acq(t).plan.clone().expect("A4 planned");
+        let pinned: Vec<u8> = plan.span.pages().map(|p| self.s.gens[p as usize]).collect();
+        let h = self.s.regs.len() as Handle;
+        note!(self, "A5: T{t} registers {} {} without the lock: #{h} pins generations {pinned:?}", plan.span, plan.access);
+        self.s.regs.push(Reg {
+            span: plan.span,
+            access: plan.access,
+            pinned,
+            deregs: 0,
+            id: 0,
+            findable: false,
+            leases: 0,
+            invalid: false,
+            displaced: false,
+            last_use: 0,
+        });
+        self.acq_mut(t).handle = Some(h);
+        self.thread_mut(t).pc = Pc::A6;
+        if alt {
+            let p = self.m.cfg.registrar_frees.expect("alternative only when configured");
+            note!(self, "A5: the registrar frees page {p} while it registers");
+            self.s.registrar_free_left = false;
+            self.start_event(t, ReleaseKind::Munmap, Span::new(p, p + 1), Origin::Registrar);
+        }
+    }
+
+    fn a7(&mut self, t: usize, alt: bool) {
+        let handle = self.acq(t).handle.expect("A5 registered");
+        match self.m.a7_outcome(self.s, t) {
+            A7::Stale { replan } => {
+                //= spec.md#A7
+                //= spec.md#S3.7
+                if replan {
+                    note!(self, "A7: the overlap policy's plan changed while the lock was dropped: #{handle} is thrown away");
+                } else {
+                    note!(self, "A7: the in-flight record is stale: #{handle} is thrown away");
+                }
+                self.thread_mut(t).inflight = None;
+                self.dereg_list(t as Actor).push(handle);
+                let acq = self.acq_mut(t);
+                acq.handle = None;
+                acq.plan = None;
+                acq.attempts += 1;
+                let exhausted = acq.attempts >= self.m.cfg.max_retries;
+                self.unlock_exclusive(t as Actor);
+                if exhausted {
+                    self.finish(t, Ret::Failed { error: OpError::RetriesExhausted });
+                } else {
+                    self.thread_mut(t).pc = Pc::A2;
+                }
+            }
+            A7::Hit(h) => {
+                //= spec.md#A8
+                note!(self, "A8: #{h} now covers the request: lease it, throw #{handle} away");
+                self.thread_mut(t).inflight = None;
+                self.dereg_list(t as Actor).push(handle);
+                self.acq_mut(t).handle = None;
+                let ret = self.grant(t, h, true);
+                self.unlock_exclusive(t as Actor);
+                self.finish(t, ret);
+            }
+            A7::Insert => {
+                //= spec.md#A9
+                let acq = self.acq(t).clone();
+                let displaced = if self.mutant(Mutant::StaleMergePlan) {
+                    acq.plan.clone().expect("A4 planned").displaced
+                } else {
+                    self.m.plan(self.s, acq.req, acq.access).displaced
+                };
+                self.thread_mut(t).inflight = None;
+                let id = self.s.next_id;
+                self.s.next_id += 1;
+                let r = &mut self.s.regs[handle as usize];
+                r.id = id;
+                r.findable = true;
+                note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
+                let _ = self.grant(t, handle, false);
+                for d in displaced {
+                    let r = &mut self.s.regs[d as usize];
+                    r.findable = false;
+                    r.invalid = true;
+                    r.displaced = true;
+                    let drop_leased = self.mutant(Mutant::MergeDropsLeased) && self.m.cfg.policy == OverlapPolicy::Merge;
+                    if self.s.regs[d as usize].leases == 0 || drop_leased {
+                        self.dereg_list(t as Actor).push(d);
+                    }
+                }
+                let next = if self.m.cfg.has_limits() { Pc::A10 } else { Pc::A11 };
+                if alt {
+                    let span = self.m.cache_free_span();
+                    note!(self, "A9: the cache frees its own memory ({span}) while it holds the lock");
+                    self.s.cache_free_left = false;
+                    self.thread_mut(t).pc = next;
+                    self.start_event(t, ReleaseKind::Munmap, span, Origin::Cache);
+                } else if next == Pc::A10 {
+                    self.thread_mut(t).pc = Pc::A10;
+                } else {
+                    self.a11(t);
+                }
+            }
+        }
+    }
+
+    //= spec.md#A10
+    //# Correct order: raise the over-limit flag *before* reading the lease
+    //# counts, so that a release (R1: decrement, then read the flag) either is
+    //# seen by the scan or sees the flag.
+    fn a10(&mut self, t: usize) {
+        if self.mutant(Mutant::OverLimitFlagLate) {
+            self.evict(t as Actor);
+            if self.m.over_limits(self.s) {
+                self.thread_mut(t).pc = Pc::A10b;
+            } else {
+                self.s.over_limit = false;
+                self.a11(t);
+            }
+        } else if self.m.over_limits(self.s) {
+            note!(self, "A10: over a limit: raise the over-limit flag, then scan");
+            self.s.over_limit = true;
+            self.thread_mut(t).pc = Pc::A10b;
+        } else {
+            self.s.over_limit = false;
+            self.a11(t);
+        }
+    }
+
+    fn a10b(&mut self, t: usize) {
+        if self.mutant(Mutant::OverLimitFlagLate) {
+            note!(self, "A10: still over a limit, every entry leased: raise the over-limit flag");
+            self.s.over_limit = true;
+        } else {
+            self.evict(t as Actor);
+            if !self.m.over_limits(self.s) {
+                self.s.over_limit = false;
+            }
+        }
+        self.a11(t);
+    }
+
+    //= spec.md#A11
+    fn a11(&mut self, t: usize) {
+        let h = self.acq(t).handle.expect("A9 inserted");
+        self.unlock_exclusive(t as Actor);
+        let reg = self.m.view(self.s, h);
+        self.finish(t, Ret::Granted { reg, hit: false, pressure: false });
+    }
+
+    //= spec.md#R1
+    fn r1(&mut self, t: usize, lease: u64) {
+        let Some(i) = self.s.threads[t].held.iter().position(|(l, _)| *l == lease) else {
+            // The acquire failed (E6), so the lease is not held.
+            return self.finish(t, Ret::Failed { error: OpError::UnknownLease { lease } });
+        };
+        let (_, h) = self.thread_mut(t).held.remove(i);
+        let r = &mut self.s.regs[h as usize];
+        r.leases -= 1;
+        let (left, invalid, findable) = (r.leases, r.invalid, r.findable);
+        // R1 touches the LRU stamp *before* its decrement (mutant 19 touches
+        // after it, mutant 16 never).
+        let late = self.mutant(Mutant::ReleaseTouchAfterDecrement) && self.m.cfg.has_limits();
+        if findable && !self.mutant(Mutant::ReleaseNoLruTouch) && !late {
+            self.touch(h);
+        }
+        note!(self, "R1: T{t} decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+        if left == 0 && invalid {
+            //= spec.md#A-H
+            //# a release owns the deregistration iff its decrement took the count
+            //# from 1 to 0 with INVALID set.
+            self.deregister(h);
+            self.finish(t, Ret::Done);
+            return;
+        }
+        let r2 = left == 0 && self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+        if late && findable {
+            self.thread_mut(t).pc = Pc::R1Touch(h, r2);
+        } else if r2 {
+            self.thread_mut(t).pc = Pc::R2;
+        } else {
+            self.finish(t, Ret::Done);
+        }
+    }
+
+    // ---- release events ----
+
+    fn start_event(&mut self, t: usize, kind: ReleaseKind, span: Span, origin: Origin) {
+        if origin != Origin::Script {
+            let op = Op::ReleaseEvent { kind, addr: span.addr(), len: span.bytes() };
+            self.invoke(t as u8, true, op);
+        }
+        let pc = self.m.first_ev_pc(&span);
+        self.thread_mut(t).ev = Some(Ev { pc, span, kind, origin, assigned: Vec::new() });
+        self.ev_step(t);
+    }
+
+    fn bump(&mut self, t: usize) {
+        let span = self.s.threads[t].ev.as_ref().expect("event").span;
+        let mut assigned = Vec::new();
+        for p in span.pages() {
+            self.s.gens[p as usize] += 1;
+            assigned.push(self.s.gens[p as usize]);
+        }
+        note!(self, "kernel: {span} is released (new generations {assigned:?})");
+        self.thread_mut(t).ev.as_mut().expect("event").assigned = assigned;
+    }
+
+    fn set_ev_pc(&mut self, t: usize, pc: EvPc) {
+        self.thread_mut(t).ev.as_mut().expect("event").pc = pc;
+    }
+
+    fn ev_step(&mut self, t: usize) {
+        let ev = self.s.threads[t].ev.clone().expect("event in progress");
+        let nbr = self.mutant(Mutant::NotifyBeforeRelease);
+        match ev.pc {
+            EvPc::Bump => {
+                self.bump(t);
+                match self.m.cfg.monitor {
+                    MonitorKind::Sync => self.set_ev_pc(t, EvPc::H1),
+                    MonitorKind::Async if self.m.uffd_watches(&ev.span) => {
+                        note!(self, "kernel: uffd event {} queued; T{t} sleeps until it is read", ev.span);
+                        self.s.uffd.push((ev.span, t as Actor));
+                        self.thread_mut(t).waiting = true;
+                        self.set_ev_pc(t, EvPc::Wait);
+                    }
+                    MonitorKind::Async => self.finish_event(t),
+                }
+            }
+            EvPc::H1 => {
+                //= spec.md#H1
+                note!(self, "H1: T{t} pushes {} on the invalidation queue", ev.span);
+                self.s.queue.push(ev.span);
+                self.set_ev_pc(t, EvPc::H2);
+            }
+            EvPc::H2 => {
+                //= spec.md#H2
+                //= spec.md#S7.2
+                if self.s.lock == Lock::Free {
+                    note!(self, "H2: T{t} gets the lock: drains and unlocks");
+                    self.lock_exclusive(t as Actor);
+                    self.drain_queue(t as Actor);
+                    self.unlock_exclusive(t as Actor);
+                } else {
+                    note!(self, "H2: the lock is busy: T{t} returns, leaving the event queued");
+                }
+                if nbr {
+                    self.set_ev_pc(t, EvPc::BumpLast);
+                } else {
+                    self.finish_event(t);
+                }
+            }
+            EvPc::Enqueue => {
+                note!(self, "kernel: uffd event {} queued before the frames change; T{t} sleeps", ev.span);
+                self.s.uffd.push((ev.span, t as Actor));
+                self.thread_mut(t).waiting = true;
+                self.set_ev_pc(t, EvPc::Wait);
+            }
+            EvPc::Wait => {
+                note!(self, "T{t} wakes up: its uffd event was read");
+                if nbr {
+                    self.set_ev_pc(t, EvPc::BumpLast);
+                } else {
+                    self.finish_event(t);
+                }
+            }
+            EvPc::BumpLast => {
+                self.bump(t);
+                self.finish_event(t);
+            }
+        }
+    }
+
+    fn finish_event(&mut self, t: usize) {
+        let ev = self.thread_mut(t).ev.take().expect("event in progress");
+        for (i, p) in ev.span.pages().enumerate() {
+            let d = &mut self.s.done_gens[p as usize];
+            *d = (*d).max(ev.assigned[i]);
+        }
+        match ev.origin {
+            Origin::Script => self.finish(t, Ret::Done),
+            _ => {
+                let op = Op::ReleaseEvent { kind: ev.kind, addr: ev.span.addr(), len: ev.span.bytes() };
+                note!(self, "the {:?} release of {} returns", ev.origin, ev.span);
+                self.ret(t as u8, true, op, Ret::Done);
+            }
+        }
+    }
+
+    // ---- the uffd monitor thread ----
+
+    fn monitor_read(&mut self) {
+        for (span, w) in std::mem::take(&mut self.s.uffd) {
+            note!(self, "monitor reads the uffd event {span}: T{w} wakes up");
+            self.s.threads[w as usize].waiting = false;
+            self.s.monitor.buf.push(span);
+        }
+    }
+
+    fn monitor_apply(&mut self) {
+        for span in std::mem::take(&mut self.s.monitor.buf) {
+            self.apply_event(span, MONITOR);
+        }
+    }
+
+    fn monitor_step(&mut self) {
+        if !self.s.monitor.toctou.is_empty() {
+            return self.read_counts_late(MONITOR);
+        }
+        let outside = self.mutant(Mutant::AsyncApplyOutsideLock);
+        let blocking_read = self.mutant(Mutant::AsyncBlockingReadOutsideLock);
+        match self.s.monitor.pc {
+            MonPc::Idle if outside || blocking_read => {
+                note!(self, "monitor reads without the lock");
+                self.monitor_read();
+                self.s.monitor.pc = if outside { MonPc::Apply } else { MonPc::Lock };
+            }
+            MonPc::Idle => {
+                //= spec.md#M1
+                note!(self, "M1: the uffd fd is readable (nothing read yet)");
+                self.s.monitor.pc = MonPc::Lock;
+            }
+            MonPc::Lock => {
+                //= spec.md#M2
+                note!(self, "M2: monitor takes the lock exclusive");
+                self.lock_exclusive(MONITOR);
+                self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
+            }
+            MonPc::Read => {
+                //= spec.md#S3.8
+                //# reads are non-blocking and happen only while holding the write lock
+                self.monitor_read();
+                if self.s.monitor.buf.is_empty() {
+                    note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    self.unlock_exclusive(MONITOR);
+                    self.s.monitor.pc = MonPc::Idle;
+                } else {
+                    self.s.monitor.pc = MonPc::Apply;
+                }
+            }
+            MonPc::Apply => {
+                self.monitor_apply();
+                if outside {
+                    self.perform_dereg(MONITOR);
+                } else {
+                    self.unlock_exclusive(MONITOR);
+                }
+                self.s.monitor.pc = MonPc::Idle;
+            }
+        }
+    }
+}
+
+impl Model for AlgoModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init_state()]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for t in 0..s.threads.len() {
+            if self.thread_enabled(s, t) {
+                actions.push(Action::Thread { t: t as u8, alt: false });
+                if self.thread_alt(s, t) {
+                    actions.push(Action::Thread { t: t as u8, alt: true });
+                }
+            }
+        }
+        if self.monitor_enabled(s) {
+            actions.push(Action::Monitor);
+        }
+    }
+
+    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+        let mut next = s.clone();
+        self.step(&mut next, a, None);
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        props::properties(self)
+    }
+
+    fn format_action(&self, a: &Action) -> String {
+        match a {
+            Action::Thread { t, alt: false } => format!("T{t}"),
+            Action::Thread { t, alt: true } => format!("T{t} (alternative branch)"),
+            Action::Monitor => "monitor".into(),
+        }
+    }
+
+    fn format_step(&self, last: &State, a: Action) -> Option<String> {
+        let mut next = last.clone();
+        let mut rec = Rec::default();
+        self.step(&mut next, a, Some(&mut rec));
+        Some(format!("{}\n{}\n{}", self.label(last, a), rec.notes.join("\n"), next.summary()))
+    }
+}

@@ -1,0 +1,621 @@
+//! What to check: the scripts the application threads run, the monitor, the
+//! overlap policy, the optional nested release events, the limits, and the
+//! mutant (a deliberately broken variant of §A).
+
+use crate::props;
+use mrcache_model::OverlapPolicy;
+use mrcache_types::{Access, LeaseId, Op, Range, ReleaseKind, PAGE_SIZE};
+use std::fmt;
+
+/// Pages the checker's address space may use (scripts + the cache's private page).
+pub const MAX_PAGES: u8 = 32;
+
+/// Which monitor tells the cache about release events (spec.md#S1.8, S7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MonitorKind {
+    /// A hook in the releasing thread: H1 then H2 (spec.md#S3.9, S7.2).
+    #[default]
+    Sync,
+    /// userfaultfd: the releasing thread sleeps until the monitor thread *reads*
+    /// the event; the monitor applies it (M1, M2; spec.md#S3.8, S7.3).
+    Async,
+}
+
+impl MonitorKind {
+    pub const ALL: [MonitorKind; 2] = [MonitorKind::Sync, MonitorKind::Async];
+    pub fn name(&self) -> &'static str {
+        match self {
+            MonitorKind::Sync => "sync",
+            MonitorKind::Async => "async",
+        }
+    }
+}
+
+impl std::str::FromStr for MonitorKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sync" | "hook" => Ok(MonitorKind::Sync),
+            "async" | "uffd" | "userfaultfd" => Ok(MonitorKind::Async),
+            _ => Err(format!("unknown monitor `{s}` (expected sync or async)")),
+        }
+    }
+}
+
+impl fmt::Display for MonitorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A deliberately broken variant of the §A algorithm. Each must be caught by
+/// the property [`Mutant::caught_by`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mutant {
+    /// 1. A7 is skipped: a registration is inserted although a release event
+    ///    overlapping it was applied while it was being registered (libfabric,
+    ///    Open MPI: peers.md §3 items 1, 3).
+    NoSeqRecheck,
+    /// 2. H2 blocks on the lock instead of trying it; a release event raised
+    ///    on a thread that holds the lock (the cache freeing its own memory)
+    ///    waits for itself (libfabric memhooks, peers.md Q6).
+    BlockingHook,
+    /// 3. A-D deregisters leased entries at once instead of setting INVALID.
+    DeregLeasedOnInvalidate,
+    /// 4. The uffd monitor reads and applies events without the lock, and A2/A6
+    ///    do not read pending events.
+    AsyncApplyOutsideLock,
+    /// 5. A-D leaves leased entries findable (MVAPICH2 dreg, peers.md §3 item 7).
+    LeasedStaysFindable,
+    /// 6. A-D invalidates only entries that start at the released address.
+    PartialUnmapStartOnly,
+    /// 7. A merge (A9) deregisters the displaced registration although it is leased.
+    MergeDropsLeased,
+    /// 8. Events a hook queued while the lock was busy are not drained by the
+    ///    holder before it unlocks (nor by a fast-path reader after it unlocks):
+    ///    they wait for a later slow path, which may never come (MVAPICH2
+    ///    `delayed_buf_region`, peers.md §3 item 9).
+    QueueNeverDrained,
+    /// 9. The uffd monitor reads events with a blocking read outside the lock,
+    ///    then takes the lock and applies them.
+    AsyncBlockingReadOutsideLock,
+    /// 10. A-H split in two: invalidation sets INVALID, then reads the lease
+    ///     count in a separate step (Open MPI `add_to_gc`, peers.md §3 item 5).
+    HandoffToctou,
+    /// 11. A lookup ignores access rights (libfabric's hit rule, peers.md Q9).
+    HitIgnoresAccess,
+    /// 12. R2 is missing: a release that leaves an evictable entry while the
+    ///     cache is over a limit does not evict (UCX: eviction only on a miss).
+    NoReleaseEviction,
+    /// 13. A10 scans the lease counts first and raises the over-limit flag
+    ///     afterwards, so a release in between sees the flag down and skips R2.
+    OverLimitFlagLate,
+    /// 14. The monitor is told before the frames change (a hook that runs
+    ///     before munmap, as Open MPI's patcher does; uffd REMOVE, which the
+    ///     kernel delivers before it zaps the pages).
+    NotifyBeforeRelease,
+    /// 15. A9 displaces what A4 planned, without re-planning under the lock:
+    ///     entries inserted or removed while the lock was dropped are missed.
+    StaleMergePlan,
+    /// 16. R1 does not touch the LRU stamp, although S2.2 makes a released
+    ///     entry the most recently used: evictions pick other victims than the
+    ///     contract's.
+    ReleaseNoLruTouch,
+    /// 17. Half of mutant 8: the exclusive holder does not drain before it
+    ///     unlocks (a fast-path reader still does).
+    HolderSkipsDrain,
+    /// 18. The other half: a fast-path reader that unlocks with events queued
+    ///     does not try the lock to drain them (the holder still does).
+    ReaderSkipsDrain,
+    /// 19. R1 decrements first and touches the LRU stamp afterwards: an
+    ///     eviction in between sees an unleased entry with its old stamp.
+    ReleaseTouchAfterDecrement,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 19] = [
+        Mutant::NoSeqRecheck,
+        Mutant::BlockingHook,
+        Mutant::DeregLeasedOnInvalidate,
+        Mutant::AsyncApplyOutsideLock,
+        Mutant::LeasedStaysFindable,
+        Mutant::PartialUnmapStartOnly,
+        Mutant::MergeDropsLeased,
+        Mutant::QueueNeverDrained,
+        Mutant::AsyncBlockingReadOutsideLock,
+        Mutant::HandoffToctou,
+        Mutant::HitIgnoresAccess,
+        Mutant::NoReleaseEviction,
+        Mutant::OverLimitFlagLate,
+        Mutant::NotifyBeforeRelease,
+        Mutant::StaleMergePlan,
+        Mutant::ReleaseNoLruTouch,
+        Mutant::HolderSkipsDrain,
+        Mutant::ReaderSkipsDrain,
+        Mutant::ReleaseTouchAfterDecrement,
+    ];
+
+    pub fn number(&self) -> usize {
+        Mutant::ALL.iter().position(|m| m == self).expect("listed") + 1
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mutant::NoSeqRecheck => "no-seq-recheck",
+            Mutant::BlockingHook => "blocking-hook",
+            Mutant::DeregLeasedOnInvalidate => "dereg-leased-on-invalidate",
+            Mutant::AsyncApplyOutsideLock => "async-apply-outside-lock",
+            Mutant::LeasedStaysFindable => "leased-stays-findable",
+            Mutant::PartialUnmapStartOnly => "partial-unmap-start-only",
+            Mutant::MergeDropsLeased => "merge-drops-leased",
+            Mutant::QueueNeverDrained => "queue-never-drained",
+            Mutant::AsyncBlockingReadOutsideLock => "async-blocking-read-outside-lock",
+            Mutant::HandoffToctou => "handoff-toctou",
+            Mutant::HitIgnoresAccess => "hit-ignores-access",
+            Mutant::NoReleaseEviction => "no-release-eviction",
+            Mutant::OverLimitFlagLate => "over-limit-flag-late",
+            Mutant::NotifyBeforeRelease => "notify-before-release",
+            Mutant::StaleMergePlan => "stale-merge-plan",
+            Mutant::ReleaseNoLruTouch => "release-no-lru-touch",
+            Mutant::HolderSkipsDrain => "holder-skips-drain",
+            Mutant::ReaderSkipsDrain => "reader-skips-drain",
+            Mutant::ReleaseTouchAfterDecrement => "release-touch-after-decrement",
+        }
+    }
+
+    pub fn description(&self) -> &'static str {
+        match self {
+            Mutant::NoSeqRecheck => "A7 skipped: a registration invalidated while it was made is inserted",
+            Mutant::BlockingHook => "H2 blocks on the lock instead of try-locking",
+            Mutant::DeregLeasedOnInvalidate => "A-D deregisters leased entries at once",
+            Mutant::AsyncApplyOutsideLock => "uffd events read and applied outside the lock; A2/A6 do not read",
+            Mutant::LeasedStaysFindable => "A-D leaves leased entries findable (MVAPICH2 dreg)",
+            Mutant::PartialUnmapStartOnly => "A-D invalidates only entries starting at the released address",
+            Mutant::MergeDropsLeased => "a merge deregisters a displaced registration that is leased",
+            Mutant::QueueNeverDrained => "the lock holder never drains events queued while it held the lock",
+            Mutant::AsyncBlockingReadOutsideLock => "uffd monitor reads outside the lock, then locks and applies",
+            Mutant::HandoffToctou => "A-H: set INVALID, then read the lease count in a separate step",
+            Mutant::HitIgnoresAccess => "lookups ignore access rights",
+            Mutant::NoReleaseEviction => "R2 missing: releases never evict",
+            Mutant::OverLimitFlagLate => "A10 raises the over-limit flag after scanning the lease counts",
+            Mutant::NotifyBeforeRelease => "the monitor learns of a release before the frames change",
+            Mutant::StaleMergePlan => "A9 displaces the entries A4 planned, without re-planning",
+            Mutant::ReleaseNoLruTouch => "R1 does not touch the LRU stamp",
+            Mutant::HolderSkipsDrain => "the exclusive holder does not drain the queue before it unlocks",
+            Mutant::ReaderSkipsDrain => "a fast-path reader leaves events queued while it held the lock",
+            Mutant::ReleaseTouchAfterDecrement => "R1 touches the LRU stamp after its decrement",
+        }
+    }
+
+    /// The properties (names from [`crate::props`]) whose counterexample
+    /// catches this mutant; the first is the one the pinned configuration hits.
+    pub fn caught_by(&self) -> &'static [&'static str] {
+        use props::*;
+        match self {
+            Mutant::NoSeqRecheck => &[P2, LINEARIZABLE],
+            Mutant::BlockingHook => &[P6],
+            Mutant::DeregLeasedOnInvalidate => &[P3],
+            Mutant::AsyncApplyOutsideLock => &[P2],
+            Mutant::LeasedStaysFindable => &[P2],
+            Mutant::PartialUnmapStartOnly => &[P2],
+            Mutant::MergeDropsLeased => &[P3],
+            Mutant::QueueNeverDrained => &[L1],
+            Mutant::AsyncBlockingReadOutsideLock => &[P2],
+            Mutant::HandoffToctou => &[P4],
+            Mutant::HitIgnoresAccess => &[P1],
+            Mutant::NoReleaseEviction => &[P5],
+            Mutant::OverLimitFlagLate => &[P5],
+            Mutant::NotifyBeforeRelease => &[P2],
+            Mutant::StaleMergePlan => &[LINEARIZABLE],
+            Mutant::ReleaseNoLruTouch => &[LINEARIZABLE],
+            Mutant::HolderSkipsDrain => &[L1],
+            Mutant::ReaderSkipsDrain => &[L1],
+            Mutant::ReleaseTouchAfterDecrement => &[LINEARIZABLE],
+        }
+    }
+
+    /// Makes `cfg` able to exhibit the mutant: the monitor, policy, nested
+    /// events or limits it needs. Returns what was changed, for messages.
+    pub fn adjust(&self, cfg: &mut CheckConfig) -> Vec<String> {
+        let mut changed = Vec::new();
+        match self {
+            Mutant::BlockingHook | Mutant::HolderSkipsDrain if cfg.cache_frees.is_none() => {
+                cfg.cache_frees = Some(CacheFrees::Private);
+                changed.push("the cache frees its own memory under its lock (--cache-frees private)".into());
+            }
+            Mutant::AsyncApplyOutsideLock | Mutant::AsyncBlockingReadOutsideLock if cfg.monitor != MonitorKind::Async => {
+                cfg.monitor = MonitorKind::Async;
+                changed.push("--monitor async".into());
+            }
+            Mutant::MergeDropsLeased | Mutant::StaleMergePlan if cfg.policy != OverlapPolicy::Merge => {
+                cfg.policy = OverlapPolicy::Merge;
+                changed.push("--policy merge".into());
+            }
+            Mutant::NoReleaseEviction | Mutant::OverLimitFlagLate
+                if cfg.max_regions.is_none() && cfg.max_pinned_bytes.is_none() =>
+            {
+                cfg.max_regions = Some(1);
+                changed.push("--max-regions 1".into());
+            }
+            Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
+                cfg.scripts = Some(lru_scripts());
+                cfg.max_regions = Some(2);
+                changed.push(
+                    "the LRU scripts (T0: acquire A, acquire B, release B, release A; T1: acquire C, acquire A, munmap A) and --max-regions 2"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        changed
+    }
+}
+
+impl std::str::FromStr for Mutant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let wanted = s.trim().replace('_', "-");
+        if let Ok(n) = wanted.parse::<usize>() {
+            if (1..=Mutant::ALL.len()).contains(&n) {
+                return Ok(Mutant::ALL[n - 1]);
+            }
+        }
+        Mutant::ALL.iter().copied().find(|m| m.name() == wanted).ok_or_else(|| {
+            let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown mutant `{s}` (expected a number 1-{} or one of: {})", Mutant::ALL.len(), names.join(", "))
+        })
+    }
+}
+
+impl fmt::Display for Mutant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the cache's own memory lives when it frees it under its lock (A9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheFrees {
+    /// A page of its own, never cached and not watched by userfaultfd.
+    Private,
+    /// An application page (the allocator gave back a page that also held
+    /// registered user buffers), watched by userfaultfd like every app page.
+    AppPage(u8),
+}
+
+/// One configuration of the checker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CheckConfig {
+    /// Application threads (ignored when `scripts` is set).
+    pub threads: usize,
+    /// Operations per thread (ignored when `scripts` is set).
+    pub ops: usize,
+    pub policy: OverlapPolicy,
+    pub monitor: MonitorKind,
+    /// The registrar frees this page while it registers (A5), at most once per run.
+    pub registrar_frees: Option<u8>,
+    /// The cache frees its own memory while it holds the lock (A9), at most once per run.
+    pub cache_frees: Option<CacheFrees>,
+    pub max_regions: Option<u64>,
+    pub max_pinned_bytes: Option<u64>,
+    /// A7's bound on registration attempts (spec default 4).
+    pub max_retries: u8,
+    pub mutant: Option<Mutant>,
+    /// Explicit scripts (acquire, release and release_event ops only).
+    pub scripts: Option<Vec<Vec<Op>>>,
+}
+
+impl Default for CheckConfig {
+    fn default() -> Self {
+        CheckConfig {
+            threads: 2,
+            ops: 3,
+            policy: OverlapPolicy::Independent,
+            monitor: MonitorKind::Sync,
+            registrar_frees: None,
+            cache_frees: None,
+            max_regions: None,
+            max_pinned_bytes: None,
+            max_retries: 4,
+            mutant: None,
+            scripts: None,
+        }
+    }
+}
+
+impl CheckConfig {
+    pub fn new(threads: usize, ops: usize, policy: OverlapPolicy, monitor: MonitorKind) -> CheckConfig {
+        CheckConfig { threads, ops, policy, monitor, ..CheckConfig::default() }
+    }
+
+    pub fn with_mutant(mut self, m: Mutant) -> CheckConfig {
+        m.adjust(&mut self);
+        self.mutant = Some(m);
+        self
+    }
+
+    pub fn has_limits(&self) -> bool {
+        self.max_regions.is_some() || self.max_pinned_bytes.is_some()
+    }
+
+    /// The scripts this configuration runs.
+    pub fn scripts(&self) -> Vec<Vec<Op>> {
+        match &self.scripts {
+            Some(s) => s.clone(),
+            None => default_scripts(self.threads, self.ops),
+        }
+    }
+
+    /// The reference model's configuration for the same policy and limits.
+    pub fn model_config(&self) -> mrcache_model::Config {
+        let mut c = mrcache_model::Config::with_policy(self.policy);
+        c.limits.max_regions = self.max_regions;
+        c.limits.max_pinned_bytes = self.max_pinned_bytes;
+        c
+    }
+
+    /// A one-line description, for summaries and trace headers.
+    pub fn describe(&self) -> String {
+        let mut s = match &self.scripts {
+            Some(sc) => format!("{} scripted thread(s)", sc.len()),
+            None => format!("{} threads x {} ops", self.threads, self.ops),
+        };
+        s += &format!(", policy {}, monitor {}", self.policy.name(), self.monitor);
+        if let Some(p) = self.registrar_frees {
+            s += &format!(", registrar frees page {p}");
+        }
+        match self.cache_frees {
+            Some(CacheFrees::Private) => s += ", cache frees its private page under the lock",
+            Some(CacheFrees::AppPage(p)) => s += &format!(", cache frees app page {p} under the lock"),
+            None => {}
+        }
+        if let Some(m) = self.max_regions {
+            s += &format!(", max_regions {m}");
+        }
+        if let Some(m) = self.max_pinned_bytes {
+            s += &format!(", max_pinned_bytes {m}");
+        }
+        if self.max_retries != 4 {
+            s += &format!(", max_retries {}", self.max_retries);
+        }
+        if let Some(m) = self.mutant {
+            s += &format!(", mutant {} ({})", m.number(), m.name());
+        }
+        s
+    }
+}
+
+/// A page span `[first, end)`, the checker's compact form of a byte range.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Span {
+    pub first: u8,
+    pub end: u8,
+}
+
+impl Span {
+    pub fn new(first: u8, end: u8) -> Span {
+        debug_assert!(first < end);
+        Span { first, end }
+    }
+    pub fn len(&self) -> u8 {
+        self.end - self.first
+    }
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.first
+    }
+    pub fn overlaps(&self, o: &Span) -> bool {
+        self.first < o.end && o.first < self.end
+    }
+    pub fn contains(&self, o: &Span) -> bool {
+        self.first <= o.first && o.end <= self.end
+    }
+    pub fn union(&self, o: &Span) -> Span {
+        Span { first: self.first.min(o.first), end: self.end.max(o.end) }
+    }
+    pub fn pages(&self) -> std::ops::Range<u8> {
+        self.first..self.end
+    }
+    pub fn addr(&self) -> u64 {
+        self.first as u64 * PAGE_SIZE
+    }
+    pub fn bytes(&self) -> u64 {
+        self.len() as u64 * PAGE_SIZE
+    }
+    fn of(range: Range) -> Result<Span, String> {
+        let p = range.pages(PAGE_SIZE);
+        if p.end > MAX_PAGES as u64 {
+            return Err(format!("{range} reaches page {}; the checker has pages 0..{}", p.end - 1, MAX_PAGES - 1));
+        }
+        Ok(Span { first: p.first as u8, end: p.end as u8 })
+    }
+}
+
+impl fmt::Debug for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p[{},{})", self.first, self.end)
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A script operation in the checker's compact form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScriptOp {
+    Acquire { lease: LeaseId, span: Span, access: Access },
+    Release { lease: LeaseId },
+    Event { kind: ReleaseKind, span: Span },
+}
+
+/// Checks and converts scripts: only acquire, release and release_event;
+/// valid ranges inside the checker's pages; lease names unique; a release
+/// names a lease its own thread acquired before.
+pub fn compile_scripts(scripts: &[Vec<Op>]) -> Result<Vec<Vec<(Op, ScriptOp)>>, String> {
+    if scripts.is_empty() || scripts.len() > 6 {
+        return Err(format!("{} threads: the checker handles 1 to 6", scripts.len()));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (t, script) in scripts.iter().enumerate() {
+        let mut mine = std::collections::BTreeSet::new();
+        let mut compiled = Vec::new();
+        for op in script {
+            let sop = match *op {
+                Op::Acquire { lease, access, .. } => {
+                    let range = op.range().expect("acquire has a range").map_err(|e| format!("thread {t}: {op}: {e}"))?;
+                    if !names.insert(lease) {
+                        return Err(format!("thread {t}: {op}: lease L{lease} is used twice"));
+                    }
+                    mine.insert(lease);
+                    ScriptOp::Acquire { lease, span: Span::of(range).map_err(|e| format!("thread {t}: {e}"))?, access }
+                }
+                Op::Release { lease } => {
+                    if !mine.contains(&lease) {
+                        return Err(format!("thread {t}: {op}: the thread never acquired L{lease}"));
+                    }
+                    ScriptOp::Release { lease }
+                }
+                Op::ReleaseEvent { kind, .. } => {
+                    let range = op.range().expect("event has a range").map_err(|e| format!("thread {t}: {op}: {e}"))?;
+                    ScriptOp::Event { kind, span: Span::of(range).map_err(|e| format!("thread {t}: {e}"))? }
+                }
+                _ => return Err(format!("thread {t}: {op}: scripts hold only acquire, release and release_event")),
+            };
+            compiled.push((*op, sop));
+        }
+        out.push(compiled);
+    }
+    Ok(out)
+}
+
+/// Shrinks the pages `scripts` touch to a few, keeping every relation between
+/// their ranges: the address space is cut at every range's first and end page,
+/// and each piece that some range covers becomes one page (in address order).
+/// Overlap, containment and adjacency are kept; sizes and gaps are not. This
+/// lets a trace recorded at real addresses run in the checker.
+pub fn compact_pages(scripts: &[Vec<Op>]) -> Vec<Vec<Op>> {
+    let spans: Vec<(u64, u64)> = scripts
+        .iter()
+        .flatten()
+        .filter_map(|op| op.range().and_then(Result::ok))
+        .map(|r| {
+            let p = r.pages(PAGE_SIZE);
+            (p.first, p.end)
+        })
+        .collect();
+    let mut cuts: Vec<u64> = spans.iter().flat_map(|&(a, b)| [a, b]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    // Pieces [cuts[i], cuts[i+1]) covered by some range, numbered in order.
+    let covered: Vec<u64> = cuts
+        .windows(2)
+        .filter(|w| spans.iter().any(|&(a, b)| a <= w[0] && w[1] <= b))
+        .map(|w| w[0])
+        .collect();
+    let page_of = |cut: u64| covered.partition_point(|&c| c < cut) as u64;
+    let remap = |addr: u64, len: u64| {
+        let p = Range { addr, len }.pages(PAGE_SIZE);
+        let (first, end) = (page_of(p.first), page_of(p.end));
+        (first * PAGE_SIZE, (end - first) * PAGE_SIZE)
+    };
+    scripts
+        .iter()
+        .map(|ops| {
+            ops.iter()
+                .map(|op| match *op {
+                    Op::Acquire { lease, addr, len, access } if len > 0 && addr.checked_add(len).is_some() => {
+                        let (addr, len) = remap(addr, len);
+                        Op::Acquire { lease, addr, len, access }
+                    }
+                    Op::ReleaseEvent { kind, addr, len } if len > 0 && addr.checked_add(len).is_some() => {
+                        let (addr, len) = remap(addr, len);
+                        Op::ReleaseEvent { kind, addr, len }
+                    }
+                    other => other,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+const RR: Access = Access::REMOTE_READ;
+const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
+
+fn acq(lease: LeaseId, first: u64, end: u64, access: Access) -> Op {
+    Op::Acquire { lease, addr: first * PAGE_SIZE, len: (end - first) * PAGE_SIZE, access }
+}
+fn rel(lease: LeaseId) -> Op {
+    Op::Release { lease }
+}
+fn ev(kind: ReleaseKind, first: u64, end: u64) -> Op {
+    Op::ReleaseEvent { kind, addr: first * PAGE_SIZE, len: (end - first) * PAGE_SIZE }
+}
+
+/// Scripts where the LRU order decides which of A and B is evicted when T1's
+/// miss on C goes over `max_regions 2`; T1 then asks for A again and
+/// unmaps it while it holds it.
+pub fn lru_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), acq(2, 1, 2, RR), rel(2), rel(1)],
+        vec![acq(11, 2, 3, RR), acq(12, 0, 1, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// The generated scripts: thread `t` runs the first `ops` operations of
+/// pattern `t` (two pages, 0 and 1). With 2 threads x 3 ops:
+///
+/// ```text
+/// T0: acquire L1 p[0,2) remote_read; release L1; acquire L2 p[1,2) remote_read
+/// T1: acquire L11 p[1,2) rw;         release L11; munmap p[1,2)
+/// ```
+///
+/// That is enough for every race §A must handle: an acquire registering while
+/// an overlapping page is released, a leased entry invalidated, a partial
+/// release not at the start of an entry, overlapping requests with different
+/// access (a merge, an uncache, a miss that must not hit), and a re-acquire
+/// after a release event, by the releasing thread and by another.
+pub fn default_scripts(threads: usize, ops: usize) -> Vec<Vec<Op>> {
+    use ReleaseKind::*;
+    let patterns: [Vec<Op>; 4] = [
+        vec![acq(1, 0, 2, RR), rel(1), acq(2, 1, 2, RR), rel(2), ev(MadviseDontneed, 0, 1), acq(3, 0, 2, RR), rel(3)],
+        vec![acq(11, 1, 2, RW), rel(11), ev(Munmap, 1, 2), acq(12, 1, 2, RW), rel(12), ev(MremapSource, 0, 2)],
+        vec![ev(MadviseDontneed, 0, 1), acq(21, 0, 1, RR), rel(21), acq(22, 0, 2, RW), rel(22), ev(Munmap, 1, 2)],
+        vec![acq(31, 0, 1, RW), ev(MapFixedOver, 0, 1), rel(31), acq(32, 1, 2, RR), rel(32)],
+    ];
+    (0..threads.clamp(1, 4)).map(|t| patterns[t].iter().take(ops).copied().collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compacting_keeps_overlap_containment_and_adjacency() {
+        let a = |lease, addr: u64, len: u64| Op::Acquire { lease, addr, len, access: RR };
+        let scripts = vec![
+            vec![a(1, 0x7f00_0000_0000, 0x10_0000), a(2, 0x7f00_0008_0000, 0x10_0000)],
+            vec![
+                Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: 0x7f00_0010_0000, len: 0x1000 },
+                a(3, 0x7f00_0000_0800, 10),
+                a(4, 0x9000_0000, 0x1000),
+            ],
+        ];
+        let out = compact_pages(&scripts);
+        let spans: Vec<Span> = compile_scripts(&out)
+            .unwrap()
+            .into_iter()
+            .flatten()
+            .map(|(_, op)| match op {
+                ScriptOp::Acquire { span, .. } | ScriptOp::Event { span, .. } => span,
+                ScriptOp::Release { .. } => unreachable!(),
+            })
+            .collect();
+        // A4 (lowest address) is page 0, apart. A1 = [1,4) and A2 = [3,6)
+        // overlap on page 3; A3 is A1's first page, split off; the event
+        // (page 4) is inside A2 only.
+        assert_eq!(spans, vec![Span::new(1, 4), Span::new(3, 6), Span::new(4, 5), Span::new(1, 2), Span::new(0, 1)]);
+    }
+}

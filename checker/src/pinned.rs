@@ -1,0 +1,124 @@
+//! The pinned configurations: the correct algorithm must pass every property
+//! and reach every reachability goal in each, and each has an exact number of
+//! unique states (a change in the model or the scripts shows up here).
+
+use crate::config::{CacheFrees, CheckConfig, MonitorKind};
+use mrcache_model::OverlapPolicy;
+
+/// A pinned configuration and its exact unique-state count (BFS, complete).
+#[derive(Clone, Debug)]
+pub struct Pinned {
+    pub name: String,
+    pub cfg: CheckConfig,
+    pub unique_states: usize,
+    /// Every reachability goal must be reached (all families but `lru`, whose
+    /// scripts have no overlapping ranges: no merge, no uncache).
+    pub goals_required: bool,
+}
+
+/// Families of pinned configurations; each runs under every policy and both
+/// monitors unless noted.
+const FAMILIES: [&str; 9] =
+    ["2x3", "2x4", "3x2", "2x3+nested", "2x3+limit", "2x3+nested+limit", "2x3+cache-app-page", "2x3+e6", "lru"];
+
+fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
+    let base = |t, o| CheckConfig::new(t, o, policy, monitor);
+    Some(match name {
+        "2x3" => base(2, 3),
+        "2x4" => base(2, 4),
+        "3x2" => base(3, 2),
+        // The registrar frees page 1 during an A5, the cache frees its own
+        // page during an A9 (each at most once per run).
+        "2x3+nested" => CheckConfig { registrar_frees: Some(1), cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
+        "2x3+limit" => CheckConfig { max_regions: Some(1), ..base(2, 3) },
+        "2x3+nested+limit" => CheckConfig {
+            registrar_frees: Some(1),
+            cache_frees: Some(CacheFrees::Private),
+            max_regions: Some(1),
+            ..base(2, 3)
+        },
+        // Freeing watched memory under the lock deadlocks with userfaultfd
+        // (spec.md#S7.3 forbids it): sync monitor only.
+        "2x3+cache-app-page" if monitor == MonitorKind::Sync => {
+            CheckConfig { cache_frees: Some(CacheFrees::AppPage(1)), ..base(2, 3) }
+        }
+        "2x3+cache-app-page" => return None,
+        // One attempt only: the registrar's free makes it stale, so E6 is reachable.
+        "2x3+e6" => CheckConfig { registrar_frees: Some(1), max_retries: 1, ..base(2, 3) },
+        // The LRU order decides the victim (mutants 16 and 19).
+        "lru" => CheckConfig { scripts: Some(crate::config::lru_scripts()), max_regions: Some(2), ..base(2, 3) },
+        _ => return None,
+    })
+}
+
+/// Unique states of each pinned configuration, `family policy monitor`.
+const COUNTS: &[(&str, usize)] = &[
+    ("2x3 independent sync", 2188),
+    ("2x3 independent async", 2952),
+    ("2x3 merge sync", 3121),
+    ("2x3 merge async", 4113),
+    ("2x3 no-merge-uncache-contained sync", 2226),
+    ("2x3 no-merge-uncache-contained async", 3004),
+    ("2x4 independent sync", 20720),
+    ("2x4 independent async", 24322),
+    ("2x4 merge sync", 32255),
+    ("2x4 merge async", 38841),
+    ("2x4 no-merge-uncache-contained sync", 21683),
+    ("2x4 no-merge-uncache-contained async", 25438),
+    ("3x2 independent sync", 51666),
+    ("3x2 independent async", 90959),
+    ("3x2 merge sync", 108118),
+    ("3x2 merge async", 173008),
+    ("3x2 no-merge-uncache-contained sync", 62700),
+    ("3x2 no-merge-uncache-contained async", 108687),
+    ("2x3+nested independent sync", 117544),
+    ("2x3+nested independent async", 121789),
+    ("2x3+nested merge sync", 185049),
+    ("2x3+nested merge async", 194009),
+    ("2x3+nested no-merge-uncache-contained sync", 122115),
+    ("2x3+nested no-merge-uncache-contained async", 124046),
+    ("2x3+limit independent sync", 4727),
+    ("2x3+limit independent async", 6455),
+    ("2x3+limit merge sync", 4508),
+    ("2x3+limit merge async", 6134),
+    ("2x3+limit no-merge-uncache-contained sync", 3248),
+    ("2x3+limit no-merge-uncache-contained async", 4548),
+    ("2x3+nested+limit independent sync", 209309),
+    ("2x3+nested+limit independent async", 249349),
+    ("2x3+nested+limit merge sync", 244256),
+    ("2x3+nested+limit merge async", 302357),
+    ("2x3+nested+limit no-merge-uncache-contained sync", 165450),
+    ("2x3+nested+limit no-merge-uncache-contained async", 193228),
+    ("2x3+cache-app-page independent sync", 18087),
+    ("2x3+cache-app-page merge sync", 22775),
+    ("2x3+cache-app-page no-merge-uncache-contained sync", 18355),
+    ("2x3+e6 independent sync", 19636),
+    ("2x3+e6 independent async", 27981),
+    ("2x3+e6 merge sync", 22848),
+    ("2x3+e6 merge async", 32752),
+    ("2x3+e6 no-merge-uncache-contained sync", 19891),
+    ("2x3+e6 no-merge-uncache-contained async", 28344),
+    ("lru independent sync", 9820),
+    ("lru independent async", 17585),
+    ("lru merge sync", 9820),
+    ("lru merge async", 17585),
+    ("lru no-merge-uncache-contained sync", 9820),
+    ("lru no-merge-uncache-contained async", 17585),
+];
+
+/// Every pinned configuration with its recorded unique-state count (0 when
+/// not recorded yet).
+pub fn pinned_configs() -> Vec<Pinned> {
+    let mut out = Vec::new();
+    for fam in FAMILIES {
+        for policy in OverlapPolicy::ALL {
+            for monitor in MonitorKind::ALL {
+                let Some(cfg) = family(fam, policy, monitor) else { continue };
+                let name = format!("{fam} {} {}", policy.name(), monitor.name());
+                let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
+                out.push(Pinned { name, cfg, unique_states, goals_required: fam != "lru" });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,271 @@
+//! Running a check: strategy, progress, verdicts and the counterexample.
+
+use crate::algo::{Action, AlgoModel};
+use crate::config::CheckConfig;
+use crate::props;
+use crate::report;
+use mrcache_types::trace::Trace;
+use stateright::{Checker, Expectation, HasDiscoveries, Model, UniformChooser};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How the state space is explored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Breadth first: shortest counterexamples, exact unique-state counts.
+    #[default]
+    Bfs,
+    Dfs,
+    /// Random walks from the initial state.
+    Simulation { seed: u64 },
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Strategy::Bfs => f.write_str("BFS"),
+            Strategy::Dfs => f.write_str("DFS"),
+            Strategy::Simulation { seed } => write!(f, "simulation, seed {seed}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub strategy: Strategy,
+    /// Explore no deeper than this many steps.
+    pub max_depth: Option<usize>,
+    /// Checker worker threads.
+    pub workers: usize,
+    /// Stop at the first violated `always` property.
+    pub stop_at_first_failure: bool,
+    pub timeout: Option<Duration>,
+    /// Stop after generating this many states (default 1,000,000 for simulation).
+    pub max_states: Option<usize>,
+    /// How often the progress callback runs.
+    pub progress_every: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            strategy: Strategy::Bfs,
+            max_depth: None,
+            workers: 1,
+            stop_at_first_failure: true,
+            timeout: None,
+            max_states: None,
+            progress_every: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A progress report while the checker runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub states: usize,
+    pub unique: usize,
+    pub depth: usize,
+    pub elapsed: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// `always`: no counterexample in a complete exploration.
+    Holds,
+    /// `always`: a counterexample was found.
+    Violated,
+    /// `sometimes`: an example was found.
+    Reached,
+    /// `sometimes`: no example in a complete exploration.
+    NotReached,
+    /// The exploration stopped early: no verdict.
+    Unknown,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Holds => "holds",
+            Status::Violated => "VIOLATED",
+            Status::Reached => "reached",
+            Status::NotReached => "NOT REACHED",
+            Status::Unknown => "unknown (exploration incomplete)",
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    pub name: &'static str,
+    /// `P1`..`P6`, `L1`, `S9`, or `""` for reachability goals.
+    pub spec_id: &'static str,
+    pub always: bool,
+    pub status: Status,
+}
+
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    pub property: &'static str,
+    pub actions: Vec<Action>,
+    pub detail: String,
+    pub timeline: String,
+    pub trace: Trace,
+}
+
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub description: String,
+    pub unique_states: usize,
+    pub total_states: usize,
+    pub max_depth: usize,
+    pub elapsed: Duration,
+    /// The whole reachable state space was explored.
+    pub complete: bool,
+    pub verdicts: Vec<Verdict>,
+    /// The counterexample of the first violated property (in [`props::ALL`] order).
+    pub counterexample: Option<Counterexample>,
+    /// Every discovery (counterexamples and examples), by property.
+    pub discoveries: BTreeMap<&'static str, Vec<Action>>,
+}
+
+impl Outcome {
+    /// Names of the violated `always` properties.
+    pub fn violated(&self) -> Vec<&'static str> {
+        self.verdicts.iter().filter(|v| v.status == Status::Violated).map(|v| v.name).collect()
+    }
+
+    /// Names of the `sometimes` goals a complete run did not reach.
+    pub fn unreached(&self) -> Vec<&'static str> {
+        self.verdicts.iter().filter(|v| v.status == Status::NotReached).map(|v| v.name).collect()
+    }
+
+    pub fn passed(&self) -> bool {
+        self.violated().is_empty()
+    }
+}
+
+/// Checks `cfg` without progress reports.
+pub fn check(cfg: &CheckConfig, opts: &RunOptions) -> Result<Outcome, String> {
+    check_with_progress(cfg, opts, |_| {})
+}
+
+/// Checks `cfg`, calling `progress` regularly while the checker runs.
+pub fn check_with_progress(
+    cfg: &CheckConfig,
+    opts: &RunOptions,
+    progress: impl FnMut(&Progress),
+) -> Result<Outcome, String> {
+    let model = AlgoModel::new(cfg.clone())?;
+    let mut b = model.clone().checker().threads(opts.workers.max(1));
+    if opts.stop_at_first_failure {
+        b = b.finish_when(HasDiscoveries::AnyFailures);
+    }
+    if let Some(d) = opts.max_depth {
+        b = b.target_max_depth(d);
+    }
+    if let Some(t) = opts.timeout {
+        b = b.timeout(t);
+    }
+    let max_states = match opts.strategy {
+        Strategy::Simulation { .. } => opts.max_states.or(Some(1_000_000)),
+        _ => opts.max_states,
+    };
+    if let Some(n) = max_states {
+        b = b.target_state_count(n);
+    }
+    let start = Instant::now();
+    let (unique, total, depth, found) = match opts.strategy {
+        Strategy::Bfs => drive(b.spawn_bfs(), start, opts.progress_every, progress),
+        Strategy::Dfs => drive(b.spawn_dfs(), start, opts.progress_every, progress),
+        Strategy::Simulation { seed } => drive(b.spawn_simulation(seed, UniformChooser), start, opts.progress_every, progress),
+    };
+    let elapsed = start.elapsed();
+    let exhaustive = !matches!(opts.strategy, Strategy::Simulation { .. });
+    let truncated = opts.max_depth.is_some_and(|d| depth + 1 >= d)
+        || max_states.is_some_and(|n| total >= n)
+        || opts.timeout.is_some_and(|t| elapsed >= t);
+    let properties = model.properties();
+    let any_failure = properties.iter().any(|p| p.expectation == Expectation::Always && found.contains_key(p.name));
+    let complete = exhaustive && !truncated && !(opts.stop_at_first_failure && any_failure);
+    let verdicts = properties
+        .iter()
+        .map(|p| {
+            let always = p.expectation != Expectation::Sometimes;
+            let status = match (always, found.contains_key(p.name), complete) {
+                (true, true, _) => Status::Violated,
+                (false, true, _) => Status::Reached,
+                (true, false, true) => Status::Holds,
+                (false, false, true) => Status::NotReached,
+                (_, false, false) => Status::Unknown,
+            };
+            Verdict { name: p.name, spec_id: props::spec_id(p.name), always, status }
+        })
+        .collect::<Vec<_>>();
+    let counterexample = props::ALL
+        .iter()
+        .find(|name| verdicts.iter().any(|v| v.name == **name && v.status == Status::Violated))
+        .map(|&name| {
+            let actions = found[name].clone();
+            let (init, steps) = report::replay(&model, &actions);
+            Counterexample {
+                property: name,
+                detail: report::violation_detail(&model, &init, &steps, name),
+                timeline: report::timeline(&model, &actions, name),
+                trace: report::counterexample_trace_of(&model, &actions, name),
+                actions,
+            }
+        });
+    Ok(Outcome {
+        description: cfg.describe(),
+        unique_states: unique,
+        total_states: total,
+        max_depth: depth,
+        elapsed,
+        complete,
+        verdicts,
+        counterexample,
+        discoveries: found,
+    })
+}
+
+type Found = BTreeMap<&'static str, Vec<Action>>;
+
+fn drive<C: Checker<AlgoModel>>(
+    mut checker: C,
+    start: Instant,
+    every: Duration,
+    mut progress: impl FnMut(&Progress),
+) -> (usize, usize, usize, Found) {
+    let handles = checker.handles();
+    let report = |c: &C| Progress {
+        states: c.state_count(),
+        unique: c.unique_state_count(),
+        depth: c.max_depth(),
+        elapsed: start.elapsed(),
+    };
+    progress(&report(&checker));
+    let mut last = Instant::now();
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(2));
+        if last.elapsed() >= every {
+            progress(&report(&checker));
+            last = Instant::now();
+        }
+    }
+    for h in handles {
+        h.join().expect("checker thread panicked");
+    }
+    progress(&report(&checker));
+    let found = checker.discoveries().into_iter().map(|(name, path)| (name, path.into_actions())).collect();
+    (checker.unique_state_count(), checker.state_count(), checker.max_depth(), found)
+}
+
+/// Serves stateright's Explorer for `cfg` on `addr` (blocks). Checks first
+/// that the address can be bound, because stateright panics if it cannot.
+pub fn explore(cfg: &CheckConfig, addr: std::net::SocketAddr) -> Result<(), String> {
+    let model = AlgoModel::new(cfg.clone())?;
+    std::net::TcpListener::bind(addr).map_err(|e| format!("cannot serve the Explorer on {addr}: {e}"))?;
+    let _ = model.checker().serve(addr);
+    Ok(())
+}

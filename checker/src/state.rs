@@ -1,0 +1,350 @@
+//! The checker's state: shared cache state, physical truth, each actor's
+//! program counter and locals, and the history for the linearizability check.
+
+use crate::config::Span;
+use mrcache_model::Model as RefModel;
+use mrcache_types::{Access, LeaseId, ReleaseKind};
+use stateright::semantics::LinearizabilityTester;
+use std::fmt;
+
+/// Index of a registration in [`State::regs`]: every registrar call, in order.
+pub type Handle = u8;
+/// A thread index, or [`MONITOR`].
+pub type Actor = u8;
+/// The uffd monitor thread.
+pub const MONITOR: Actor = u8::MAX;
+/// Linearizability-tester thread id of a release event raised inside thread
+/// `t`'s cache operation (registrar or cache free): `NESTED + t`.
+pub const NESTED: u8 = 16;
+
+/// The cache lock (a reader-writer lock), as explicit state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lock {
+    Free,
+    Shared(u8),
+    Exclusive(Actor),
+}
+
+/// A registration made by the registrar, and its cache entry state if it was
+/// inserted. Never removed from [`State::regs`]: deregistration counts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    pub span: Span,
+    pub access: Access,
+    /// Page generations pinned at registration, one per page of `span`.
+    pub pinned: Vec<u8>,
+    /// Registrar deregistrations of this registration (P4: at most 1).
+    pub deregs: u8,
+    /// Cache id given at insertion (A9); 0 if never inserted.
+    pub id: u8,
+    /// In the index.
+    pub findable: bool,
+    /// The state word's lease count.
+    pub leases: u8,
+    /// The state word's INVALID bit.
+    pub invalid: bool,
+    /// Displaced by the overlap policy (merge or uncache) at an A9.
+    pub displaced: bool,
+    /// LRU stamp (only kept when limits are configured).
+    pub last_use: u8,
+}
+
+/// Program counter of an application thread: the next step it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pc {
+    /// Between operations: the next step starts the next script op.
+    Idle,
+    /// Holding the lock shared: A1's lookup.
+    A1Look,
+    A2,
+    /// A3 (and A4 on a miss).
+    A3,
+    A5,
+    A6,
+    /// A7, then A8 or A9.
+    A7,
+    A10,
+    /// Second half of A10 (the scan in the correct order, the flag in mutant 13).
+    A10b,
+    A11,
+    /// Mutant 19: the LRU touch of a release, after its decrement.
+    R1Touch(Handle, bool),
+    R2,
+    /// Running a script release event (its steps are in [`Thread::ev`]).
+    Event,
+    Done,
+}
+
+/// Steps of a release event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EvPc {
+    /// The kernel releases the frames (new generations); with uffd it also
+    /// queues the event and puts the thread to sleep.
+    Bump,
+    H1,
+    H2,
+    /// uffd, notify-before-release: queue the event before the frames change.
+    Enqueue,
+    /// uffd: asleep until the monitor (or A2/A6) reads the event.
+    Wait,
+    /// notify-before-release: the frames change after the monitor was told.
+    BumpLast,
+}
+
+/// Where a release event comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A script op of the thread.
+    Script,
+    /// The registrar freed memory while registering (A5).
+    Registrar,
+    /// The cache freed its own memory while holding the lock (A9).
+    Cache,
+}
+
+/// A release event in progress on a thread.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ev {
+    pub pc: EvPc,
+    pub span: Span,
+    pub kind: ReleaseKind,
+    pub origin: Origin,
+    /// The generations this event installed, one per page of `span`.
+    pub assigned: Vec<u8>,
+}
+
+/// The registration A4 planned (S6.1).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Plan {
+    pub span: Span,
+    pub access: Access,
+    pub displaced: Vec<Handle>,
+}
+
+/// Locals of the acquire a thread is running.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Acq {
+    pub lease: LeaseId,
+    pub req: Span,
+    pub access: Access,
+    /// For each page of `req`, the newest generation installed by a release
+    /// event that had *completed* when this acquire was invoked (P2's bound).
+    pub snap: Vec<u8>,
+    /// Registrations thrown away as stale so far (A7).
+    pub attempts: u8,
+    pub plan: Option<Plan>,
+    /// The registration this attempt made (A5).
+    pub handle: Option<Handle>,
+}
+
+/// The thread's record in the in-flight list (A4..A9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InFlight {
+    pub span: Span,
+    pub stale: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Thread {
+    pub pc: Pc,
+    /// Index of the script op running (or next to run).
+    pub next_op: u8,
+    pub acq: Option<Acq>,
+    pub ev: Option<Ev>,
+    pub inflight: Option<InFlight>,
+    /// Leases held: (name, registration).
+    pub held: Vec<(LeaseId, Handle)>,
+    /// The current operation's dereg list.
+    pub dereg: Vec<Handle>,
+    /// Mutant 10: entries marked INVALID whose count is still to be read.
+    pub toctou: Vec<Handle>,
+    /// Asleep in the kernel until its uffd event is read.
+    pub waiting: bool,
+}
+
+/// Program counter of the uffd monitor thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MonPc {
+    Idle,
+    /// Polled readable (M1); waiting for the lock.
+    Lock,
+    /// Ready to read (holding the lock, except in mutants 4 and 9).
+    Read,
+    /// Holding events it read, not yet applied.
+    Apply,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Monitor {
+    pub pc: MonPc,
+    /// Events read, not yet applied.
+    pub buf: Vec<Span>,
+    pub dereg: Vec<Handle>,
+    pub toctou: Vec<Handle>,
+}
+
+/// A violation detected when a lease is granted (P1, P2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Bad {
+    /// `props::P1` or `props::P2`.
+    pub property: &'static str,
+    pub thread: u8,
+    pub lease: LeaseId,
+    pub handle: Handle,
+    /// P2: the first stale page, the generation pinned there, and the
+    /// generation a release event completed before the acquire installed.
+    pub page: u8,
+    pub pinned: u8,
+    pub needed: u8,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Physical truth: the generation of the frame mapped at each page.
+    pub gens: Vec<u8>,
+    /// Per page, the newest generation installed by a completed release event.
+    pub done_gens: Vec<u8>,
+    pub lock: Lock,
+    pub regs: Vec<Reg>,
+    /// The id the next inserted entry gets (A9).
+    pub next_id: u8,
+    /// The invalidation queue (H1).
+    pub queue: Vec<Span>,
+    /// uffd events queued by the kernel and not read yet, with the sleeping thread.
+    pub uffd: Vec<(Span, Actor)>,
+    /// A10's over-limit flag.
+    pub over_limit: bool,
+    /// LRU clock (only advanced when limits are configured).
+    pub clock: u8,
+    pub threads: Vec<Thread>,
+    pub monitor: Monitor,
+    /// The registrar may still free memory at an A5 (once per run).
+    pub registrar_free_left: bool,
+    /// The cache may still free its own memory at an A9 (once per run).
+    pub cache_free_left: bool,
+    pub bad: Vec<Bad>,
+    /// Invocations and returns of every operation, per thread.
+    pub lin: LinearizabilityTester<u8, RefModel>,
+}
+
+impl State {
+    /// No operation is in flight on any thread (the monitor may be busy).
+    pub fn quiescent(&self) -> bool {
+        self.threads
+            .iter()
+            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty())
+    }
+
+    /// Every script finished and nothing is left to do for anyone.
+    pub fn all_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty())
+            && self.monitor.pc == MonPc::Idle
+            && self.monitor.buf.is_empty()
+            && self.monitor.toctou.is_empty()
+            && self.uffd.is_empty()
+    }
+
+    pub fn findable_count(&self) -> usize {
+        self.regs.iter().filter(|r| r.findable).count()
+    }
+
+    /// One line per piece of shared state, for timelines and the Explorer.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let lock = match self.lock {
+            Lock::Free => "free".to_string(),
+            Lock::Shared(n) => format!("shared({n})"),
+            Lock::Exclusive(a) => format!("exclusive({})", actor_name(a)),
+        };
+        let gens: Vec<String> = self.gens.iter().enumerate().map(|(p, g)| format!("p{p}:g{g}")).collect();
+        out += &format!("lock {lock} | truth {}", gens.join(" "));
+        if !self.queue.is_empty() {
+            out += &format!(" | queue {:?}", self.queue);
+        }
+        if !self.uffd.is_empty() {
+            let u: Vec<String> = self.uffd.iter().map(|(s, w)| format!("{s} (T{w} asleep)")).collect();
+            out += &format!(" | uffd unread {}", u.join(", "));
+        }
+        if !self.monitor.buf.is_empty() {
+            out += &format!(" | monitor read, not applied {:?}", self.monitor.buf);
+        }
+        if self.over_limit {
+            out += " | over-limit flag";
+        }
+        out += "\n";
+        if self.regs.is_empty() {
+            out += "    registrations: none\n";
+        }
+        for (h, r) in self.regs.iter().enumerate() {
+            out += &format!("    {}\n", reg_line(h as Handle, r));
+        }
+        for (t, th) in self.threads.iter().enumerate() {
+            let mut line = format!("    T{t}: {:?}", th.pc);
+            if let Some(ev) = &th.ev {
+                line += &format!(" event {:?} {} ({:?})", ev.kind, ev.span, ev.pc);
+            }
+            if let Some(a) = &th.acq {
+                line += &format!(" acquiring L{} {} {}", a.lease, a.req, a.access);
+                if a.attempts > 0 {
+                    line += &format!(" (attempt {})", a.attempts + 1);
+                }
+            }
+            if let Some(i) = &th.inflight {
+                line += &format!(" in-flight {}{}", i.span, if i.stale { " STALE" } else { "" });
+            }
+            if th.waiting {
+                line += " asleep until its uffd event is read";
+            }
+            if !th.held.is_empty() {
+                let h: Vec<String> = th.held.iter().map(|(l, h)| format!("L{l}->#{h}")).collect();
+                line += &format!(" holds {}", h.join(" "));
+            }
+            out += &line;
+            out += "\n";
+        }
+        if self.monitor.pc != MonPc::Idle || !self.monitor.buf.is_empty() {
+            out += &format!("    monitor: {:?}\n", self.monitor.pc);
+        }
+        out
+    }
+}
+
+pub fn actor_name(a: Actor) -> String {
+    if a == MONITOR {
+        "monitor".into()
+    } else {
+        format!("T{a}")
+    }
+}
+
+pub fn reg_line(h: Handle, r: &Reg) -> String {
+    let mut s = format!("#{h} {} {} pinned {:?}", r.span, r.access, r.pinned);
+    if r.id > 0 {
+        s += &format!(" R{}", r.id);
+    }
+    s += if r.findable {
+        " findable"
+    } else if r.id > 0 {
+        " out of the index"
+    } else {
+        " never cached"
+    };
+    if r.invalid {
+        s += " INVALID";
+    }
+    if r.leases > 0 {
+        s += &format!(" leases={}", r.leases);
+    }
+    match r.deregs {
+        0 => {}
+        1 => s += " deregistered",
+        n => s += &format!(" deregistered x{n}"),
+    }
+    s
+}
+
+impl fmt::Debug for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary())
+    }
+}

@@ -1,0 +1,58 @@
+//! The correct algorithm passes every property and reaches every goal in each
+//! pinned configuration, with the recorded number of unique states.
+
+use mrcache_checker::{check, pinned_configs, RunOptions};
+
+fn check_family(family: &str) {
+    let configs: Vec<_> = pinned_configs()
+        .into_iter()
+        .filter(|p| p.name.split(' ').next() == Some(family))
+        .collect();
+    assert!(!configs.is_empty(), "no pinned configuration in family {family}");
+    let opts = RunOptions { workers: 1, stop_at_first_failure: false, ..RunOptions::default() };
+    let mut failures = Vec::new();
+    for p in configs {
+        let out = check(&p.cfg, &opts).unwrap();
+        eprintln!("{}: {} unique states in {:.2?}", p.name, out.unique_states, out.elapsed);
+        if !out.complete {
+            failures.push(format!("{}: exploration incomplete", p.name));
+        }
+        if let Some(c) = &out.counterexample {
+            failures.push(format!("{}: {:?} violated\n{}", p.name, out.violated(), c.timeline));
+        }
+        if p.goals_required && !out.unreached().is_empty() {
+            failures.push(format!("{}: goals not reached: {:?}", p.name, out.unreached()));
+        }
+        if out.unique_states != p.unique_states {
+            failures.push(format!("{}: {} unique states, pinned {}", p.name, out.unique_states, p.unique_states));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+macro_rules! family {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(#[test] fn $test() { check_family($name); })*
+    };
+}
+
+family! {
+    pinned_2x3 => "2x3",
+    pinned_2x4 => "2x4",
+    pinned_3x2 => "3x2",
+    pinned_2x3_nested => "2x3+nested",
+    pinned_2x3_limit => "2x3+limit",
+    pinned_2x3_nested_limit => "2x3+nested+limit",
+    pinned_2x3_cache_app_page => "2x3+cache-app-page",
+    pinned_2x3_e6 => "2x3+e6",
+    pinned_lru => "lru",
+}
+
+#[test]
+fn every_pinned_configuration_has_a_recorded_count() {
+    let all = pinned_configs();
+    assert_eq!(all.len(), 51);
+    for p in all {
+        assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
+    }
+}

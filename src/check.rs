@@ -1,0 +1,295 @@
+//! `mrcache check` and `mrcache explore`: model-check the concurrent
+//! algorithm of spec.md §A (crate `mrcache-checker`).
+//!
+//! `check` explores every interleaving of a small configuration (BFS by
+//! default), prints progress on stderr, then a summary on stdout: unique
+//! states, time, and each property's verdict. On a violation it prints the
+//! counterexample's timeline, writes it as a trace (`--trace-out`, replayable
+//! with `mrcache replay`), and returns exit code 1.
+
+use anyhow::{anyhow, bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use mrcache_checker::{
+    check_with_progress, CacheFrees, CheckConfig, MonitorKind, Mutant, Outcome, Progress, RunOptions, Status, Strategy,
+};
+use mrcache_model::OverlapPolicy;
+use mrcache_types::Op;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Options of `mrcache check`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// Application threads, each running a generated script.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=4))]
+    pub threads: u64,
+    /// Operations per thread (the first K ops of each thread's pattern).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
+    pub ops: u64,
+    /// Run these scripts instead of generated ones: a trace whose records
+    /// (acquire, release, release_event) are grouped by their `thread` field.
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["threads", "ops"])]
+    pub scripts: Option<PathBuf>,
+    /// Overlap policy: independent, merge, no-merge-uncache-contained.
+    #[arg(long, value_name = "P")]
+    pub policy: Option<OverlapPolicy>,
+    /// Monitor: sync (hook in the releasing thread) or async (userfaultfd).
+    #[arg(long, default_value = "sync", value_name = "sync|async")]
+    pub monitor: MonitorKind,
+    /// Check a broken variant of the algorithm (a name or number; see --list-mutants).
+    /// Options the mutant needs (monitor, policy, limits, nested frees) are turned on.
+    #[arg(long, value_name = "M")]
+    pub mutant: Option<Mutant>,
+    /// List the mutants and the property each must violate, then exit.
+    #[arg(long)]
+    pub list_mutants: bool,
+    /// Check every pinned configuration (the correct algorithm; the checker's
+    /// tests pin their unique-state counts) and print one line each.
+    #[arg(long, conflicts_with_all = ["mutant", "scripts", "simulation", "dfs", "max_depth"])]
+    pub pinned: bool,
+    /// Breadth-first search (the default): shortest counterexamples.
+    #[arg(long, conflicts_with_all = ["dfs", "simulation"])]
+    pub bfs: bool,
+    /// Depth-first search.
+    #[arg(long, conflicts_with = "simulation")]
+    pub dfs: bool,
+    /// Random walks with this seed (stops after --max-states, default 1,000,000).
+    #[arg(long, value_name = "SEED")]
+    pub simulation: Option<u64>,
+    /// Explore at most this many steps deep (the run is then incomplete).
+    #[arg(long, value_name = "D")]
+    pub max_depth: Option<usize>,
+    /// Stop after generating this many states.
+    #[arg(long, value_name = "N")]
+    pub max_states: Option<usize>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Write the counterexample as a trace (JSON lines, spec.md#T) here.
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<PathBuf>,
+    /// The registrar frees this page while it registers (A5), once per run.
+    #[arg(long, value_name = "PAGE")]
+    pub registrar_frees: Option<u8>,
+    /// The cache frees its own memory under its lock (A9), once per run:
+    /// `private` (a page of its own) or an application page number.
+    #[arg(long, value_name = "private|PAGE")]
+    pub cache_frees: Option<String>,
+    /// Limit on findable entries (S6.4); enables the P5 check.
+    #[arg(long, value_name = "N")]
+    pub max_regions: Option<u64>,
+    /// Limit on bytes of findable entries (pages are 4096 bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub max_pinned_bytes: Option<u64>,
+    /// A7's bound on registration attempts.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..))]
+    pub max_retries: u8,
+    /// Checker worker threads (default: available parallelism).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Keep exploring after the first violation (find every violated property).
+    #[arg(long)]
+    pub keep_going: bool,
+}
+
+impl CheckArgs {
+    fn config(&self) -> anyhow::Result<(CheckConfig, Vec<String>)> {
+        let mut cfg = CheckConfig {
+            threads: self.threads as usize,
+            ops: self.ops as usize,
+            policy: self.policy.unwrap_or_default(),
+            monitor: self.monitor,
+            registrar_frees: self.registrar_frees,
+            cache_frees: match self.cache_frees.as_deref() {
+                None => None,
+                Some("private") => Some(CacheFrees::Private),
+                Some(p) => Some(CacheFrees::AppPage(
+                    p.parse().map_err(|_| anyhow!("--cache-frees: `{p}` is neither `private` nor a page number"))?,
+                )),
+            },
+            max_regions: self.max_regions,
+            max_pinned_bytes: self.max_pinned_bytes,
+            max_retries: self.max_retries,
+            mutant: None,
+            scripts: None,
+        };
+        if let Some(path) = &self.scripts {
+            cfg.scripts = Some(load_scripts(path)?);
+        }
+        let mut notes = Vec::new();
+        if let Some(m) = self.mutant {
+            if matches!(m, Mutant::MergeDropsLeased | Mutant::StaleMergePlan)
+                && self.policy.is_some_and(|p| p != OverlapPolicy::Merge)
+            {
+                bail!("mutant {m} exists only under --policy merge");
+            }
+            notes = m.adjust(&mut cfg);
+            cfg.mutant = Some(m);
+        }
+        Ok((cfg, notes))
+    }
+
+    fn options(&self) -> RunOptions {
+        let strategy = match (self.dfs, self.simulation) {
+            (_, Some(seed)) => Strategy::Simulation { seed },
+            (true, None) => Strategy::Dfs,
+            (false, None) => Strategy::Bfs,
+        };
+        RunOptions {
+            strategy,
+            max_depth: self.max_depth,
+            workers: self
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+            stop_at_first_failure: !self.keep_going,
+            timeout: self.timeout.map(Duration::from_secs),
+            max_states: self.max_states,
+            progress_every: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Scripts from a trace: its acquire, release and release_event records,
+/// grouped by `thread` (threads numbered from 0, in order).
+fn load_scripts(path: &PathBuf) -> anyhow::Result<Vec<Vec<Op>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let trace = mrcache_types::trace::Trace::parse(&path.display().to_string(), &text)?;
+    let mut by_thread: std::collections::BTreeMap<u32, Vec<Op>> = Default::default();
+    for r in &trace.records {
+        if matches!(r.op, Op::Acquire { .. } | Op::Release { .. } | Op::ReleaseEvent { .. }) {
+            by_thread.entry(r.thread).or_default().push(r.op);
+        }
+    }
+    if by_thread.is_empty() {
+        bail!("{}: no acquire, release or release_event records", path.display());
+    }
+    // Real addresses: renumber the pages the trace touches to 0, 1, 2, ...
+    Ok(mrcache_checker::config::compact_pages(&by_thread.into_values().collect::<Vec<_>>()))
+}
+
+fn list_mutants() {
+    println!("{:>3}  {:<34} {:<10} what", "#", "mutant", "caught by");
+    for m in Mutant::ALL {
+        let ids: Vec<&str> = m.caught_by().iter().map(|p| mrcache_checker::props::spec_id(p)).collect();
+        println!("{:>3}  {:<34} {:<10} {}", m.number(), m.name(), ids.join(" or "), m.description());
+    }
+}
+
+/// Runs `mrcache check`. Returns the exit code: 0 if every property holds
+/// (or the run was incomplete without a violation), 1 on a violation.
+pub fn run(args: CheckArgs) -> anyhow::Result<i32> {
+    if args.list_mutants {
+        list_mutants();
+        return Ok(0);
+    }
+    if args.pinned {
+        return run_pinned(&args);
+    }
+    let (cfg, notes) = args.config()?;
+    for n in &notes {
+        eprintln!("mrcache check: mutant {} needs {n}", cfg.mutant.map(|m| m.name()).unwrap_or_default());
+    }
+    let opts = args.options();
+    eprintln!("mrcache check: {} ({}, {} worker(s))", cfg.describe(), opts.strategy, opts.workers);
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").expect("valid template"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let outcome = check_with_progress(&cfg, &opts, |p: &Progress| {
+        let rate = p.states as f64 / p.elapsed.as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{} states ({} unique), {:.0} states/s, depth {}",
+            p.states, p.unique, rate, p.depth
+        ));
+    })
+    .map_err(|e| anyhow!(e))?;
+    bar.finish_and_clear();
+    print!("{}", summary(&outcome));
+    if let Some(c) = &outcome.counterexample {
+        println!();
+        print!("{}", c.timeline);
+        match &args.trace_out {
+            Some(path) => {
+                std::fs::write(path, c.trace.to_jsonl()).with_context(|| format!("writing {}", path.display()))?;
+                println!("counterexample trace written to {} (mrcache replay reads it)", path.display());
+            }
+            None => println!("(--trace-out FILE writes this counterexample as a trace)"),
+        }
+    }
+    Ok(if outcome.passed() { 0 } else { 1 })
+}
+
+/// `--pinned`: every pinned configuration, one line each; exit 1 if one
+/// violates a property, misses a goal, or explores another number of states.
+fn run_pinned(args: &CheckArgs) -> anyhow::Result<i32> {
+    let opts = RunOptions { stop_at_first_failure: false, ..args.options() };
+    let mut failed = 0;
+    let start = std::time::Instant::now();
+    for p in mrcache_checker::pinned_configs() {
+        let o = check_with_progress(&p.cfg, &opts, |_| {}).map_err(|e| anyhow!(e))?;
+        let mut problems = o.violated().iter().map(|v| format!("VIOLATED {v}")).collect::<Vec<_>>();
+        if p.goals_required {
+            problems.extend(o.unreached().iter().map(|g| format!("not reached: {g}")));
+        }
+        if o.unique_states != p.unique_states {
+            problems.push(format!("{} unique states, pinned {}", o.unique_states, p.unique_states));
+        }
+        println!(
+            "{:<52} {:>9} states {:>9.2?}  {}",
+            p.name,
+            o.unique_states,
+            o.elapsed,
+            if problems.is_empty() { "ok".to_string() } else { problems.join("; ") }
+        );
+        failed += usize::from(!problems.is_empty());
+    }
+    println!("{} pinned configurations, {failed} failed, {:.2?}", mrcache_checker::pinned_configs().len(), start.elapsed());
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The end-of-run summary: sizes, time, and every property's verdict.
+fn summary(o: &Outcome) -> String {
+    let mut out = format!("config: {}\n", o.description);
+    out += &format!(
+        "explored: {} unique states ({} generated), max depth {}, {:.2?}{}\n",
+        o.unique_states,
+        o.total_states,
+        o.max_depth,
+        o.elapsed,
+        if o.complete { ", complete" } else { ", INCOMPLETE (stopped early: verdicts below are partial)" }
+    );
+    for v in &o.verdicts {
+        let id = if v.spec_id.is_empty() { String::new() } else { format!("spec.md#{}", v.spec_id) };
+        out += &format!("  {:<12} {:<32} {}\n", id, v.status.to_string(), v.name);
+    }
+    let unreached: Vec<&str> = o.unreached();
+    if !unreached.is_empty() {
+        out += &format!(
+            "warning: {} reachability goal(s) not reached: this configuration does not exercise them\n",
+            unreached.len()
+        );
+    }
+    let violated = o.violated();
+    out += &if violated.is_empty() {
+        if o.verdicts.iter().any(|v| v.status == Status::Unknown) {
+            "result: no violation found (exploration incomplete)\n".to_string()
+        } else {
+            "result: every property holds\n".to_string()
+        }
+    } else {
+        format!("result: {} propert{} VIOLATED\n", violated.len(), if violated.len() == 1 { "y" } else { "ies" })
+    };
+    out
+}
+
+/// Runs `mrcache explore`: stateright's Explorer for the default
+/// configuration (2 threads x 3 ops, independent, sync) on 127.0.0.1:`port`.
+/// Blocks while serving.
+pub fn explore(port: u16) -> anyhow::Result<()> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // stateright panics when it cannot bind: check first, with a clear error.
+    std::net::TcpListener::bind(addr)
+        .map_err(|e| anyhow!("cannot serve the Explorer on {addr}: {e} (is the port in use? try --port)"))?;
+    let cfg = CheckConfig::default();
+    eprintln!("mrcache explore: {} on http://{addr}/", cfg.describe());
+    mrcache_checker::explore(&cfg, addr).map_err(|e| anyhow!(e))
+}
