@@ -429,10 +429,29 @@ impl<'c, R: Registrar> DeregList<'c, R> {
 }
 
 impl<R: Registrar> Drop for DeregList<'_, R> {
+    /// Runs when the operation that owns the list ends, after its lock is
+    /// released: performs the deregistrations, then drains what hooks queued
+    /// while the lock was held (their try-lock failed against ours).
     fn drop(&mut self) {
         self.perform();
+        //= spec.md#A11
+        //# after unlocking, if the queue is non-empty, try the lock exclusive
+        //# and drain (H2)
+        // Bounded: a hook that keeps pushing is drained by the next operation.
+        for _ in 0..POST_UNLOCK_DRAINS {
+            if held_by_this_thread() || self.shared.queue.is_empty() {
+                break;
+            }
+            let Some(mut st) = self.cache.try_write(self.shared) else { break };
+            self.cache.drain(self.shared, &mut st, self);
+            drop(st);
+            self.perform();
+        }
     }
 }
+
+/// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
+const POST_UNLOCK_DRAINS: usize = 4;
 
 // ---------------------------------------------------------------------------
 // Fork detection
@@ -679,6 +698,13 @@ impl<R: Registrar> Cache<R> {
                 unsafe { e.get() }.state.acquire();
                 drop(st);
                 self.touch(e);
+                //= spec.md#A1
+                //# after unlocking, if the queue is non-empty, try the lock
+                //# exclusive and drain
+                if !shared.queue.is_empty() {
+                    // A hook's try-lock failed against our shared lock.
+                    drop(DeregList::new(self, shared));
+                }
                 self.hot.bump(Hot::Hits);
                 return Ok(Lease::new(self, shared, e, true, false));
             }
