@@ -822,26 +822,13 @@ impl<R: Registrar> Cache<R> {
             //# take the lock exclusive; drain.
             let mut st = self.write(shared);
             self.drain(shared, &mut st, &mut deregs);
-            //= spec.md#A7
-            //# if the in-flight record is stale: remove it, unlock, deregister the
-            //# new registration, retry from A2 (at most `max_retries` attempts,
-            //# then E6).
             let record = st.take_inflight(token);
             debug_assert!(record.is_some(), "in-flight record vanished");
-            if record.is_some_and(|r| r.stale) && !self.config.faults.skip_seq_recheck {
-                drop(st);
-                deregs.items.push(Dereg::Discard(handle));
-                deregs.perform();
-                inc(&self.counters.stale_retries);
-                if attempts >= self.config.max_retries {
-                    return Err(self.fail(Error::RetriesExhausted { attempts }));
-                }
-                continue;
-            }
             //= spec.md#A8
             //# if a findable entry now covers the request (another thread
-            //# inserted it): lease it, put the new registration on the dereg list
-            //# (never cached, never returned).
+            //# inserted it): lease it and return it as a hit
+            // Checked first (A7 "first A8's test"): a findable entry is fresh,
+            // whether or not our own registration went stale meanwhile.
             if let Some(e) = st.index.covering(span, access).map(|s| s.value) {
                 // SAFETY: in the index, lock held.
                 unsafe { e.get() }.state.acquire();
@@ -851,6 +838,23 @@ impl<R: Registrar> Cache<R> {
                 deregs.perform();
                 self.hot.bump(Hot::Hits);
                 return Ok(Lease::new(self, shared, e, true, false));
+            }
+            //= spec.md#A7
+            //# if the in-flight record is stale, or (merge, no-merge-uncache-contained)
+            //# the plan recomputed now differs from A4's: remove it, unlock,
+            //# deregister the new registration, retry from A2
+            let stale = record.is_some_and(|r| r.stale);
+            let replanned = self.config.contract.policy != OverlapPolicy::Independent
+                && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
+            if (stale || replanned) && !self.config.faults.skip_seq_recheck {
+                drop(st);
+                deregs.items.push(Dereg::Discard(handle));
+                deregs.perform();
+                inc(&self.counters.stale_retries);
+                if attempts >= self.config.max_retries {
+                    return Err(self.fail(Error::RetriesExhausted { attempts }));
+                }
+                continue;
             }
             //= spec.md#A9
             //# else insert: remove the in-flight record, insert the entry with

@@ -2,9 +2,10 @@
 //! to the caches subscribed to it (spec.md#S7.1, S7.2).
 //!
 //! Rust programs get exact release events without hooking libc: every
-//! `dealloc`/`realloc` that gives a block back is reported, *before* the
-//! block is handed to the inner allocator (so before it can be reused or
-//! returned to the kernel), as a synchronous hook (H1, H2). It is
+//! `dealloc`/`realloc` that gives a block back is reported *after* the inner
+//! allocator took it back and before the call returns, as a synchronous hook
+//! (spec.md#S1.8, H1, H2): a registration that began before the report is
+//! marked stale by it, and acquires after the call returns miss. It is
 //! conservative: a freed heap block may keep its frames, but the cache cannot
 //! know, so registrations overlapping it leave the lookup.
 //!
@@ -101,12 +102,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MonitoredAlloc<A> {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        self.report(ptr, layout.size());
         // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { self.inner.dealloc(ptr, layout) }
+        unsafe { self.inner.dealloc(ptr, layout) };
+        // After the release, before the call returns (spec.md#S1.8): a
+        // registration that began before this report is marked stale by it.
+        self.report(ptr, layout.size());
     }
 
-    // `realloc` keeps the default: alloc, copy, then `dealloc`, which reports
-    // the old block *before* giving it back (an in-place realloc of the inner
-    // allocator would free it before we could report).
+    // `realloc` keeps the default: alloc, copy, then `dealloc` (which reports).
 }
