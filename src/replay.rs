@@ -178,40 +178,49 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
-/// The stats as a table, one column per trace.
+/// The stats as a table, one row per trace.
 pub fn table(reports: &[Report]) -> String {
     use std::fmt::Write;
-    let fields: Vec<(&str, Box<dyn Fn(&Stats) -> u64>)> = vec![
-        ("acquires", Box::new(|s| s.acquires)),
-        ("hits", Box::new(|s| s.hits)),
-        ("misses", Box::new(|s| s.misses)),
-        ("errors", Box::new(|s| s.errors)),
-        ("registrations", Box::new(|s| s.registrations)),
-        ("bytes registered", Box::new(|s| s.bytes_registered)),
-        ("peak pinned bytes", Box::new(|s| s.peak_pinned_bytes)),
-        ("invalidations", Box::new(|s| s.invalidations)),
-        ("leased invalidations", Box::new(|s| s.leased_invalidations)),
-        ("deferred deregistrations", Box::new(|s| s.deferred_deregistrations)),
-        ("merges", Box::new(|s| s.merges)),
-        ("uncached", Box::new(|s| s.uncached)),
-        ("evictions", Box::new(|s| s.evictions)),
-    ];
     let mut out = String::new();
+    let label = |r: &Report| {
+        let name = std::path::Path::new(&r.trace).file_name().map_or(r.trace.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{name} ({:?}, {})", r.engine, r.policy.name()).to_lowercase()
+    };
+    let w = reports.iter().map(|r| label(r).len()).max().unwrap_or(0).max(22);
+    let _ = writeln!(
+        out,
+        "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "trace (engine, policy)", "records", "acquires", "hits", "misses", "hit%", "reg bytes", "peak pin", "inval", "leased", "defer", "merged", "evict"
+    );
     for r in reports {
-        let hit_rate = if r.stats.acquires == 0 { 0.0 } else { 100.0 * r.stats.hits as f64 / r.stats.acquires as f64 };
+        let s = &r.stats;
+        let hit_rate = if s.acquires == 0 { 0.0 } else { 100.0 * s.hits as f64 / s.acquires as f64 };
         let _ = writeln!(
             out,
-            "{} ({} records, engine {:?}, policy {}, {} expectations checked)",
-            r.trace,
+            "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6.1} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
+            label(r),
             r.records,
-            r.engine,
-            r.policy.name(),
-            r.expectations_checked
+            s.acquires,
+            s.hits,
+            s.misses,
+            hit_rate,
+            human(s.bytes_registered),
+            human(s.peak_pinned_bytes),
+            s.invalidations,
+            s.leased_invalidations,
+            s.deferred_deregistrations,
+            s.merges + s.uncached,
+            s.evictions
         );
-        for (name, get) in &fields {
-            let _ = writeln!(out, "  {name:<26}{:>14}", get(&r.stats));
-        }
-        let _ = writeln!(out, "  {:<26}{:>13.1}%", "hit rate", hit_rate);
     }
     out
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1}K", b as f64 / 1024.0),
+        b => b.to_string(),
+    }
 }
