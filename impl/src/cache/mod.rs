@@ -1449,19 +1449,9 @@ impl<R: Registrar> Cache<R> {
 impl<R: Registrar> Drop for Cache<R> {
     fn drop(&mut self) {
         // F1 first: a forked child must not deregister the parent's registrations.
-        let shared = self.shared_slow();
-        {
-            let mut deregs = DeregList::new(self, shared);
-            let mut st = self.write(shared);
-            self.drain(shared, &mut st, &mut deregs);
-            for (_, slot) in st.index.take_all() {
-                // Leased entries (only possible if a lease was leaked with
-                // mem::forget) are leaked with it.
-                self.retire(shared, &mut st, slot, &mut deregs, false);
-            }
-            drop(st);
-            deregs.perform();
-        }
+        // Leased entries (only possible if a lease was leaked with
+        // mem::forget) are leaked with it.
+        self.flush();
         let p = self.shared.swap(std::ptr::null_mut(), Std::AcqRel);
         // SAFETY: the current generation, created by Box::into_raw; no lease
         // can outlive the cache, so nothing refers to it any more.
