@@ -189,21 +189,22 @@ pub fn table(reports: &[Report]) -> String {
     let w = reports.iter().map(|r| label(r).len()).max().unwrap_or(0).max(22);
     let _ = writeln!(
         out,
-        "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
-        "trace (engine, policy)", "records", "acquires", "hits", "misses", "hit%", "reg bytes", "peak pin", "inval", "leased", "defer", "merged", "evict"
+        "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6} {:>8} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "trace (engine, policy)", "records", "acquires", "hits", "misses", "hit%", "regs", "reg bytes", "peak pin", "inval", "leased", "defer", "merged", "evict"
     );
     for r in reports {
         let s = &r.stats;
         let hit_rate = if s.acquires == 0 { 0.0 } else { 100.0 * s.hits as f64 / s.acquires as f64 };
         let _ = writeln!(
             out,
-            "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6.1} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
+            "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6.1} {:>8} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
             label(r),
             r.records,
             s.acquires,
             s.hits,
             s.misses,
             hit_rate,
+            s.registrations,
             human(s.bytes_registered),
             human(s.peak_pinned_bytes),
             s.invalidations,
