@@ -762,7 +762,6 @@ impl<R: Registrar> Cache<R> {
             }
             //= spec.md#A5
             //# call the registrar without the lock.
-            let mut pressure = false;
             let handle = match self.registrar.register(plan.range, plan.access) {
                 Ok(h) => h,
                 Err(err)
@@ -798,10 +797,7 @@ impl<R: Registrar> Cache<R> {
                         }
                     }
                     match self.registrar.register(plan.range, plan.access) {
-                        Ok(h) => {
-                            pressure = true;
-                            h
-                        }
+                        Ok(h) => h,
                         Err(source) => {
                             //= spec.md#A5
                             //# On failure: take the lock, remove the in-flight
@@ -869,7 +865,9 @@ impl<R: Registrar> Cache<R> {
             //# unlock; perform the dereg list.
             drop(st);
             deregs.perform();
-            return Ok(Lease::new(self, shared, e, false, pressure));
+            // Once per acquire (S5.4): a later attempt (A7 retry) still reports
+            // the evictions an earlier attempt made.
+            return Ok(Lease::new(self, shared, e, false, pressure_used));
         }
     }
 
