@@ -169,9 +169,8 @@ static void put_hex(uint64_t v) {
     tmp[--i] = '"';
     put(tmp + i, (size_t)(24 - i));
 }
-/* A JSON string; bytes outside printable ASCII become '?' or \u00XX. */
-static void put_json_str(const char *s) {
-    PUTS("\"");
+/* The inside of a JSON string; bytes outside printable ASCII become '?' or \u00XX. */
+static void put_json_body(const char *s) {
     for (; *s && g_used + 8 < BUF_SIZE; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\') { char e[2] = {'\\', (char)c}; put(e, 2); }
@@ -179,6 +178,10 @@ static void put_json_str(const char *s) {
         else if (c >= 0x80) PUTS("?");
         else put((const char *)&c, 1);
     }
+}
+static void put_json_str(const char *s) {
+    PUTS("\"");
+    put_json_body(s);
     PUTS("\"");
 }
 
@@ -1137,18 +1140,19 @@ static void write_header(void) {
     char *comma = strchr(libver, ',');
     if (comma) *comma = 0;
 
-    PUTS("{\"mrcache_trace\":1,\"source\":\"recorder\",\"description\":");
+    PUTS("{\"mrcache_trace\":1,\"source\":\"recorder\",\"description\":\"");
     if (desc && *desc) {
-        put_json_str(desc);
-    } else {
-        PUTS("\"PMPI recording: user buffers of MPI calls as acquire/release (one lease per contiguous block), "
-             "malloc-family alloc/free and mmap-family release events");
-        PUTS(" of at least ");
-        put_u64(g_threshold);
-        PUTS(" bytes, ");
-        if (g_include_init) PUTS("from MPI_Init entry"); else PUTS("from MPI_Init return");
-        PUTS(" to MPI_Finalize\"");
+        /* the user's words, then what the recorder records */
+        put_json_body(desc);
+        PUTS(". ");
     }
+    PUTS("PMPI recording: user buffers of MPI calls as acquire/release (one lease per contiguous block), "
+         "malloc-family alloc/free and mmap-family release events");
+    PUTS(" of at least ");
+    put_u64(g_threshold);
+    PUTS(" bytes, ");
+    if (g_include_init) PUTS("from MPI_Init entry"); else PUTS("from MPI_Init return");
+    PUTS(" to MPI_Finalize\"");
     PUTS(",\"program\":");
     put_json_str(program && *program ? program : argv0);
     if (version && *version) { PUTS(",\"program_version\":"); put_json_str(version); }

@@ -46,7 +46,7 @@ pub struct RecordArgs {
     /// The header's `program_version`.
     #[arg(long)]
     pub program_version: Option<String>,
-    /// The header's `description`.
+    /// How the run was set up; the header's `description` is this, then what the recorder records.
     #[arg(long)]
     pub description: Option<String>,
     /// Keep only the records with t in [FROM, TO) seconds (t counts from
@@ -244,8 +244,13 @@ pub fn run(args: &RecordArgs) -> Result<i32> {
     let window = args.window.as_deref().map(parse_window).transpose()?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let out = args.out.canonicalize()?;
-    for old in rank_files(&out)? {
-        std::fs::remove_file(&old)?;
+    // Stale traces and stats of an earlier run would mix with this one's.
+    for entry in std::fs::read_dir(&out)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("rank-") && [".jsonl", ".jsonl.gz", ".stats.json"].iter().any(|s| name.ends_with(s)) {
+            std::fs::remove_file(&path)?;
+        }
     }
 
     let (program, rest) = args.command.split_first().context("no command given after --")?;
