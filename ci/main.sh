@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 cargo build --release -q
 mrcache=./target/release/mrcache
-echo "== replay through the model"
+echo "== replay through the model: hand-written scenarios, then recorded MPI programs (rank 0)"
 $mrcache replay traces/*.jsonl
+$mrcache replay traces/real/*/rank-0.jsonl.gz
 echo "== replay through the cache: io_uring registrar, userfaultfd monitor, every outcome judged by the model"
 $mrcache replay --engine impl --registrar uring --monitor uffd traces/*.jsonl >/dev/null && echo "all traces agree with the model"
 echo "== model check: 2 threads x 4 ops, merge policy, userfaultfd-like monitor"

@@ -183,7 +183,15 @@ pub fn table(reports: &[Report]) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let label = |r: &Report| {
-        let name = std::path::Path::new(&r.trace).file_name().map_or(r.trace.clone(), |n| n.to_string_lossy().into_owned());
+        // Recorded traces are DIR/rank-N.jsonl.gz: the directory names the run.
+        let path = std::path::Path::new(&r.trace);
+        let name = match (path.parent().and_then(|p| p.file_name()), path.file_name()) {
+            (Some(dir), Some(file)) if file.to_string_lossy().starts_with("rank-") => {
+                format!("{}/{}", dir.to_string_lossy(), file.to_string_lossy())
+            }
+            (_, Some(file)) => file.to_string_lossy().into_owned(),
+            _ => r.trace.clone(),
+        };
         format!("{name} ({:?}, {})", r.engine, r.policy.name()).to_lowercase()
     };
     let w = reports.iter().map(|r| label(r).len()).max().unwrap_or(0).max(22);

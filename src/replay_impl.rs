@@ -160,7 +160,7 @@ fn run<R: Registrar>(
         (None, None)
     };
     let cache = Arc::new(Cache::try_new(Logged { inner, deregistered: Mutex::new(Vec::new()) }, cache_config)?);
-    let _monitor = match monitor {
+    let monitor_thread = match monitor {
         MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| anyhow!("userfaultfd monitor: {e}"))?),
         MonitorKind::Explicit => None,
     };
@@ -213,6 +213,9 @@ fn run<R: Registrar>(
         }
     }
     drop(leases);
+    // The monitor round that applied the last event may still be performing
+    // its deregistrations (after its unlock): join it before reading stats.
+    drop(monitor_thread);
     Ok(cache.stats())
 }
 
