@@ -2,7 +2,7 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::{check, record, replay};
+use mrcache_cli::{check, fuzz, record, replay};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -20,6 +20,8 @@ enum Command {
     Record(record::RecordArgs),
     /// Model-check the concurrent algorithm of spec.md §A (stateright).
     Check(check::CheckArgs),
+    /// Long randomized runs of every test layer: differential, linearizability, stale-DMA oracle.
+    Fuzz(fuzz::FuzzArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
         #[arg(long, default_value_t = 3000)]
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         }),
         Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
+        Command::Fuzz(args) => fuzz::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {

@@ -3,7 +3,8 @@
 //! Layout: [`cache`] is the cache of spec.md §A ([`Cache`], [`Lease`]);
 //! [`index`] its interval index; [`sync`] the std/loom facade;
 //! [`registrar`] pins memory (counting, io_uring, verbs);
-//! [`monitor`] turns process memory releases into cache invalidations.
+//! [`monitor`] turns process memory releases into cache invalidations;
+//! `testkit` (feature `testkit`) holds the harnesses that check all of it.
 
 pub mod cache;
 pub mod error;
@@ -12,6 +13,8 @@ pub mod monitor;
 pub mod pagemap;
 pub mod registrar;
 pub mod sync;
+#[cfg(all(feature = "testkit", not(loom)))]
+pub mod testkit;
 
 pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Faults, Lease, ReleaseEvent};
 pub use error::Error;

@@ -1,22 +1,33 @@
-//! Sequential differential test: the cache against the reference model.
+//! Sequential differential test: the cache against the reference model,
+//! through `mrcache::testkit::Environment` (see its docs for everything
+//! compared after each op and at the end, and for the divergences the judge
+//! allows, with the reasons).
 //!
-//! Every op goes to `Cache::apply` and to `Model::step` under the same
-//! `Config`. After every op: identical `Ret`, identical `Stats`, the same
-//! registrar effects (registrations with their range and access, the ids
-//! deregistered — deregistration timing included: sequentially the cache
-//! deregisters within the op, as L1 requires), and a live registrar count equal
-//! to the model's registrations plus those forgotten by forks. At the end every
-//! lease is released and both are flushed: then nothing is pinned but what a
-//! fork forgot.
+//! - hand-written sequences, each under every configuration (3 overlap
+//!   policies × 2 evictions × 4 limit sets × 2 chunk sizes), in `strict`
+//!   mode: the cache must give the model's canonical outcome;
+//! - swarm-style random cases (`common::gen`): hot/cold addresses, some op
+//!   kinds switched off per case, registrar failures scripted on some
+//!   acquires, release events raised from inside `register`; shrunk to a
+//!   minimal trace on failure, which is written to `traces/regressions/`
+//!   (`tests/traces.rs` replays every file there);
+//! - the same search against deliberately broken caches (`Faults`), each of
+//!   which it must catch with a short trace.
+//!
+//! Allowed divergences (spec.md#S9; the environment's table has the
+//! reasons): the covering entry a hit uses; `pressure` on a miss; E5 on a
+//! miss (its `pressure` says whether the eviction + retry happened); E6 only
+//! in concurrent histories; deregistration timing within L1; registrations
+//! without an id (A7/A8) deregistered in the same op; a release event raised
+//! inside `register` ordered before its acquire; handles a fork forgot.
 
 mod common;
 
-use common::{Call, Recorder};
-use mrcache::types::{Access, Op, RegView, ReleaseKind, ADDRESS_LIMIT};
-use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Limits, OverlapPolicy};
-use mrcache_model::{Effect, Model};
-use proptest::prelude::*;
-use std::collections::HashMap;
+use common::gen::{self, Found};
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::testkit::{configs, Environment, TestRegistrar};
+use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
+use mrcache::{Cache, CacheConfig, Config, Faults};
 
 const P: u64 = 4096;
 const RR: Access = Access::REMOTE_READ;
@@ -34,112 +45,18 @@ fn unmap(addr: u64, len: u64) -> Op {
     Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr, len }
 }
 
-/// Every configuration the tests sweep: 3 policies × 2 evictions × 4 limit
-/// sets × 2 chunk sizes.
-fn configs() -> Vec<Config> {
-    let limits = [
-        Limits::default(),
-        Limits { max_regions: Some(3), ..Limits::default() },
-        Limits { max_pinned_bytes: Some(6 * P), ..Limits::default() },
-        Limits { max_regions: Some(4), max_pinned_bytes: Some(9 * P), max_unreleased: Some(8) },
-    ];
-    let mut out = Vec::new();
-    for policy in OverlapPolicy::ALL {
-        for eviction in [EvictionPolicy::Lru, EvictionPolicy::CostAware] {
-            for limits in limits {
-                for chunk_pages in [1, 4] {
-                    out.push(Config { policy, page_size: P, chunk_pages, eviction, limits });
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Registrar calls the model's effects imply, in a canonical order.
-fn model_calls(effects: Vec<Effect>) -> (Vec<RegView>, Vec<u64>) {
-    let mut regs = Vec::new();
-    let mut deregs = Vec::new();
-    for e in effects {
-        match e {
-            Effect::Register { view } => regs.push(view),
-            Effect::Deregister { view, .. } => deregs.push(view.id),
-            Effect::Forget { .. } => {}
-        }
-    }
-    deregs.sort();
-    (regs, deregs)
-}
-
-/// Registrar calls the cache made. Sequentially the registrar's own serial
-/// (from 0) is the cache id minus 1, since no registration is discarded.
-fn cache_calls(calls: Vec<Call>, next_id: &mut u64) -> (Vec<(u64, u64, Access)>, Vec<u64>) {
-    let mut regs = Vec::new();
-    let mut deregs = Vec::new();
-    for c in calls {
-        match c {
-            Call::Register(r, a) => {
-                regs.push((r.addr, r.len, a));
-                *next_id += 1;
-            }
-            Call::Deregister(serial) => deregs.push(serial + 1),
-            Call::Failed(..) => {}
-        }
-    }
-    deregs.sort();
-    (regs, deregs)
-}
-
-/// Runs `ops` through both; panics with the op index on the first divergence.
+/// Runs `ops` through the environment (strict), then `finish`; panics with
+/// the divergence.
 fn differential(config: Config, ops: &[Op]) {
-    let cache = Cache::new(Recorder::default(), CacheConfig::new(config));
-    let mut model = Model::new(config);
-    let mut leases = HashMap::new();
-    let mut next_id = 0;
-    let mut check = |i: usize, op: &Op, model: &mut Model, leases: &mut HashMap<_, _>| {
-        let want = model.step(op);
-        let got = cache.apply(op, leases);
-        assert_eq!(got, want, "op #{i} {op} under {config:?}");
-        assert_eq!(cache.stats(), model.stats(), "stats after op #{i} {op} under {config:?}");
-        let (mregs, mderegs) = model_calls(model.take_effects());
-        let (cregs, cderegs) = cache_calls(cache.registrar().take_calls(), &mut next_id);
-        let mregs: Vec<_> = mregs.iter().map(|v| (v.addr, v.len, v.access)).collect();
-        assert_eq!(cregs, mregs, "registrations of op #{i} {op}");
-        assert_eq!(cderegs, mderegs, "deregistrations of op #{i} {op}");
-        // L1 as the model checks it: every deregistration it expects was
-        // observed by the end of the operation.
-        for id in &cderegs {
-            model.observe_deregister(*id).unwrap_or_else(|v| panic!("op #{i} {op}: {v}"));
+    let cache = Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::new(config));
+    let mut env = Environment::new(&cache, config).strict(true);
+    for op in ops {
+        if let Err(d) = env.step(op) {
+            panic!("{d}\nunder {config:?}");
         }
-        model.check_quiescent().unwrap_or_else(|v| panic!("op #{i} {op}: {v}"));
-        let forgotten = model.stats().forgotten;
-        assert_eq!(
-            cache.registrar().live(),
-            model.registrations().count() as u64 + forgotten,
-            "live registrations after op #{i} {op}"
-        );
-        let cached: Vec<u64> = cache.cached_views().iter().map(|v| v.id).collect();
-        let mcached: Vec<u64> = model.registrations().filter(|r| r.findable).map(|r| r.id).collect();
-        assert_eq!(cached, mcached, "cached entries after op #{i} {op}");
-    };
-    for (i, op) in ops.iter().enumerate() {
-        check(i, op, &mut model, &mut leases);
     }
-    // Release everything, then flush.
-    let mut held: Vec<u64> = leases.keys().copied().collect();
-    held.sort();
-    let n = ops.len();
-    for (k, lease) in held.into_iter().enumerate() {
-        check(n + k, &rel(lease), &mut model, &mut leases);
-    }
-    check(usize::MAX, &Op::Flush, &mut model, &mut leases);
-    let s = cache.stats();
-    assert_eq!(s.cached_entries, 0);
-    assert_eq!(s.pinned_bytes, 0, "nothing pinned after release-all + flush (forgotten ones are not counted)");
-    assert_eq!(cache.registrar().live(), model.stats().forgotten);
-    assert_eq!(model.registrations().count(), 0);
-    assert_eq!(cache.stats(), model.stats());
-    assert_eq!(cache.diagnostics().discarded_registrations, 0);
+    let summary = env.finish().unwrap_or_else(|d| panic!("{d}\nunder {config:?}"));
+    assert_eq!(summary.discarded, 0, "sequentially nothing is registered without being cached");
 }
 
 fn all_configs(ops: &[Op]) {
@@ -328,45 +245,104 @@ fn top_of_the_address_space() {
 }
 
 // ---------------------------------------------------------------------------
-// Random sequences over a small hot range
+// Swarm random cases, shrunk to minimal traces
 
-fn access() -> impl Strategy<Value = Access> {
-    prop_oneof![
-        Just(Access::LOCAL_READ),
-        Just(Access::REMOTE_READ),
-        Just(Access::LOCAL_WRITE | Access::REMOTE_READ),
-        Just(Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE),
-    ]
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1500)
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    let addr = prop_oneof![4 => (0u64..16).prop_map(|p| p * P), 1 => 0u64..16 * P];
-    let len = prop_oneof![4 => (1u64..6).prop_map(|p| p * P), 1 => 1u64..6 * P];
-    prop_oneof![
-        30 => (0u64..8, addr.clone(), len.clone(), access()).prop_map(|(lease, addr, len, access)| Op::Acquire { lease, addr, len, access }),
-        22 => (0u64..9).prop_map(|lease| Op::Release { lease }),
-        8 => (addr.clone(), (1u64..3).prop_map(|p| p * P)).prop_map(|(addr, len)| Op::ReleaseEvent { kind: ReleaseKind::MadviseDontneed, addr, len }),
-        2 => Just(Op::Flush),
-        1 => Just(Op::Fork),
-        2 => (addr, len).prop_map(|(addr, len)| Op::Free { addr, len }),
-        1 => prop_oneof![
-            Just(Op::Acquire { lease: 1, addr: 0x1000, len: 0, access: Access::LOCAL_READ }),
-            Just(Op::Acquire { lease: 2, addr: u64::MAX - 5, len: 10, access: Access::LOCAL_READ }),
-            Just(Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: 0, len: 0 }),
-            Just(Op::Alloc { addr: u64::MAX, len: 1 }),
-        ],
-    ]
-}
-
-proptest! {
-    // 1000 cases unless PROPTEST_CASES says otherwise.
-    #![proptest_config(ProptestConfig::with_cases(
-        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
-    ))]
-
-    #[test]
-    fn random_ops_agree_with_the_model(cfg in 0usize..48, ops in proptest::collection::vec(op(), 1..150)) {
-        let configs = configs();
-        differential(configs[cfg % configs.len()], &ops);
+/// Fails with the minimal trace, after writing it to `traces/regressions/`.
+fn no_divergence(name: &str, found: Option<Found>) {
+    if let Some(f) = found {
+        let name = format!(
+            "proptest-{name}-{:016x}",
+            mrcache::testkit::rng::mix(f.trace.to_jsonl().len() as u64 ^ f.divergence.index as u64)
+        );
+        let path = gen::save_trace(&f.trace, &name, true);
+        panic!(
+            "the cache diverges from the model: {}\nminimal case: {:?}\ntrace written to {} (commit it: tests/traces.rs replays it)",
+            f.divergence,
+            f.case,
+            path.display()
+        );
     }
+}
+
+#[test]
+fn swarm_cases_agree_with_the_model() {
+    no_divergence("swarm", gen::search("swarm", cases(), 120, Faults::default(), None));
+}
+
+#[test]
+fn swarm_cases_agree_under_merge_with_events_inside_register() {
+    // Merge is where an event during registration changes the outcome.
+    let merge: Vec<usize> =
+        (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
+    no_divergence("merge", gen::search("merge", cases() / 3, 60, Faults::default(), Some(&merge)));
+}
+
+// -- mutants: the same search must catch each broken cache with a short trace
+
+/// Runs the search against a mutant: it must fail, and shrink to at most
+/// `max_ops` records. Returns the finding (its trace is saved under the temp
+/// dir, or traces/regressions with MRCACHE_SAVE_REGRESSIONS=1).
+fn catches(name: &str, faults: Faults, configs: Option<&[usize]>, max_ops: usize) -> Found {
+    let found = gen::search(name, 2000, 60, faults, configs)
+        .unwrap_or_else(|| panic!("{name}: 2000 swarm cases did not catch the mutant {faults:?}"));
+    let ops = found.trace.records.len();
+    assert!(ops <= max_ops, "{name}: not minimal: {ops} records\n{}", found.trace.to_jsonl());
+    let path = gen::save_trace(&found.trace, &format!("mutant-{name}"), false);
+    eprintln!("{name}: caught by a {ops}-record trace ({}): {}", path.display(), found.divergence);
+    found
+}
+
+fn replays_on_the_real_cache(found: &Found) {
+    let config = mrcache::testkit::env::config_from_trace(&found.trace).unwrap();
+    mrcache::testkit::env::replay_trace(
+        CountingRegistrar::default(),
+        &found.trace,
+        config,
+        mrcache::testkit::env::Expectations::Exact,
+    )
+    .unwrap_or_else(|d| panic!("the real cache fails the mutant's minimal trace: {d}"));
+}
+
+#[test]
+fn catches_monitor_off() {
+    let mut faults = Faults::default();
+    faults.monitor_off = true;
+    let found = catches("monitor-off", faults, None, 4);
+    replays_on_the_real_cache(&found);
+    // The saved trace catches the mutant on its own.
+    let config = mrcache::testkit::env::config_from_trace(&found.trace).unwrap();
+    assert!(mrcache::testkit::env::replay_trace_with(
+        CountingRegistrar::default(),
+        &found.trace,
+        config,
+        mrcache::testkit::env::Expectations::Exact,
+        faults
+    )
+    .is_err());
+}
+
+#[test]
+fn catches_skip_seq_recheck_with_an_event_inside_register() {
+    let mut faults = Faults::default();
+    faults.skip_seq_recheck = true;
+    let merge: Vec<usize> =
+        (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
+    let found = catches("skip-seq-recheck", faults, Some(&merge), 5);
+    replays_on_the_real_cache(&found);
+}
+
+#[test]
+fn catches_dereg_leased_on_invalidate() {
+    let mut faults = Faults::default();
+    // SAFETY: the environment reads a lease's handle only right after the
+    // grant (before any event), and TestHandle<CountingHandle> owns nothing
+    // its deregistration frees (`pfns` is None).
+    unsafe { faults.enable_dereg_leased_on_invalidate() };
+    let found = catches("dereg-leased", faults, None, 3);
+    assert!(found.divergence.message.contains("P3"), "{}", found.divergence);
+    replays_on_the_real_cache(&found);
 }

@@ -1,6 +1,8 @@
 //! Test helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod gen;
+
 use mrcache::registrar::counting::{CountingHandle, CountingRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::types::{Access, Range};
