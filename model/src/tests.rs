@@ -418,7 +418,7 @@ fn never_panics_on_extreme_input() {
         let mut m = Model::new(config);
         for _ in 0..40 {
             let r = next();
-            let pick = |v: u64| if v % 3 == 0 { edges[(v / 3 % 10) as usize] } else { v >> (v % 64) };
+            let pick = |v: u64| if v.is_multiple_of(3) { edges[(v / 3 % 10) as usize] } else { v >> (v % 64) };
             let (addr, len) = (pick(next()), pick(next()));
             let op = match r % 5 {
                 0 | 1 => Op::Acquire { lease: r % 6, addr, len, access: RR },

@@ -210,10 +210,8 @@ fn validate(r: &Record, line: usize, held: &mut BTreeMap<LeaseId, usize>) -> Res
                 return Err(format!("acquire: lease L{lease} is already held (acquired on line {prev})"));
             }
         }
-        Op::Release { lease } => {
-            if held.remove(&lease).is_none() {
-                return Err(format!("release: lease L{lease} is not held at this point (unknown lease)"));
-            }
+        Op::Release { lease } if held.remove(&lease).is_none() => {
+            return Err(format!("release: lease L{lease} is not held at this point (unknown lease)"));
         }
         _ => {}
     }
