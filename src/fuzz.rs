@@ -33,7 +33,7 @@ use mrcache::testkit::gen::OpGen;
 use mrcache::testkit::lin::{run_history, HistoryConfig};
 use mrcache::testkit::rng::{mix, Rng};
 use mrcache::testkit::{configs, Environment, TestRegistrar};
-use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Faults, Limits, OverlapPolicy};
+use mrcache::{Cache, CacheConfig, Faults, OverlapPolicy};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -258,20 +258,6 @@ fn seq_case(seed: u64, faults: Faults) -> Result<u64, Box<(String, mrcache::type
 /// Failing sequential cases written per run, at most.
 const MAX_TRACES: usize = 20;
 
-fn lin_configs() -> Vec<Config> {
-    let mut v = Vec::new();
-    for policy in OverlapPolicy::ALL {
-        v.push(Config::with_policy(policy));
-        v.push(Config {
-            policy,
-            eviction: EvictionPolicy::CostAware,
-            chunk_pages: 2,
-            limits: Limits { max_regions: Some(3), max_pinned_bytes: Some(6 * 4096), max_unreleased: Some(4) },
-            ..Config::default()
-        });
-    }
-    v
-}
 
 /// Runs `mrcache fuzz`. Returns the exit status (0: no violation).
 pub fn run(args: &FuzzArgs) -> Result<i32> {
@@ -322,7 +308,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
     // the deadline).
     let slice = Duration::from_millis(1000);
     let (mut seq_i, mut lin_i, mut dma_i) = (0u64, 0u64, 0u64);
-    let lin_cfgs = lin_configs();
+    let lin_cfgs = mrcache::testkit::lin::configs();
     let root = Rng::new(seed);
     'outer: while start.elapsed() < total {
         for &layer in &layers {

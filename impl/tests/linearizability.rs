@@ -18,7 +18,7 @@
 use mrcache::testkit::lin::{campaign, run_history, Event, HistoryConfig};
 use mrcache::testkit::watchdog::must_finish;
 use mrcache::types::Op;
-use mrcache::{Config, EvictionPolicy, Faults, Limits, OverlapPolicy};
+use mrcache::{Config, Faults, OverlapPolicy};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -26,20 +26,6 @@ fn scale() -> u64 {
     std::env::var("MRCACHE_LIN_HISTORIES").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
-fn configs() -> Vec<Config> {
-    let mut v = Vec::new();
-    for policy in OverlapPolicy::ALL {
-        v.push(Config::with_policy(policy));
-        v.push(Config {
-            policy,
-            eviction: EvictionPolicy::CostAware,
-            chunk_pages: 2,
-            limits: Limits { max_regions: Some(3), max_pinned_bytes: Some(6 * 4096), max_unreleased: Some(4) },
-            ..Config::default()
-        });
-    }
-    v
-}
 
 fn check_all(mut hc: HistoryConfig, seed: u64, histories: u64) -> u64 {
     if hc.config.limits.max_regions.is_some() && std::env::var_os("MRCACHE_LIN_DAWDLE").is_none() {
@@ -69,7 +55,7 @@ fn short_histories_are_linearizable() {
     let (ops, histories) = must_finish("linearizability", Duration::from_secs(240), || {
         let mut ops = 0;
         let mut histories = 0;
-        for (i, config) in configs().into_iter().enumerate() {
+        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
             for threads in 2..=4u32 {
                 let hc = HistoryConfig {
                     threads,
@@ -89,7 +75,7 @@ fn short_histories_are_linearizable() {
 #[test]
 fn histories_with_events_inside_register_are_linearizable() {
     must_finish("linearizability with events in register", Duration::from_secs(240), || {
-        for (i, config) in configs().into_iter().enumerate() {
+        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
             let hc = HistoryConfig { raise_in_register: 400, ..HistoryConfig::new(config) };
             check_all(hc, 0x22_0000 + i as u64, 300 * scale());
         }
@@ -162,7 +148,7 @@ fn the_real_cache_passes_the_same_searches() {
 #[test]
 fn histories_with_registrar_failures_are_linearizable() {
     must_finish("registrar failures", Duration::from_secs(240), || {
-        for (i, config) in configs().into_iter().enumerate().filter(|(_, c)| c.limits.max_regions.is_none()) {
+        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate().filter(|(_, c)| c.limits.max_regions.is_none()) {
             for raise in [0, 300] {
                 let hc = HistoryConfig {
                     registrar_faults: 150,
@@ -192,7 +178,7 @@ fn histories_with_registrar_failures_are_linearizable() {
 #[test]
 #[ignore = "open issue: A5's pressure path is not linearizable against the model (see the doc)"]
 fn pressure_path_is_linearizable() {
-    for (i, config) in configs().into_iter().enumerate() {
+    for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
         let hc = HistoryConfig { registrar_faults: 150, ..HistoryConfig::new(config) };
         check_exactly(hc, 0x55_0000 + i as u64, 3000);
     }
@@ -217,7 +203,7 @@ fn pressure_path_is_linearizable() {
 #[test]
 #[ignore = "open issue: rare; a queued event applied after its call returned (see the doc)"]
 fn queued_event_applied_after_a_holders_eviction() {
-    let config = configs()[5];
+    let config = mrcache::testkit::lin::configs()[5];
     let hc = HistoryConfig {
         registrar_faults: 150,
         fault_errnos: &mrcache::testkit::lin::NO_PRESSURE_ERRNOS,

@@ -155,6 +155,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 const ACCESSES: [Access; 3] = [Access::REMOTE_READ, Access::LOCAL_WRITE.union(Access::REMOTE_READ), Access::LOCAL_READ];
 
 /// Runs one history with `seed` (see the module docs).
+/// The configurations concurrent histories run under: every overlap policy,
+/// without limits, and with small limits, cost-aware eviction and 2-page
+/// chunks (shared by the tests and `mrcache fuzz`).
+pub fn configs() -> Vec<Config> {
+    let mut v = Vec::new();
+    for policy in mrcache_model::OverlapPolicy::ALL {
+        v.push(Config::with_policy(policy));
+        v.push(Config {
+            policy,
+            eviction: mrcache_model::EvictionPolicy::CostAware,
+            chunk_pages: 2,
+            limits: mrcache_model::Limits { max_regions: Some(3), max_pinned_bytes: Some(6 * 4096), max_unreleased: Some(4) },
+            ..Config::default()
+        });
+    }
+    v
+}
+
 pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
     let mut cc = CacheConfig::new(hc.config);
     cc.faults = hc.faults;
