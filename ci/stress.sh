@@ -3,7 +3,8 @@
 #
 #   bash ci/stress.sh              # 1,000,000 DMA-checked acquires (uffd), then
 #                                  # 1,000,000 (explicit monitor, merge), the
-#                                  # S7.4 windows, then 120 s of `mrcache fuzz`
+#                                  # S7.4 windows, 100x the concurrent histories
+#                                  # of .ci/run, then 120 s of `mrcache fuzz`
 #   OPS=200000 FUZZ_SECONDS=30 bash ci/stress.sh   # shorter
 #   SEED=7 bash ci/stress.sh
 #
@@ -47,5 +48,10 @@ run_dma explicit merge 100
 echo "== the userfaultfd windows of spec.md#S7.4, ${RACE_ROUNDS:=50000} rounds each" >&2
 MRCACHE_RACE_ROUNDS=$RACE_ROUNDS cargo test -q -p mrcache --test dma_oracle -- --exact s7_4_windows_measured --nocapture 2>&1 \
   | grep -E "^S7.4|panicked|skipped|test result"
+echo "== concurrent histories, ${LIN_SCALE:=100}x the .ci/run counts (linearizability against the model)" >&2
+t0=$SECONDS
+MRCACHE_LIN_HISTORIES=$LIN_SCALE cargo test -q -p mrcache --features testkit --test linearizability 2>&1 \
+  | grep -E "histories|panicked|test result"
+echo "== done in $((SECONDS - t0)) s" >&2
 echo "== mrcache fuzz --seconds $FUZZ_SECONDS --seed $SEED" >&2
 ./target/release/mrcache fuzz --seconds "$FUZZ_SECONDS" --seed "$SEED" --quiet

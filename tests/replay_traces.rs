@@ -48,6 +48,7 @@ fn shipped_traces_replay_with_expected_stats() {
         ("register-vs-invalidate.jsonl", [2, 0, 2, 0, 2, 1, 1, 1, 0, 0, 1]),
         ("fork-and-flush.jsonl", [5, 0, 5, 0, 5, 0, 0, 1, 0, 0, 2]),
         ("bad-input.jsonl", [4, 1, 1, 4, 1, 0, 0, 0, 0, 0, 0]),
+        ("trim.jsonl", [4, 1, 3, 0, 3, 0, 0, 0, 0, 0, 3]),
     ];
     for (name, want) in cases {
         let r = run(name, None);

@@ -135,6 +135,7 @@ impl AlgoModel {
                     dereg: Vec::new(),
                     toctou: Vec::new(),
                     waiting: false,
+                    noted: Vec::new(),
                 })
                 .collect(),
             monitor: Monitor { pc: MonPc::Idle, buf: Vec::new(), dereg: Vec::new(), toctou: Vec::new() },
@@ -222,11 +223,11 @@ impl AlgoModel {
 
     //= spec.md#S6.3
     /// The LRU victim among unleased findable entries (ties by id).
-    fn victim(&self, s: &State) -> Option<Handle> {
+    fn victim(&self, s: &State, noted: &[Handle]) -> Option<Handle> {
         s.regs
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.findable && r.leases == 0)
+            .filter(|(h, r)| r.findable && r.leases == 0 && noted.contains(&(*h as Handle)))
             .min_by_key(|(_, r)| (r.last_use, r.id))
             .map(|(h, _)| h as Handle)
     }
@@ -635,10 +636,35 @@ impl Ctx<'_> {
         }
     }
 
+    /// A6 / R2: with limits, raise the over-limit flag (not in mutant 13),
+    /// then note the unleased findable entries, *before* the drain.
+    fn note_unleased(&mut self, t: usize) {
+        if !self.m.cfg.has_limits() {
+            return;
+        }
+        if !self.mutant(Mutant::OverLimitFlagLate) {
+            self.s.over_limit = true;
+        }
+        let noted: Vec<Handle> = (0..self.s.regs.len())
+            .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
+            .map(|h| h as Handle)
+            .collect();
+        note!(self, "T{t} raises the over-limit flag and notes the unleased entries {noted:?}");
+        self.thread_mut(t).noted = noted;
+    }
+
+    /// Clears the over-limit flag when within limits.
+    fn settle_over_limit(&mut self) {
+        if self.m.cfg.has_limits() && !self.m.over_limits(self.s) {
+            self.s.over_limit = false;
+        }
+    }
+
     //= spec.md#A10
     fn evict(&mut self, a: Actor) {
+        let noted = std::mem::take(&mut self.s.threads[a as usize].noted);
         while self.m.over_limits(self.s) {
-            let Some(v) = self.m.victim(self.s) else { break };
+            let Some(v) = self.m.victim(self.s, &noted) else { break };
             note!(self, "A10: evict #{v}");
             self.s.regs[v as usize].findable = false;
             self.dereg_list(a).push(v);
@@ -669,8 +695,9 @@ impl Ctx<'_> {
             Pc::A5 => self.a5(t, alt),
             Pc::A6 => {
                 //= spec.md#A6
-                note!(self, "A6: T{t} takes the lock exclusive and drains");
+                note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries and drains");
                 self.lock_exclusive(t as Actor);
+                self.note_unleased(t);
                 self.drain_queue(t as Actor);
                 self.read_and_apply_uffd(t as Actor);
                 self.thread_mut(t).pc = Pc::A7;
@@ -690,13 +717,12 @@ impl Ctx<'_> {
             }
             Pc::R2 => {
                 //= spec.md#R2
-                note!(self, "R2: T{t} takes the lock exclusive, drains and evicts");
+                note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
                 self.lock_exclusive(t as Actor);
+                self.note_unleased(t);
                 self.drain_queue(t as Actor);
                 self.evict(t as Actor);
-                if !self.m.over_limits(self.s) {
-                    self.s.over_limit = false;
-                }
+                self.settle_over_limit();
                 self.unlock_exclusive(t as Actor);
                 self.finish(t, Ret::Done);
             }
@@ -826,6 +852,8 @@ impl Ctx<'_> {
                 acq.plan = None;
                 acq.attempts += 1;
                 let exhausted = acq.attempts >= self.m.cfg.max_retries;
+                self.thread_mut(t).noted.clear();
+                self.settle_over_limit();
                 self.unlock_exclusive(t as Actor);
                 if exhausted {
                     self.finish(t, Ret::Failed { error: OpError::RetriesExhausted });
@@ -840,6 +868,8 @@ impl Ctx<'_> {
                 self.dereg_list(t as Actor).push(handle);
                 self.acq_mut(t).handle = None;
                 let ret = self.grant(t, h, true);
+                self.thread_mut(t).noted.clear();
+                self.settle_over_limit();
                 self.unlock_exclusive(t as Actor);
                 self.finish(t, ret);
             }
@@ -886,38 +916,23 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A10
-    //# Correct order: raise the over-limit flag *before* reading the lease
-    //# counts, so that a release (R1: decrement, then read the flag) either is
-    //# seen by the scan or sees the flag.
+    //# Correct order: A6 raised the over-limit flag *before* noting the
+    //# unleased entries, so that a release (R1: decrement, then read the
+    //# flag) either was noted or sees the flag.
     fn a10(&mut self, t: usize) {
-        if self.mutant(Mutant::OverLimitFlagLate) {
-            self.evict(t as Actor);
-            if self.m.over_limits(self.s) {
-                self.thread_mut(t).pc = Pc::A10b;
-            } else {
-                self.s.over_limit = false;
-                self.a11(t);
-            }
-        } else if self.m.over_limits(self.s) {
-            note!(self, "A10: over a limit: raise the over-limit flag, then scan");
-            self.s.over_limit = true;
+        self.evict(t as Actor);
+        if self.mutant(Mutant::OverLimitFlagLate) && self.m.over_limits(self.s) {
             self.thread_mut(t).pc = Pc::A10b;
         } else {
-            self.s.over_limit = false;
+            self.settle_over_limit();
             self.a11(t);
         }
     }
 
+    /// Mutant 13's late flag.
     fn a10b(&mut self, t: usize) {
-        if self.mutant(Mutant::OverLimitFlagLate) {
-            note!(self, "A10: still over a limit, every entry leased: raise the over-limit flag");
-            self.s.over_limit = true;
-        } else {
-            self.evict(t as Actor);
-            if !self.m.over_limits(self.s) {
-                self.s.over_limit = false;
-            }
-        }
+        note!(self, "A10: still over a limit, every noted entry leased: raise the over-limit flag");
+        self.s.over_limit = true;
         self.a11(t);
     }
 

@@ -87,8 +87,9 @@ pub enum Mutant {
     /// 12. R2 is missing: a release that leaves an evictable entry while the
     ///     cache is over a limit does not evict (UCX: eviction only on a miss).
     NoReleaseEviction,
-    /// 13. A10 scans the lease counts first and raises the over-limit flag
-    ///     afterwards, so a release in between sees the flag down and skips R2.
+    /// 13. A6 notes the lease counts without raising the over-limit flag,
+    ///     which A10 raises afterwards, so a release in between is neither
+    ///     noted nor sees the flag, and skips R2.
     OverLimitFlagLate,
     /// 14. The monitor is told before the frames change (a hook that runs
     ///     before munmap, as Open MPI's patcher does; uffd REMOVE, which the

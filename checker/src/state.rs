@@ -160,6 +160,8 @@ pub struct Thread {
     pub toctou: Vec<Handle>,
     /// Asleep in the kernel until its uffd event is read.
     pub waiting: bool,
+    /// The entries A6/R2 noted unleased (sorted): the only possible victims.
+    pub noted: Vec<Handle>,
 }
 
 /// Program counter of the uffd monitor thread.

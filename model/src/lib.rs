@@ -109,6 +109,8 @@ pub struct Model {
     event_seq: u64,
     /// E6 is an allowed outcome only in concurrent histories (S9).
     concurrent: bool,
+    /// Pressure trims are ops of their own in the history ([`Model::trims_logged`]).
+    trims_logged: bool,
     /// Registrations still registered.
     regs: BTreeMap<RegId, Registration>,
     leases: BTreeMap<LeaseId, RegId>,
@@ -140,6 +142,7 @@ impl Model {
             events: Vec::new(),
             event_seq: 0,
             concurrent: false,
+            trims_logged: false,
             regs: BTreeMap::new(),
             leases: BTreeMap::new(),
             orphan_leases: BTreeSet::new(),
@@ -157,6 +160,15 @@ impl Model {
     /// allowed outcome of a miss (S9).
     pub fn concurrent(mut self) -> Model {
         self.concurrent = true;
+        self
+    }
+
+    /// A model judging a history that logs the trim an acquire performs on
+    /// ENOMEM/EAGAIN as a `trim` op of its own (S5.4: it linearizes apart from
+    /// the acquire), so an acquire's `pressure` flag evicts nothing here and
+    /// may come with a hit (A8).
+    pub fn trims_logged(mut self) -> Model {
+        self.trims_logged = true;
         self
     }
 
@@ -235,7 +247,7 @@ impl Model {
                     };
                     return Err(Violation::new(prop, format!("hit on R{}, but {why}", reg.id)));
                 };
-                if pressure {
+                if pressure && !self.trims_logged {
                     return Err(Violation::new(Property::C3, format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)));
                 }
                 if !r.findable {
@@ -255,7 +267,7 @@ impl Model {
                         format!("{} does not cover {range} with {access}", self.view(r)),
                     ));
                 }
-                Ok(Choice { hit: Some(reg.id), ..Choice::default() })
+                Ok(Choice { hit: Some(reg.id), pressure, ..Choice::default() })
             }
             Ret::Granted { hit: false, pressure, .. } => {
                 if let Some(id) = canonical {
@@ -358,6 +370,7 @@ impl Model {
             //= spec.md#S2.4
             Op::Alloc { .. } | Op::Free { .. } => Ret::Done,
             Op::Flush => self.flush(),
+            Op::Trim => self.trim(),
             Op::Fork => self.fork(),
         };
         debug_assert_eq!(self.check_invariants(), Ok(()), "after {op}");
@@ -398,18 +411,18 @@ impl Model {
             self.stats.hits += 1;
             self.grant(lease, id);
             let view = self.view(&self.regs[&id]);
-            return Ret::Granted { reg: view, hit: true, pressure: false };
+            // `pressure` on a hit: only with trims logged (A8 after a trim).
+            return Ret::Granted { reg: view, hit: true, pressure: choice.pressure };
         }
         // Miss. The registrar is called with the policy's range; on ENOMEM or
-        // EAGAIN the cache evicts every unleased entry and retries once (S5.4).
-        if let Some(error) = choice.fail {
-            if matches!(error, OpError::Registrar { pressure: true, .. }) {
-                self.evict_all_unleased();
-            }
-            return self.fail(error);
+        // EAGAIN the cache trims and retries once (S5.4), unless the history
+        // logs that trim as an op of its own.
+        let trimmed = choice.pressure || matches!(choice.fail, Some(OpError::Registrar { pressure: true, .. }));
+        if trimmed && !self.trims_logged {
+            self.trim();
         }
-        if choice.pressure {
-            self.evict_all_unleased();
+        if let Some(error) = choice.fail {
+            return self.fail(error);
         }
         let (new_span, new_access, displaced) = self.plan_miss(span, access);
         self.stats.misses += 1;
@@ -635,6 +648,12 @@ impl Model {
             self.stats.evictions += 1;
             self.uncache(id, DeregReason::Evicted);
         }
+    }
+
+    //= spec.md#S2.8
+    fn trim(&mut self) -> Ret {
+        self.evict_all_unleased();
+        Ret::Done
     }
 
     fn evict_all_unleased(&mut self) {

@@ -370,6 +370,55 @@ fn c3_pressure_only_on_a_miss() {
 }
 
 #[test]
+fn trim_evicts_only_unleased_entries() {
+    let mut m = Model::new(indep());
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&acq(2, 0x3000, 0x1000));
+    m.step(&rel(2));
+    m.take_effects();
+    assert_eq!(m.step(&Op::Trim), DONE);
+    assert_eq!(m.take_effects(), vec![Effect::Deregister { view: view(2, 0x3000, 0x1000), reason: DeregReason::Pressure }]);
+    assert_eq!((m.stats().pressure_evictions, m.stats().cached_entries), (1, 1));
+    assert_eq!(m.step(&acq(3, 0x1000, 0x1000)), hit(1, 0x1000, 0x1000), "the leased entry stays findable");
+    // A trim that claims to have kept an unleased entry is caught by the next hit.
+    let h = [
+        (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
+        (rel(1), DONE),
+        (Op::Trim, DONE),
+        (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x1000)),
+    ];
+    rejects(indep(), &h, Property::C3);
+}
+
+#[test]
+fn logged_trims_split_the_pressure_path() {
+    // S5.4 in a concurrent history: the trim is its own op; the acquire's
+    // `pressure` flag then evicts nothing more, and may come with a hit (A8).
+    let mut m = Model::new(indep()).concurrent().trims_logged();
+    m.step(&acq(1, 0x1000, 0x1000));
+    m.step(&rel(1));
+    m.step(&Op::Trim);
+    m.step(&acq(2, 0x3000, 0x1000));
+    m.step(&rel(2));
+    let pressured = Ret::Granted { reg: view(3, 0x5000, 0x1000), hit: false, pressure: true };
+    m.judge(&acq(3, 0x5000, 0x1000), &pressured).unwrap();
+    assert_eq!(m.stats().pressure_evictions, 1, "R2, released after the trim, stays");
+    let pressured_hit = Ret::Granted { reg: view(3, 0x5000, 0x1000), hit: true, pressure: true };
+    m.judge(&acq(4, 0x5000, 0x1000), &pressured_hit).unwrap();
+    // Without logged trims the same flag on a hit is rejected (c3_pressure_only_on_a_miss),
+    // and a hit on an entry a logged trim removed is rejected.
+    let h = [
+        (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
+        (rel(1), DONE),
+        (Op::Trim, DONE),
+        (acq(2, 0x1000, 0x1000), Ret::Granted { reg: view(1, 0x1000, 0x1000), hit: true, pressure: true }),
+    ];
+    let mut m = Model::new(indep()).trims_logged();
+    let err = h.iter().find_map(|(op, ret)| m.judge(op, ret).err()).expect("rejected");
+    assert_eq!(err.property, Property::C3);
+}
+
+#[test]
 fn c4_retries_exhausted_only_in_concurrent_histories() {
     let e6 = Ret::Failed { error: OpError::RetriesExhausted };
     rejects(indep(), &[(acq(1, 0x1000, 0x1000), e6)], Property::C4);

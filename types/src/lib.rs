@@ -310,6 +310,9 @@ pub enum Op {
     },
     /// S2.5: drop every cached entry.
     Flush,
+    /// S2.8: drop every unleased cached entry (what the cache does itself on
+    /// ENOMEM/EAGAIN, S5.4).
+    Trim,
     /// S2.6: the ops that follow run in a child created by fork().
     Fork,
 }
@@ -322,7 +325,7 @@ impl Op {
             | Op::ReleaseEvent { addr, len, .. }
             | Op::Alloc { addr, len }
             | Op::Free { addr, len } => Some(Range::new(addr, len)),
-            Op::Release { .. } | Op::Flush | Op::Fork => None,
+            Op::Release { .. } | Op::Flush | Op::Trim | Op::Fork => None,
         }
     }
 
@@ -334,6 +337,7 @@ impl Op {
             Op::Alloc { .. } => "alloc",
             Op::Free { .. } => "free",
             Op::Flush => "flush",
+            Op::Trim => "trim",
             Op::Fork => "fork",
         }
     }
@@ -350,6 +354,7 @@ impl fmt::Display for Op {
             Op::Alloc { addr, len } => write!(f, "alloc {addr:#x}+{len:#x}"),
             Op::Free { addr, len } => write!(f, "free {addr:#x}+{len:#x}"),
             Op::Flush => f.write_str("flush"),
+            Op::Trim => f.write_str("trim"),
             Op::Fork => f.write_str("fork"),
         }
     }

@@ -300,7 +300,7 @@ impl Relocation {
             | Op::ReleaseEvent { addr, .. }
             | Op::Alloc { addr, .. }
             | Op::Free { addr, .. } => *addr = base + self.offset(*addr)?,
-            Op::Release { .. } | Op::Flush | Op::Fork => {}
+            Op::Release { .. } | Op::Flush | Op::Trim | Op::Fork => {}
         }
         Some(op)
     }

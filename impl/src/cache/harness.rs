@@ -57,6 +57,10 @@ impl<R: Registrar> Cache<R> {
                 self.flush();
                 Ret::Done
             }
+            Op::Trim => {
+                self.trim();
+                Ret::Done
+            }
             Op::Fork => {
                 self.simulate_fork();
                 Ret::Done

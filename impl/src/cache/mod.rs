@@ -453,6 +453,16 @@ impl<R: Registrar> Drop for DeregList<'_, R> {
 /// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
 const POST_UNLOCK_DRAINS: usize = 4;
 
+/// Ids of the entries an eviction pass may take (see [`Cache::note_unleased`]).
+#[derive(Default)]
+struct Noted(Vec<u64>);
+
+impl Noted {
+    fn contains(&self, id: u64) -> bool {
+        self.0.binary_search(&id).is_ok()
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Fork detection
 
@@ -742,7 +752,8 @@ impl<R: Registrar> Cache<R> {
                 drop(st);
                 deregs.perform();
                 self.hot.bump(Hot::Hits);
-                return Ok(Lease::new(self, shared, e, true, false));
+                // After an A7 retry this acquire may already have trimmed.
+                return Ok(Lease::new(self, shared, e, true, pressure_used));
             }
             //= spec.md#A4
             //# miss: plan the registration per S6.1; add an in-flight record
@@ -769,14 +780,15 @@ impl<R: Registrar> Cache<R> {
                         && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
                 {
                     //= spec.md#A5
-                    //# On ENOMEM/EAGAIN (first time only): take the lock, drain,
-                    //# evict every unleased entry into the dereg list, unlock,
-                    //# perform it, call the registrar again.
+                    //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step
+                    //# of its own: take the lock, drain, evict every unleased
+                    //# entry into the dereg list, re-plan per A4
                     pressure_used = true;
                     let mut st = self.write(shared);
+                    let noted = self.note_unleased(shared, &st, false);
                     self.drain(shared, &mut st, &mut deregs);
                     st.take_inflight(token);
-                    self.evict_all_unleased(shared, &mut st, &mut deregs);
+                    self.evict_all_unleased(shared, &mut st, &mut deregs, &noted);
                     // The model plans after the pressure eviction: under
                     // `merge`, evicted neighbours are no longer merged.
                     let Some(p) = self.plan(&st.index, span, access) else {
@@ -798,25 +810,16 @@ impl<R: Registrar> Cache<R> {
                     }
                     match self.registrar.register(plan.range, plan.access) {
                         Ok(h) => h,
-                        Err(source) => {
-                            //= spec.md#A5
-                            //# On failure: take the lock, remove the in-flight
-                            //# record, unlock, return E5.
-                            self.abandon_inflight(shared, token, &mut deregs);
-                            let registrar = self.registrar.name();
-                            return Err(self.fail(Error::Registrar { registrar, pressure: true, source }));
-                        }
+                        Err(source) => return self.registration_failed(shared, token, deregs, span, access, true, source),
                     }
                 }
-                Err(source) => {
-                    self.abandon_inflight(shared, token, &mut deregs);
-                    let registrar = self.registrar.name();
-                    return Err(self.fail(Error::Registrar { registrar, pressure: pressure_used, source }));
-                }
+                Err(source) => return self.registration_failed(shared, token, deregs, span, access, pressure_used, source),
             };
             //= spec.md#A6
-            //# take the lock exclusive; drain.
+            //# take the lock exclusive; with limits, raise the over-limit flag
+            //# and note which findable entries are unleased; drain.
             let mut st = self.write(shared);
+            let noted = self.note_unleased(shared, &st, true);
             self.drain(shared, &mut st, &mut deregs);
             let record = st.take_inflight(token);
             debug_assert!(record.is_some(), "in-flight record vanished");
@@ -830,10 +833,11 @@ impl<R: Registrar> Cache<R> {
                 unsafe { e.get() }.state.acquire();
                 self.touch(e);
                 deregs.items.push(Dereg::Discard(handle));
+                self.settle_over_limit(shared, &st);
                 drop(st);
                 deregs.perform();
                 self.hot.bump(Hot::Hits);
-                return Ok(Lease::new(self, shared, e, true, false));
+                return Ok(Lease::new(self, shared, e, true, pressure_used));
             }
             //= spec.md#A7
             //# if the in-flight record is stale, or (merge, no-merge-uncache-contained)
@@ -843,6 +847,7 @@ impl<R: Registrar> Cache<R> {
             let replanned = self.config.contract.policy != OverlapPolicy::Independent
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
             if (stale || replanned) && !self.config.faults.skip_seq_recheck {
+                self.settle_over_limit(shared, &st);
                 drop(st);
                 deregs.items.push(Dereg::Discard(handle));
                 deregs.perform();
@@ -858,9 +863,9 @@ impl<R: Registrar> Cache<R> {
             let e = self.insert(shared, &mut st, plan, handle, &mut deregs);
             inc(&self.counters.misses);
             //= spec.md#A10
-            //# evict per S6.4 into the dereg list; set the *over-limit* flag if
-            //# still over a limit (all remaining entries leased).
-            self.enforce_limits(shared, &mut st, &mut deregs);
+            //# evict per S6.4 into the dereg list, choosing victims only among
+            //# the entries A6 noted unleased that are still findable
+            self.enforce_limits(shared, &mut st, &mut deregs, &noted);
             //= spec.md#A11
             //# unlock; perform the dereg list.
             drop(st);
@@ -875,6 +880,46 @@ impl<R: Registrar> Cache<R> {
     fn fail(&self, e: Error) -> Error {
         inc(&self.counters.errors);
         e
+    }
+
+    //= spec.md#A5
+    //# On failure: take the lock, drain, remove the in-flight record; if a
+    //# findable entry now covers the request, lease it and return it as a hit
+    //# (as A8); else unlock and return E5.
+    /// E5 then linearizes here, where no entry covers the request (the
+    /// model's E5 needs a miss); the plan it failed on may be older.
+    #[allow(clippy::too_many_arguments)]
+    fn registration_failed<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        token: u64,
+        mut deregs: DeregList<'c, R>,
+        span: PageSpan,
+        access: Access,
+        pressure: bool,
+        source: crate::registrar::RegistrarError,
+    ) -> Result<Lease<'c, R>, Error> {
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, &mut deregs);
+        st.take_inflight(token);
+        let covering = st.index.covering(span, access).map(|s| s.value);
+        if let Some(e) = covering {
+            // SAFETY: in the index, lock held.
+            unsafe { e.get() }.state.acquire();
+            self.touch(e);
+        }
+        drop(st);
+        deregs.perform();
+        match covering {
+            Some(e) => {
+                self.hot.bump(Hot::Hits);
+                Ok(Lease::new(self, shared, e, true, pressure))
+            }
+            None => {
+                let registrar = self.registrar.name();
+                Err(self.fail(Error::Registrar { registrar, pressure, source }))
+            }
+        }
     }
 
     fn abandon_inflight<'c>(&'c self, shared: &'c Shared<R>, token: u64, deregs: &mut DeregList<'c, R>) {
@@ -1103,7 +1148,7 @@ impl<R: Registrar> Cache<R> {
     /// The next victim among unleased findable entries: least (last_use, id)
     /// for LRU, least (H, last_use, id) for GreedyDual-Size.
     /// Returns `(first page, id, priority)`.
-    fn victim(&self, st: &State<R>) -> Option<(u64, u64, u64)> {
+    fn victim(&self, st: &State<R>, noted: &Noted) -> Option<(u64, u64, u64)> {
         let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
         // (sort key, first page, id, priority) of the best candidate so far.
         type Candidate = ((u64, u64, u64), u64, u64, u64);
@@ -1111,8 +1156,9 @@ impl<R: Registrar> Cache<R> {
         for (s, slot) in st.index.iter() {
             // SAFETY: in the index, lock held.
             let e = unsafe { slot.value.get() };
-            // SeqCst: pairs with the release's decrement (see `enforce_limits`).
-            if e.state.leases() != 0 {
+            // Noted unleased and not leased since (an entry is never leased
+            // again once unleased under our lock: leasing needs the lock).
+            if !noted.contains(slot.id) || e.state.leases() != 0 {
                 continue;
             }
             let last = e.last_use.load(Std::Relaxed);
@@ -1129,45 +1175,85 @@ impl<R: Registrar> Cache<R> {
         best.map(|(_, first, id, prio)| (first, id, prio))
     }
 
-    //= spec.md#S6.4
-    //= spec.md#A10
-    fn enforce_limits<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
-        if !self.limits_active {
-            return;
+    /// A6 / R2 / S2.8: the findable entries unleased now, read (SeqCst)
+    /// after raising the over-limit flag if `raise_flag`. Taken *before* the
+    /// drain: an event queued before a release this note sees was pushed
+    /// before the note (the release came after the event returned), so the
+    /// drain applies it before any victim is chosen. Releases after the note
+    /// are treated as leased (they take effect after this operation) and, with
+    /// the flag raised, run R2 themselves.
+    fn note_unleased(&self, shared: &Shared<R>, st: &State<R>, raise_flag: bool) -> Noted {
+        if !self.limits_active && raise_flag {
+            return Noted::default();
         }
-        loop {
-            while self.over_limits(st) {
-                let Some((first, id, prio)) = self.victim(st) else { break };
-                self.gds_floor.fetch_max(prio, Std::Relaxed);
-                inc(&self.counters.evictions);
-                self.uncache(shared, st, first, id, deregs, false);
-            }
-            if !self.over_limits(st) {
-                shared.over_limit.store(false, Ordering::SeqCst);
-                return;
-            }
-            // Every remaining entry is leased. Publish the flag, then look
-            // again: a release that decremented before seeing the flag is
-            // seen here (both sides SeqCst), so no evictable entry is missed.
+        if raise_flag {
             shared.over_limit.store(true, Ordering::SeqCst);
-            if self.victim(st).is_none() {
-                return;
-            }
         }
-    }
-
-    /// S5.4: every unleased findable entry leaves (pressure eviction).
-    fn evict_all_unleased<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
-        let unleased: Vec<(u64, u64)> = st
+        let mut ids: Vec<u64> = st
             .index
             .iter()
             // SAFETY: in the index, lock held.
             .filter(|(_, slot)| unsafe { slot.value.get() }.state.leases() == 0)
+            .map(|(_, slot)| slot.id)
+            .collect();
+        ids.sort_unstable();
+        Noted(ids)
+    }
+
+    /// Clears the over-limit flag when within limits (an exit that evicts
+    /// nothing after [`Cache::note_unleased`] raised it).
+    fn settle_over_limit(&self, shared: &Shared<R>, st: &State<R>) {
+        if self.limits_active && !self.over_limits(st) {
+            shared.over_limit.store(false, Ordering::SeqCst);
+        }
+    }
+
+    //= spec.md#S6.4
+    //= spec.md#A10
+    /// Evicts while over a limit, victims among the `noted` entries. The flag
+    /// stays raised if still over (every noted entry is gone or leased): a
+    /// release after the note saw it and runs R2.
+    fn enforce_limits<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        deregs: &mut DeregList<'c, R>,
+        noted: &Noted,
+    ) {
+        if !self.limits_active {
+            return;
+        }
+        while self.over_limits(st) {
+            let Some((first, id, prio)) = self.victim(st, noted) else { break };
+            self.gds_floor.fetch_max(prio, Std::Relaxed);
+            inc(&self.counters.evictions);
+            self.uncache(shared, st, first, id, deregs, false);
+        }
+        self.settle_over_limit(shared, st);
+    }
+
+    /// S2.8 / S5.4: every noted entry still findable and unleased leaves
+    /// (pressure eviction).
+    fn evict_all_unleased<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        deregs: &mut DeregList<'c, R>,
+        noted: &Noted,
+    ) {
+        let unleased: Vec<(u64, u64)> = st
+            .index
+            .iter()
+            // SAFETY: in the index, lock held.
+            .filter(|(_, slot)| noted.contains(slot.id) && unsafe { slot.value.get() }.state.leases() == 0)
             .map(|(s, slot)| (s.first, slot.id))
             .collect();
         for (first, id) in unleased {
             inc(&self.counters.pressure_evictions);
             self.uncache(shared, st, first, id, deregs, false);
+        }
+        if self.limits_active {
+            self.settle_over_limit(shared, st);
         }
     }
 
@@ -1227,8 +1313,9 @@ impl<R: Registrar> Cache<R> {
         }
         let mut deregs = DeregList::new(self, shared);
         let mut st = self.write(shared);
+        let noted = self.note_unleased(shared, &st, true);
         self.drain(shared, &mut st, &mut deregs);
-        self.enforce_limits(shared, &mut st, &mut deregs);
+        self.enforce_limits(shared, &mut st, &mut deregs, &noted);
         drop(st);
         deregs.perform();
     }
@@ -1364,6 +1451,21 @@ impl<R: Registrar> Cache<R> {
             self.retire(shared, &mut st, slot, &mut deregs, false);
         }
         shared.over_limit.store(false, Ordering::SeqCst);
+        drop(st);
+        deregs.perform();
+    }
+
+    //= spec.md#S2.8
+    /// Every unleased findable entry leaves the lookup and is deregistered;
+    /// leased ones stay. For applications short of pinnable memory; the cache
+    /// trims by itself when the registrar fails with ENOMEM/EAGAIN (S5.4).
+    pub fn trim(&self) {
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut st = self.write(shared);
+        let noted = self.note_unleased(shared, &st, false);
+        self.drain(shared, &mut st, &mut deregs);
+        self.evict_all_unleased(shared, &mut st, &mut deregs, &noted);
         drop(st);
         deregs.perform();
     }

@@ -18,6 +18,7 @@ pub enum Kind {
     Release,
     ReleaseEvent,
     AllocFree,
+    /// Flush and trim.
     Flush,
     Fork,
     BadInput,
@@ -143,7 +144,8 @@ impl OpGen {
                         Op::Free { addr: self.addr(), len: self.len() }
                     }
                 }
-                91..=93 if self.on(Kind::Flush) => Op::Flush,
+                91 if self.on(Kind::Flush) => Op::Flush,
+                92..=93 if self.on(Kind::Flush) => Op::Trim,
                 94 if self.on(Kind::Fork) && self.rng.chance(1, 3) => Op::Fork,
                 95..=99 if self.on(Kind::BadInput) => match self.rng.below(5) {
                     0 => Op::Acquire { lease, addr: self.addr(), len: 0, access: Access::REMOTE_READ },

@@ -21,15 +21,17 @@
 //!
 //! The registrar can also yield inside `register` (`dawdle`: the cache runs
 //! without its lock there, A5, so other threads get in) and fail at random
-//! (`registrar_faults`, seeded; ENOMEM/EAGAIN take the pressure path of
-//! S5.4, whose linearizability is an open issue: see
-//! `impl/tests/linearizability.rs`).
+//! (`registrar_faults`, seeded). An acquire's first ENOMEM/EAGAIN makes it
+//! trim (spec.md#S5.4), a step that linearizes on its own: the history logs
+//! that acquire as two ops of its thread, a `trim` from the acquire's
+//! invocation to its next `register` call (or its return), then the acquire
+//! itself, judged with [`Model::trims_logged`].
 //!
 //! After the history (all threads done, then every lease dropped), the cache
 //! is flushed, and the registrar must hold nothing, every registration
 //! deregistered exactly once.
 
-use super::registrar::TestRegistrar;
+use super::registrar::{RegisterCall, TestRegistrar};
 use super::rng::Rng;
 use crate::registrar::counting::CountingRegistrar;
 use crate::{Cache, CacheConfig, Faults};
@@ -115,7 +117,7 @@ impl History {
 
     /// A witness order, if linearizable.
     pub fn serialization(&self) -> Option<Vec<(Op, Ret)>> {
-        let mut t = LinearizabilityTester::new(Model::new(self.config).concurrent());
+        let mut t = LinearizabilityTester::new(Model::new(self.config).concurrent().trims_logged());
         for e in &self.events {
             let r = match *e {
                 Event::Invoke { thread, op } => t.on_invoke(thread, op).map(|_| ()),
@@ -146,6 +148,30 @@ type LinCache = Cache<TestRegistrar<CountingRegistrar>>;
 thread_local! {
     /// The history thread id of the current worker (for the hook's events).
     static THREAD: Cell<u32> = const { Cell::new(u32::MAX) };
+    /// Where the current worker's acquire stands with its pressure trim.
+    static TRIM: Cell<Trim> = const { Cell::new(Trim::NotInAcquire) };
+}
+
+/// An acquire's pressure trim as the history logs it (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trim {
+    NotInAcquire,
+    /// In an acquire that has not trimmed.
+    Untrimmed(Op),
+    /// Trimming: the logged `trim` has not returned yet.
+    Open(Op),
+    /// Trimmed; the acquire part is logged.
+    Closed,
+}
+
+/// Ends an open trim: logs its return and the acquire's own invocation.
+fn close_trim(log: &Mutex<Vec<Event>>, thread: u32) {
+    if let Trim::Open(op) = TRIM.with(Cell::get) {
+        let mut log = lock(log);
+        log.push(Event::Return { thread, ret: Ret::Done });
+        log.push(Event::Invoke { thread, op });
+        TRIM.with(|c| c.set(Trim::Closed));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -213,6 +239,24 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
         }));
         let _ = weak.set(Arc::downgrade(&cache));
     }
+    let log2 = log.clone();
+    cache.registrar().set_observer(Box::new(move |call| {
+        let t = THREAD.with(Cell::get);
+        match (call, TRIM.with(Cell::get)) {
+            (RegisterCall::Failed(errno), Trim::Untrimmed(op)) if errno == libc::ENOMEM || errno == libc::EAGAIN => {
+                // The acquire's invocation is the trim's: rewrite it.
+                let mut log = lock(&log2);
+                if let Some(Event::Invoke { op: logged, .. }) =
+                    log.iter_mut().rev().find(|e| matches!(e, Event::Invoke { thread, .. } if *thread == t))
+                {
+                    *logged = Op::Trim;
+                }
+                TRIM.with(|c| c.set(Trim::Open(op)));
+            }
+            (RegisterCall::Begin(_), Trim::Open(_)) => close_trim(&log2, t),
+            _ => {}
+        }
+    }));
     let barrier = Barrier::new(hc.threads as usize);
     std::thread::scope(|s| {
         for t in 0..hc.threads {
@@ -226,7 +270,12 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
                 for _ in 0..hc.ops_per_thread {
                     let op = random_op(&mut rng, &leases, &mut next, LeaseId::from(t) * 1000, hc.pages, page);
                     lock(log).push(Event::Invoke { thread: t, op });
+                    if matches!(op, Op::Acquire { .. }) {
+                        TRIM.with(|c| c.set(Trim::Untrimmed(op)));
+                    }
                     let ret = cache.apply(&op, &mut leases);
+                    close_trim(log, t);
+                    TRIM.with(|c| c.set(Trim::NotInAcquire));
                     lock(log).push(Event::Return { thread: t, ret });
                     // Vary the interleavings a little.
                     for _ in 0..rng.below(3) {
@@ -279,7 +328,8 @@ fn random_op<L>(
         75..=92 => {
             Op::ReleaseEvent { kind: ReleaseKind::MadviseDontneed, addr: addr(rng), len: page * (1 + rng.below(2)) }
         }
-        93..=95 => Op::Flush,
+        93..=94 => Op::Flush,
+        95 => Op::Trim,
         96..=97 => Op::Acquire { lease: base + 998, addr: addr(rng), len: 0, access: Access::REMOTE_READ }, // E1
         _ => Op::Alloc { addr: addr(rng), len: page },
     }

@@ -48,6 +48,18 @@ pub struct TestHandle<H> {
 /// Code run inside `register` after a successful pin; gets the range.
 pub type Hook = Box<dyn Fn(Range) + Send + Sync>;
 
+/// What [`TestRegistrar::set_observer`]'s callback is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterCall {
+    /// A `register` call begins.
+    Begin(Range),
+    /// It failed (injected or not) with this errno.
+    Failed(i32),
+}
+
+/// Code told of every `register` call's start and failure.
+pub type Observer = Box<dyn Fn(RegisterCall) + Send + Sync>;
+
 /// Seeded random fault injection.
 #[derive(Debug)]
 struct RandomFaults {
@@ -67,6 +79,7 @@ pub struct TestRegistrar<R: Registrar> {
     script: Mutex<VecDeque<Option<i32>>>,
     random: Mutex<Option<RandomFaults>>,
     hook: OnceLock<Hook>,
+    observer: OnceLock<Observer>,
     live: Mutex<HashSet<u64>>,
     pub registered: AtomicU64,
     pub deregistered: AtomicU64,
@@ -93,6 +106,7 @@ impl<R: Registrar> TestRegistrar<R> {
             script: Mutex::new(VecDeque::new()),
             random: Mutex::new(None),
             hook: OnceLock::new(),
+            observer: OnceLock::new(),
             live: Mutex::new(HashSet::new()),
             registered: AtomicU64::new(0),
             deregistered: AtomicU64::new(0),
@@ -125,6 +139,18 @@ impl<R: Registrar> TestRegistrar<R> {
     /// and return `false`).
     pub fn set_hook(&self, hook: Hook) -> bool {
         self.hook.set(hook).is_ok()
+    }
+
+    /// Installs the observer of `register` calls (once; later calls are
+    /// ignored and return `false`).
+    pub fn set_observer(&self, observer: Observer) -> bool {
+        self.observer.set(observer).is_ok()
+    }
+
+    fn observe(&self, call: RegisterCall) {
+        if let Some(o) = self.observer.get() {
+            o(call);
+        }
     }
 
     /// The next `register` calls: `Some(errno)` fails with it, `None`
@@ -178,10 +204,12 @@ impl<R: Registrar> Registrar for TestRegistrar<R> {
     type Handle = TestHandle<R::Handle>;
 
     fn register(&self, range: Range, access: Access) -> Result<Self::Handle, RegistrarError> {
+        self.observe(RegisterCall::Begin(range));
         if let Some(errno) = self.injected_errno() {
             self.failed.fetch_add(1, Ordering::Relaxed);
             self.injected.fetch_add(1, Ordering::Relaxed);
             self.log(Call::Failed { range, errno, injected: true });
+            self.observe(RegisterCall::Failed(errno));
             return Err(RegistrarError::from_errno("test_register", errno, "injected failure"));
         }
         let inner = match self.inner.register(range, access) {
@@ -189,6 +217,7 @@ impl<R: Registrar> Registrar for TestRegistrar<R> {
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 self.log(Call::Failed { range, errno: e.errno, injected: false });
+                self.observe(RegisterCall::Failed(e.errno));
                 return Err(e);
             }
         };

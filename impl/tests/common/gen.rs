@@ -28,6 +28,7 @@ pub mod off {
     pub const RELEASE: u16 = 1 << 0;
     pub const EVENT: u16 = 1 << 1;
     pub const ALLOC_FREE: u16 = 1 << 2;
+    /// Flush and trim.
     pub const FLUSH: u16 = 1 << 3;
     pub const FORK: u16 = 1 << 4;
     pub const BAD_INPUT: u16 = 1 << 5;
@@ -100,6 +101,7 @@ pub enum Step {
     Alloc { at: Addr, len: Len },
     Free { at: Addr, len: Len },
     Flush,
+    Trim,
     Fork,
     Bad(u8),
 }
@@ -181,6 +183,7 @@ impl Case {
                     (Op::Free { addr: self.addr(at), len: self.len(len) }, None, None)
                 }
                 Step::Flush if self.on(off::FLUSH) => (Op::Flush, None, None),
+                Step::Trim if self.on(off::FLUSH) => (Op::Trim, None, None),
                 Step::Fork if self.on(off::FORK) => (Op::Fork, None, None),
                 Step::Bad(k) if self.on(off::BAD_INPUT) => {
                     let op = match k % 5 {
@@ -240,6 +243,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => (addr(), len()).prop_map(|(at, len)| Step::Alloc { at, len }),
         3 => (addr(), len()).prop_map(|(at, len)| Step::Free { at, len }),
         2 => Just(Step::Flush),
+        2 => Just(Step::Trim),
         1 => Just(Step::Fork),
         2 => (0u8..5).prop_map(Step::Bad),
     ]
