@@ -140,6 +140,7 @@ impl Args {
             max_regions: None,
             max_pinned_bytes: None,
             json: false,
+            threshold: None,
         }
     }
 }
