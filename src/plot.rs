@@ -15,7 +15,7 @@
 //! function returns an error naming it.
 
 use crate::replay::human;
-use crate::report::{eviction_name, Report, Series, TraceReport};
+use crate::report::{eviction_name, Point, Report, Series, TraceReport};
 use anyhow::{anyhow, Context, Result};
 use mrcache_model::{EvictionPolicy, OverlapPolicy};
 use plotters::prelude::*;
@@ -34,6 +34,21 @@ const COLORS: [RGBColor; 6] = [
 fn policy_color(p: OverlapPolicy) -> RGBColor {
     COLORS[OverlapPolicy::ALL.iter().position(|&q| q == p).unwrap_or(0)]
 }
+
+/// Overlap policies are drawn widest first, so lines that coincide (common:
+/// the policies often agree) stay visible as nested strokes.
+fn policy_width(p: OverlapPolicy) -> u32 {
+    match p {
+        OverlapPolicy::Independent => 6,
+        OverlapPolicy::Merge => 3,
+        OverlapPolicy::NoMergeUncacheContained => 1,
+    }
+}
+
+const LABEL_FONT: (&str, u32) = ("sans-serif", 15);
+const DESC_FONT: (&str, u32) = ("sans-serif", 16);
+const LIGHT: RGBColor = RGBColor(242, 242, 242);
+const BOLD: RGBColor = RGBColor(205, 205, 205);
 
 fn slug(label: &str) -> String {
     label.replace('/', "-")
@@ -66,7 +81,7 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 }
 
 /// x of a sample: seconds when the trace has times, else the record index.
-fn x_of(p: &crate::report::Point) -> f64 {
+fn x_of(p: &Point) -> f64 {
     p.t_s.unwrap_or(p.index as f64)
 }
 
@@ -93,15 +108,19 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let y_max = t.series.iter().flat_map(|s| s.points.iter()).map(|p| mib(p.pinned_bytes)).fold(0.0, f64::max).max(0.1) * 1.15;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title(t, "pinned memory, no limit"), ("sans-serif", 20))
+        .caption(title(t, "pinned memory, no limit"), ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..x_max(&t.series), 0f64..y_max)
         .map_err(err)?;
-    chart.configure_mesh().x_desc(x_desc(&t.series)).y_desc("pinned (MiB)").draw().map_err(err)?;
+    chart.configure_mesh()
+        .light_line_style(LIGHT)
+        .bold_line_style(BOLD)
+        .label_style(LABEL_FONT)
+        .axis_desc_style(DESC_FONT).x_desc(x_desc(&t.series)).y_desc("pinned (MiB)").draw().map_err(err)?;
     for s in &t.series {
-        let c = policy_color(s.policy);
+        let (c, w) = (policy_color(s.policy), policy_width(s.policy));
         // Steps: pinned bytes hold until the next sample.
         let mut pts = Vec::with_capacity(2 * s.points.len());
         for (i, p) in s.points.iter().enumerate() {
@@ -111,14 +130,15 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
             pts.push((x_of(p), mib(p.pinned_bytes)));
         }
         chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .draw_series(LineSeries::new(pts, c.stroke_width(w)))
             .map_err(err)?
             .label(s.policy.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .label_font(LABEL_FONT)
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -130,43 +150,68 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
 fn hits(t: &TraceReport, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let root = root.titled(&title(t, "cumulative hits and misses, no limit"), ("sans-serif", 20)).map_err(err)?;
+    let root = root.titled(&title(t, "cumulative hits and misses, no limit"), ("sans-serif", 22)).map_err(err)?;
     let (left, right) = root.split_horizontally(SIZE.0 / 2);
-    for (area, what, get) in [
-        (&left, "hits", (|p: &crate::report::Point| p.hits) as fn(&crate::report::Point) -> u64),
-        (&right, "misses (= registrations)", |p| p.misses),
-    ] {
-        let y_max = t.series.iter().flat_map(|s| s.points.iter()).map(|p| get(p) as f64).fold(0.0, f64::max).max(1.0) * 1.1;
-        let mut chart = ChartBuilder::on(area)
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(65)
-            .build_cartesian_2d(0f64..x_max(&t.series), 0f64..y_max)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc(&t.series))
-            .y_desc(what)
-            .x_labels(5)
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .draw()
-            .map_err(err)?;
-        for s in &t.series {
-            let c = policy_color(s.policy);
+    let max_of = |get: fn(&Point) -> u64| t.series.iter().flat_map(|s| s.points.iter()).map(|p| get(p) as f64).fold(0.0, f64::max);
+    // One panel; the y axis differs (linear hits, log misses), hence a macro.
+    macro_rules! panel {
+        ($area:expr, $y:expr, $what:expr, $get:expr, $fmt:expr, $pos:expr) => {{
+            let get: fn(&Point) -> f64 = $get;
+            let mut chart = ChartBuilder::on($area)
+                .margin(12)
+                .x_label_area_size(45)
+                .y_label_area_size(65)
+                .build_cartesian_2d(0f64..x_max(&t.series), $y)
+                .map_err(err)?;
             chart
-                .draw_series(LineSeries::new(s.points.iter().map(|p| (x_of(p), get(p) as f64)), c.stroke_width(2)))
-                .map_err(err)?
-                .label(s.policy.name())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+                .configure_mesh()
+                .light_line_style(LIGHT)
+                .bold_line_style(BOLD)
+                .label_style(LABEL_FONT)
+                .axis_desc_style(DESC_FONT)
+                .x_desc(x_desc(&t.series))
+                .y_desc($what)
+                .x_labels(5)
+                .y_label_formatter($fmt)
+                .draw()
+                .map_err(err)?;
+            for s in &t.series {
+                let (c, w) = (policy_color(s.policy), policy_width(s.policy));
+                chart
+                    .draw_series(LineSeries::new(s.points.iter().map(|p| (x_of(p), get(p))), c.stroke_width(w)))
+                    .map_err(err)?
+                    .label(s.policy.name())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+            }
+            chart
+                .configure_series_labels()
+                .label_font(LABEL_FONT)
+                .position($pos)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(err)?;
+        }};
     }
+    let hits_max = max_of(|p| p.hits).max(4.5) * 1.1;
+    panel!(
+        &left,
+        0f64..hits_max,
+        "hits",
+        |p| p.hits as f64,
+        &|v: &f64| if (v - v.round()).abs() < 1e-6 { format!("{v:.0}") } else { String::new() },
+        SeriesLabelPosition::UpperLeft
+    );
+    // Misses span 10 to 10^5 between policies: log scale, 0 drawn at 1.
+    let misses_max = max_of(|p| p.misses).max(10.0) * 2.0;
+    panel!(
+        &right,
+        (1f64..misses_max).log_scale(),
+        "misses = registrations (log scale)",
+        |p| (p.misses as f64).max(1.0),
+        &|v: &f64| format!("{v:.0}"),
+        SeriesLabelPosition::LowerRight
+    );
     root.present().map_err(err)?;
     Ok(())
 }
@@ -188,7 +233,7 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
     let n = ls.len().max(2);
     let mut chart = ChartBuilder::on(&root)
-        .caption(title(t, "hit rate against the byte limit"), ("sans-serif", 20))
+        .caption(title(t, "hit rate against the byte limit"), ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(60)
@@ -204,6 +249,10 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
     };
     chart
         .configure_mesh()
+        .light_line_style(LIGHT)
+        .bold_line_style(BOLD)
+        .label_style(LABEL_FONT)
+        .axis_desc_style(DESC_FONT)
         .x_desc("max_pinned_bytes (log scale)")
         .y_desc("hit rate (%)")
         .x_labels(n)
@@ -221,7 +270,8 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
                     t.limits.iter().find(|r| r.policy == p && r.eviction == e && r.max_pinned_bytes == *l).map(|r| (i as f64, r.hit_rate))
                 })
                 .collect();
-            let style = if e == EvictionPolicy::Lru { c.stroke_width(2) } else { c.mix(0.6).stroke_width(1) };
+            let w = policy_width(p);
+            let style = if e == EvictionPolicy::Lru { c.stroke_width(w) } else { c.mix(0.5).stroke_width(w.div_ceil(2)) };
             chart
                 .draw_series(LineSeries::new(pts.clone(), style))
                 .map_err(err)?
@@ -237,6 +287,7 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
     }
     chart
         .configure_series_labels()
+        .label_font(LABEL_FONT)
         .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
@@ -262,13 +313,13 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
             })
             .collect()
     };
-    let y_min = report.traces.iter().flat_map(|t| runs(t)).map(|(_, y)| y).fold(100.0, f64::min);
+    let y_min = report.traces.iter().flat_map(&runs).map(|(_, y)| y).fold(100.0, f64::min);
     let y_lo = (y_min - 2.0).clamp(0.0, 98.0).floor();
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let n = ts.len().max(2);
     let mut chart = ChartBuilder::on(&root)
-        .caption("hit rate against the registration threshold (independent, no limit, LRU)", ("sans-serif", 20))
+        .caption("hit rate against the registration threshold (independent, no limit, LRU)", ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(60)
@@ -284,6 +335,10 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
     };
     chart
         .configure_mesh()
+        .light_line_style(LIGHT)
+        .bold_line_style(BOLD)
+        .label_style(LABEL_FONT)
+        .axis_desc_style(DESC_FONT)
         .x_desc("acquires below this many bytes are eager, not registered")
         .y_desc("hit rate (%)")
         .x_labels(n)
@@ -303,6 +358,7 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
     }
     chart
         .configure_series_labels()
+        .label_font(LABEL_FONT)
         .position(SeriesLabelPosition::LowerLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)

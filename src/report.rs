@@ -259,9 +259,11 @@ fn model_run(
     let mask = replay::skip_mask(trace, threshold);
     let every = (trace.records.len() / SERIES_POINTS).max(1);
     let mut done = 0usize;
+    let mut next_sample = 0usize;
     let mut observe = |i: usize, m: &Model| {
         if let Some(points) = sample.as_deref_mut() {
-            if i % every == 0 || i + 1 == trace.records.len() {
+            if i >= next_sample || i + 1 == trace.records.len() {
+                next_sample = i + every;
                 let s = m.stats();
                 let t_s = trace.records[i].t.map(|t| t as f64 / 1e9);
                 points.push(Point { index: i, t_s, pinned_bytes: s.pinned_bytes, hits: s.hits, misses: s.misses });
