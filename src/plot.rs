@@ -348,12 +348,14 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
         .map_err(err)?;
     for (k, t) in report.traces.iter().enumerate() {
         let c = COLORS[k % COLORS.len()];
+        // Widest first: traces with the same figures stay visible.
+        let w = 2 + (report.traces.len().saturating_sub(1 + k) as u32) * 3 / 2;
         let pts = runs(t);
         chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(w)))
             .map_err(err)?
             .label(t.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
         chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, c.filled()))).map_err(err)?;
     }
     chart
