@@ -2,10 +2,16 @@
 //!
 //! - [`replay`]: run traces through the reference model or the cache;
 //! - [`fuzz`]: long randomized runs of the test layers (`mrcache fuzz`);
-//! - [`replay_impl`]: the cache engine, judged op by op by the model.
+//! - [`replay_impl`]: the cache engine, judged op by op by the model;
+//! - [`report`]: sweeps of recorded traces over policies, limits and
+//!   registration thresholds, with the time saved ([`cost`]) and charts
+//!   ([`plot`]).
 
 pub mod check;
+pub mod cost;
 pub mod fuzz;
+pub mod plot;
 pub mod record;
 pub mod replay;
 pub mod replay_impl;
+pub mod report;

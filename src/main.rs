@@ -2,7 +2,7 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::{check, fuzz, record, replay};
+use mrcache_cli::{check, cost, fuzz, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -16,6 +16,17 @@ struct Cli {
 enum Command {
     /// Run traces through an engine and print their stats.
     Replay(replay::ReplayArgs),
+    /// Sweep traces over overlap policies, byte limits, eviction and registration
+    /// thresholds; registration time saved; SVG charts with --plot DIR.
+    Report(report::ReportArgs),
+    /// Measure the io_uring registrar's cost per registration and per page.
+    Cost {
+        /// Fewer repetitions.
+        #[arg(long)]
+        quick: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run an MPI program under the PMPI recorder: one trace per rank.
     Record(record::RecordArgs),
     /// Model-check the concurrent algorithm of spec.md §A (stateright).
@@ -37,6 +48,36 @@ fn main() -> ExitCode {
                 println!("{}", serde_json::to_string_pretty(&reports).expect("reports serialise"));
             } else {
                 print!("{}", replay::table(&reports));
+            }
+            0
+        }),
+        Command::Report(args) => report::run(&args).and_then(|r| {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("the report serialises"));
+            } else {
+                print!("{}", report::tables(&r));
+            }
+            if let Some(dir) = &args.plot {
+                let files = plot::write_all(&r, dir)?;
+                eprintln!("mrcache: {} charts written to {}", files.len(), dir.display());
+            }
+            Ok(0)
+        }),
+        Command::Cost { quick, json } => cost::measure(quick).map(|(m, samples)| {
+            if json {
+                let v = serde_json::json!({ "cost_model": m, "samples": samples });
+                println!("{}", serde_json::to_string_pretty(&v).expect("the cost model serialises"));
+            } else {
+                println!("{}", m.describe());
+                for s in &samples {
+                    println!(
+                        "  {:>6} pages: register {:>9.1} us, deregister {:>8.1} us (median of {})",
+                        s.pages,
+                        s.register_median_ns / 1e3,
+                        s.deregister_median_ns / 1e3,
+                        s.reps
+                    );
+                }
             }
             0
         }),

@@ -5,6 +5,16 @@
 //! configured policy (spec.md#S9). The policy comes from the command line, or
 //! else from the trace header's `policy_hint`; expectations are checked only
 //! when the policy in force is the one the trace was written for.
+//!
+//! Registration threshold. A transport sends small messages eagerly through
+//! its own pre-registered copy buffers and registers the user's buffer only
+//! on the rendezvous path, above some size. `--threshold BYTES` models that:
+//! an acquire whose `len` is below it is skipped, and so is the release of
+//! the lease it named (see [`skip_mask`]). Default: [`DEFAULT_THRESHOLD`] for
+//! recorded traces (header `source: recorder`), which record every buffer
+//! whatever its size; 0 (register everything) for every other trace, whose
+//! `expect` values were written for the cache seeing every acquire.
+//! docs/replay-report.md says where the default comes from.
 
 use anyhow::{Context, Result};
 use mrcache_model::{Config, EvictionPolicy, Limits, Model, OverlapPolicy};
@@ -55,6 +65,79 @@ pub struct ReplayArgs {
     /// Print machine-readable stats.
     #[arg(long)]
     pub json: bool,
+    /// Acquires shorter than this (bytes; suffixes k, m, g = KiB, MiB, GiB)
+    /// are eager sends, never registered: skipped with their releases.
+    /// Default: 8k for recorded traces, 0 (register everything) otherwise.
+    #[arg(long, value_parser = parse_bytes_arg)]
+    pub threshold: Option<u64>,
+}
+
+/// The default registration threshold for recorded traces: UCX's rendezvous
+/// threshold on InfiniBand as its Python bindings pin it (8 KiB), just below
+/// Open MPI openib's 12 KiB eager limit (docs/replay-report.md, "Threshold").
+pub const DEFAULT_THRESHOLD: u64 = 8 << 10;
+
+/// The threshold in force for `trace`: `explicit`, else [`DEFAULT_THRESHOLD`]
+/// for recorded traces and 0 for the rest (hand-written and checker traces
+/// assert outcomes for a cache that sees every acquire).
+pub fn threshold_for(explicit: Option<u64>, trace: &Trace) -> u64 {
+    explicit.unwrap_or(if trace.header.source == "recorder" { DEFAULT_THRESHOLD } else { 0 })
+}
+
+/// Parses a byte count: `8192`, `8k`, `64K`, `64KiB`, `1m`, `2g` (binary units).
+pub fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        other => anyhow::bail!("invalid byte count `{s}`: unknown unit `{other}` (expected a number with an optional k, m or g suffix)"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("invalid byte count `{s}`: expected a number with an optional k, m or g suffix, like 8k"))?;
+    n.checked_mul(1u64 << shift).ok_or_else(|| anyhow::anyhow!("byte count `{s}` overflows 64 bits"))
+}
+
+fn parse_bytes_arg(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}
+
+/// Which records a replay at `threshold` skips: acquires with `len <
+/// threshold` and the releases of the leases they named. Lease names are
+/// reused after release, so the set holds only the currently skipped ones.
+/// An acquire of a name that is already held (E3) is never skipped: its
+/// error is the trace's business, and its release belongs to the holder.
+/// `None` when nothing is skipped (threshold 0).
+pub fn skip_mask(trace: &Trace, threshold: u64) -> Option<Vec<bool>> {
+    if threshold == 0 {
+        return None;
+    }
+    let mut skipped = std::collections::HashSet::new();
+    let mut held = std::collections::HashSet::new();
+    let mask = trace
+        .records
+        .iter()
+        .map(|rec| match rec.op {
+            mrcache_types::Op::Acquire { lease, len, .. } => {
+                if len < threshold && !held.contains(&lease) && skipped.insert(lease) {
+                    true
+                } else {
+                    held.insert(lease);
+                    false
+                }
+            }
+            mrcache_types::Op::Release { lease } => {
+                held.remove(&lease);
+                skipped.remove(&lease)
+            }
+            _ => false,
+        })
+        .collect();
+    Some(mask)
 }
 
 /// The result of replaying one trace.
@@ -64,6 +147,10 @@ pub struct Report {
     pub engine: Engine,
     pub policy: OverlapPolicy,
     pub records: usize,
+    /// The registration threshold in force (bytes).
+    pub threshold: u64,
+    /// Records skipped by it: small acquires and their releases.
+    pub skipped: usize,
     /// Records whose `expect` was checked.
     pub expectations_checked: usize,
     pub stats: Stats,
@@ -98,9 +185,28 @@ pub fn load(path: &Path) -> Result<Trace> {
 
 /// Replays one trace through the model.
 pub fn replay_model(name: &str, trace: &Trace, config: Config, check_expect: bool) -> Result<Report> {
+    replay_model_with(name, trace, config, check_expect, None, &mut |_, _| {})
+}
+
+/// Replays one trace through the model, skipping the records `skip` marks
+/// (see [`skip_mask`]) and calling `observe(i, &model)` after every record
+/// `i` that ran (for time series and progress).
+pub fn replay_model_with(
+    name: &str,
+    trace: &Trace,
+    config: Config,
+    check_expect: bool,
+    skip: Option<&[bool]>,
+    observe: &mut dyn FnMut(usize, &Model),
+) -> Result<Report> {
     let mut model = Model::new(config);
     let mut checked = 0;
+    let mut skipped = 0;
     for (i, rec) in trace.records.iter().enumerate() {
+        if skip.is_some_and(|m| m[i]) {
+            skipped += 1;
+            continue;
+        }
         let line = trace.first_record_line + i;
         match (check_expect, rec.expect) {
             (true, Some(want)) => {
@@ -131,12 +237,15 @@ pub fn replay_model(name: &str, trace: &Trace, config: Config, check_expect: boo
             }
         }
         model.take_effects();
+        observe(i, &model);
     }
     Ok(Report {
         trace: name.to_string(),
         engine: Engine::Model,
         policy: config.policy,
         records: trace.records.len(),
+        threshold: 0,
+        skipped,
         expectations_checked: checked,
         stats: model.stats(),
     })
@@ -158,16 +267,34 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
             None => true,
             Some(h) => h.parse::<OverlapPolicy>().ok() == Some(config.policy),
         } && config == written_for;
+        let threshold = threshold_for(args.threshold, &trace);
+        let mask = skip_mask(&trace, threshold);
+        let skipped = mask.as_ref().map_or(0, |m| m.iter().filter(|&&s| s).count());
+        // Skipping records changes what the trace's expectations describe.
+        let check_expect = hint_matches && skipped == 0;
         let name = path.display().to_string();
         let report = match args.engine {
-            Engine::Model => replay_model(&name, &trace, config, hint_matches)?,
+            Engine::Model => Report {
+                threshold,
+                ..replay_model_with(&name, &trace, config, check_expect, mask.as_deref(), &mut |_, _| {})?
+            },
             Engine::Impl => {
-                let stats = crate::replay_impl::replay(&trace, &name, config, args.registrar, args.monitor)?;
+                let stats = crate::replay_impl::replay_masked(
+                    &trace,
+                    &name,
+                    config,
+                    args.registrar,
+                    args.monitor,
+                    mask.as_deref(),
+                    &mut |_| {},
+                )?;
                 Report {
                     trace: name.clone(),
                     engine: Engine::Impl,
                     policy: config.policy,
                     records: trace.records.len(),
+                    threshold,
+                    skipped,
                     expectations_checked: 0,
                     stats,
                 }
@@ -192,7 +319,8 @@ pub fn table(reports: &[Report]) -> String {
             (_, Some(file)) => file.to_string_lossy().into_owned(),
             _ => r.trace.clone(),
         };
-        format!("{name} ({:?}, {})", r.engine, r.policy.name()).to_lowercase()
+        let thr = if r.threshold == 0 { String::new() } else { format!(", >= {}", human(r.threshold)) };
+        format!("{name} ({:?}, {}{thr})", r.engine, r.policy.name()).to_lowercase()
     };
     let w = reports.iter().map(|r| label(r).len()).max().unwrap_or(0).max(22);
     let _ = writeln!(
@@ -225,7 +353,8 @@ pub fn table(reports: &[Report]) -> String {
     out
 }
 
-fn human(bytes: u64) -> String {
+/// Bytes in binary units: 512, 8.0K, 1.5M, 2.0G.
+pub fn human(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
         b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),

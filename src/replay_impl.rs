@@ -133,25 +133,44 @@ impl Drop for Arena {
 /// Replays `trace` through a cache with `registrar` and `monitor`, judging
 /// every outcome. Returns the cache's stats.
 pub fn replay(trace: &Trace, name: &str, config: Config, registrar: RegistrarKind, monitor: MonitorKind) -> Result<Stats> {
+    replay_masked(trace, name, config, registrar, monitor, None, &mut |_| {})
+}
+
+/// [`replay`], skipping the records `skip` marks (a registration threshold,
+/// `crate::replay::skip_mask`) and calling `progress(i)` after record `i`.
+pub fn replay_masked(
+    trace: &Trace,
+    name: &str,
+    config: Config,
+    registrar: RegistrarKind,
+    monitor: MonitorKind,
+    skip: Option<&[bool]>,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Stats> {
     let cache_config = CacheConfig::new(config);
+    let run_with = Run { trace, name, config, cache_config, registrar, monitor, skip };
     match registrar {
-        RegistrarKind::Counting => run(trace, name, config, cache_config, CountingRegistrar::default(), registrar, monitor),
+        RegistrarKind::Counting => run(run_with, CountingRegistrar::default(), progress),
         RegistrarKind::Uring => {
             let uring = UringRegistrar::with_defaults().map_err(|e| anyhow!("io_uring registrar: {e}"))?;
-            run(trace, name, config, cache_config, uring, registrar, monitor)
+            run(run_with, uring, progress)
         }
     }
 }
 
-fn run<R: Registrar>(
-    trace: &Trace,
-    name: &str,
+/// What one replay runs.
+struct Run<'a> {
+    trace: &'a Trace,
+    name: &'a str,
     config: Config,
     cache_config: CacheConfig,
-    inner: R,
     registrar: RegistrarKind,
     monitor: MonitorKind,
-) -> Result<Stats> {
+    skip: Option<&'a [bool]>,
+}
+
+fn run<R: Registrar>(run: Run<'_>, inner: R, progress: &mut dyn FnMut(usize)) -> Result<Stats> {
+    let Run { trace, name, config, cache_config, registrar, monitor, skip } = run;
     let real_memory = registrar == RegistrarKind::Uring || monitor == MonitorKind::Uffd;
     let (arena, relocation) = if real_memory {
         let plan = Relocation::plan(trace.ops(), trace.header.page_size);
@@ -169,6 +188,9 @@ fn run<R: Registrar>(
     // Registration ids by (range, access) of live registrations, for the judge.
     let mut ids: HashMap<(Range, Access), Vec<u64>> = HashMap::new();
     for (i, rec) in trace.records.iter().enumerate() {
+        if skip.is_some_and(|m| m[i]) {
+            continue;
+        }
         let line = trace.first_record_line + i;
         let op = match (&relocation, &arena) {
             (Some(plan), Some(a)) => plan
@@ -211,6 +233,7 @@ fn run<R: Registrar>(
         if monitor == MonitorKind::Explicit {
             model.check_quiescent().map_err(|v| anyhow!("{name}:{line}: {v}"))?;
         }
+        progress(i);
     }
     drop(leases);
     // The monitor round that applied the last event may still be performing

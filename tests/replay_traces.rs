@@ -141,6 +141,7 @@ impl Args {
             max_regions: None,
             max_pinned_bytes: None,
             json: false,
+            threshold: None,
         }
     }
 }
