@@ -354,6 +354,8 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
                             threads,
                             ops_per_thread: if threads == 4 { 3 } else { 4 },
                             raise_in_register: if r.chance(1, 2) { 400 } else { 0 },
+                            // Every errno, ENOMEM/EAGAIN's trims included (S5.4).
+                            registrar_faults: if r.chance(1, 3) { 150 } else { 0 },
                             ..HistoryConfig::new(*r.pick(&lin_cfgs))
                         };
                         let h = run_history(&hc, s);
