@@ -204,14 +204,14 @@ impl AlgoModel {
                 displaced.sort_unstable();
                 Plan { span, access: acc, displaced }
             }
-            OverlapPolicy::NoMergeUncacheContained => Plan {
-                span: req,
-                access,
-                displaced: findable()
+            OverlapPolicy::NoMergeUncacheContained => {
+                let displaced: Vec<Handle> = findable()
                     .filter(|(_, r)| req.contains(&r.span) || r.span.contains(&req))
                     .map(|(h, _)| h)
-                    .collect(),
-            },
+                    .collect();
+                let access = displaced.iter().fold(access, |a, &h| a | s.regs[h as usize].access);
+                Plan { span: req, access, displaced }
+            }
         }
     }
 
@@ -241,7 +241,9 @@ impl AlgoModel {
         if let Some(h) = self.lookup(s, acq.req, acq.access) {
             return A7::Hit(h);
         }
-        if self.cfg.policy == OverlapPolicy::Merge && !self.mutant(Mutant::StaleMergePlan) {
+        // Merge's span and access, and no-merge-uncache-contained's access,
+        // depend on the entries present (S6.1).
+        if self.cfg.policy != OverlapPolicy::Independent && !self.mutant(Mutant::StaleMergePlan) {
             let now = self.plan(s, acq.req, acq.access);
             let planned = acq.plan.as_ref().expect("A4 planned");
             if now.span != planned.span || now.access != planned.access {

@@ -473,12 +473,15 @@ impl Model {
                 }
             }
             OverlapPolicy::NoMergeUncacheContained => {
-                displaced = self
-                    .regs
-                    .values()
-                    .filter(|r| r.findable && (new_span.contains(&r.span) || r.span.contains(&new_span)))
-                    .map(|r| r.id)
-                    .collect();
+                for r in self.regs.values() {
+                    if r.findable && (new_span.contains(&r.span) || r.span.contains(&new_span)) {
+                        // The new registration keeps the rights of what it
+                        // displaces, so requests that differ only in access
+                        // stop displacing each other.
+                        new_access = new_access | r.access;
+                        displaced.push(r.id);
+                    }
+                }
             }
         }
         (new_span, new_access, displaced)

@@ -370,6 +370,33 @@ fn c3_pressure_only_on_a_miss() {
 }
 
 #[test]
+fn no_merge_uncache_contained_keeps_the_displaced_rights() {
+    // A buffer sent from, then received into: the second registration takes
+    // both rights, so the third request hits instead of displacing again.
+    let c = Config::with_policy(OverlapPolicy::NoMergeUncacheContained);
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_READ;
+    let h = [
+        (acq_with(1, 0x1000, 0x2000, Access::REMOTE_READ), miss(1, 0x1000, 0x2000)),
+        (rel(1), DONE),
+        (
+            acq_with(2, 0x1000, 0x2000, Access::LOCAL_WRITE),
+            Ret::Granted { reg: RegView { id: 2, addr: 0x1000, len: 0x2000, access: rw }, hit: false, pressure: false },
+        ),
+        (rel(2), DONE),
+        (
+            acq_with(3, 0x1000, 0x1000, Access::REMOTE_READ),
+            Ret::Granted { reg: RegView { id: 2, addr: 0x1000, len: 0x2000, access: rw }, hit: true, pressure: false },
+        ),
+    ];
+    let m = judge(c, &h).unwrap();
+    assert_eq!((m.stats().uncached, m.stats().registrations), (1, 2));
+    // Registering the requested access alone breaks C2.
+    let mut narrow = h[..3].to_vec();
+    narrow[2].1 = Ret::Granted { reg: RegView { id: 2, addr: 0x1000, len: 0x2000, access: Access::LOCAL_WRITE }, hit: false, pressure: false };
+    rejects(c, &narrow, Property::C2);
+}
+
+#[test]
 fn trim_evicts_only_unleased_entries() {
     let mut m = Model::new(indep());
     m.step(&acq(1, 0x1000, 0x1000));

@@ -953,6 +953,14 @@ impl<R: Registrar> Cache<R> {
                 new_span = grown;
             }
         }
+        if self.config.contract.policy == OverlapPolicy::NoMergeUncacheContained {
+            // Keep the rights of the entries this one displaces (S6.1).
+            for (s, slot) in index.overlapping(new_span) {
+                if new_span.contains(&s) || s.contains(&new_span) {
+                    new_access = new_access | slot.access;
+                }
+            }
+        }
         let ps = self.page_size;
         let addr = new_span.first.checked_mul(ps)?;
         new_span.end.checked_mul(ps)?;
