@@ -462,7 +462,8 @@ mod tests {
     #[test]
     fn every_layer_catches_a_mutant() {
         let dir = std::env::temp_dir().join(format!("mrcache-fuzz-mutant-{}", std::process::id()));
-        let a = args(2, Some(Mutant::MonitorOff), dir.clone());
+        // 6 s: a 1-s slice per layer per round; under load a slice may be short.
+        let a = args(6, Some(Mutant::MonitorOff), dir.clone());
         let s = fuzz(&a).unwrap();
         eprint!("{}", s.render(&a));
         assert!(s.seq.violations > 0 && s.lin.violations > 0, "{}", s.render(&a));

@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
     let run = Command::new("timeout")
         .args(["60", env!("CARGO_BIN_EXE_mrcache"), "record", "-o"])
         .arg(&out_dir)
-        .args(["--timeout", "3", "--", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["--timeout", "15", "--", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
         .arg(&exe)
         .output()
         .unwrap();

@@ -14,9 +14,10 @@
 //!   a page released inside every fourth registration, at least one per
 //!   `N_SKIP_RECHECK`.
 //!
-//! Every run is bounded by its op count and a watchdog (no hang). The tests
-//! run one at a time (`SERIAL`): a thread another test creates while a churn
-//! has a hole open could get its stack mapped into the arena.
+//! Every run is bounded by its op count and a watchdog (no hang). The runs
+//! never overlap (`SERIAL`), and the short ones are one `#[test]`: libtest
+//! spawns a test's thread when another test ends, and a thread created
+//! while a churn has a hole open could get its stack mapped into the arena.
 
 use mrcache::testkit::dma::{self, DmaConfig, DmaReport, MonitorKind};
 use mrcache::testkit::watchdog::must_finish;
@@ -81,7 +82,18 @@ fn cfg(seed: u64, monitor: MonitorKind) -> DmaConfig {
     DmaConfig { seed, ops: OPS, monitor, ..DmaConfig::default() }
 }
 
+/// Every short case, one after another (see the module docs for why one
+/// test): each panics with its name on failure.
 #[test]
+fn short_oracle_runs() {
+    no_stale_dma_with_the_uffd_monitor();
+    no_stale_dma_with_the_explicit_monitor();
+    no_stale_dma_under_merge();
+    releases_inside_register_no_deadlock_no_stale_dma();
+    teeth_monitor_off_gives_stale_dmas();
+    teeth_skip_seq_recheck_gives_stale_dmas();
+}
+
 fn no_stale_dma_with_the_uffd_monitor() {
     let _g = serial();
     if skip_unless_available(MonitorKind::Uffd) {
@@ -92,7 +104,6 @@ fn no_stale_dma_with_the_uffd_monitor() {
     assert!(r.monitor_rounds > 0);
 }
 
-#[test]
 fn no_stale_dma_with_the_explicit_monitor() {
     let _g = serial();
     if skip_unless_available(MonitorKind::Explicit) {
@@ -102,7 +113,6 @@ fn no_stale_dma_with_the_explicit_monitor() {
     assert_clean("explicit", &r);
 }
 
-#[test]
 fn no_stale_dma_under_merge() {
     let _g = serial();
     if skip_unless_available(MonitorKind::Uffd) {
@@ -116,7 +126,6 @@ fn no_stale_dma_under_merge() {
 /// a cache operation, on the same thread): no deadlock under either monitor
 /// (the watchdog fails the test instead of hanging), no stale DMA; E6 is
 /// the allowed outcome when every attempt was hit.
-#[test]
 fn releases_inside_register_no_deadlock_no_stale_dma() {
     let _g = serial();
     for (name, monitor) in
@@ -136,7 +145,6 @@ fn releases_inside_register_no_deadlock_no_stale_dma() {
     }
 }
 
-#[test]
 fn teeth_monitor_off_gives_stale_dmas() {
     let _g = serial();
     for (name, monitor) in [("uffd, monitor off", MonitorKind::Uffd), ("explicit, monitor off", MonitorKind::Explicit)]
@@ -160,7 +168,6 @@ fn teeth_monitor_off_gives_stale_dmas() {
     }
 }
 
-#[test]
 fn teeth_skip_seq_recheck_gives_stale_dmas() {
     let _g = serial();
     for (name, monitor) in

@@ -303,7 +303,7 @@ pub fn save_trace(trace: &Trace, name: &str, regression: bool) -> PathBuf {
     let dir = if regression || std::env::var_os("MRCACHE_SAVE_REGRESSIONS").is_some_and(|v| v == "1") {
         regressions_dir()
     } else {
-        std::env::temp_dir().join("mrcache-mutant-traces")
+        std::env::temp_dir().join(format!("mrcache-mutant-traces-{}", std::process::id()))
     };
     std::fs::create_dir_all(&dir).expect("create the trace directory");
     let path = dir.join(format!("{name}.jsonl"));
