@@ -621,6 +621,16 @@ fn worker(ctx: &Ctx<'_>, id: u32, ready: &std::sync::Barrier) {
         if n >= cfg.ops || ctx.stop.load(Relaxed) {
             break;
         }
+        // Pacing from this side too: on a loaded machine churners (which wait
+        // for the monitor) fall behind, and the run would prove less. Wait a
+        // bounded while for them to come within 4 churns of the rate.
+        for _ in 0..2000 {
+            let lag = ctx.c.done.load(Relaxed) * cfg.churn_per_100;
+            if ctx.c.churns.load(Relaxed) * 100 + 400 >= lag || ctx.stop.load(Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
         let slot = rng.below(cfg.slots);
         let mut st = lock(&ctx.slots[slot as usize]);
         if st.dead {
