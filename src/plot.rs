@@ -18,6 +18,7 @@ use crate::replay::human;
 use crate::report::{eviction_name, Point, Report, Series, TraceReport};
 use anyhow::{anyhow, Context, Result};
 use mrcache_model::{EvictionPolicy, OverlapPolicy};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -102,6 +103,68 @@ fn title(t: &TraceReport, what: &str) -> String {
     format!("{}: {what} (threshold {})", t.label, human(t.sweep_threshold))
 }
 
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The legend, in one style on every chart.
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, at: SeriesLabelPosition) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .label_font(LABEL_FONT)
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
+/// A chart whose x axis is the categories 0, 1, … named by `labels` (limits,
+/// thresholds), y in percent; `draw` adds the labelled series.
+fn category_chart(
+    path: &Path,
+    caption: &str,
+    labels: &[String],
+    y: std::ops::Range<f64>,
+    x_desc: &str,
+    legend_at: SeriesLabelPosition,
+    draw: impl FnOnce(&mut Chart<'_, '_>) -> Result<()>,
+) -> Result<()> {
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let n = labels.len().max(2);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.3f64..(n as f64 - 0.7), y)
+        .map_err(err)?;
+    let fmt = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 0.01 && i >= 0.0 {
+            labels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .light_line_style(LIGHT)
+        .bold_line_style(BOLD)
+        .label_style(LABEL_FONT)
+        .axis_desc_style(DESC_FONT)
+        .x_desc(x_desc)
+        .y_desc("hit rate (%)")
+        .x_labels(n)
+        .x_label_formatter(&fmt)
+        .disable_x_mesh()
+        .draw()
+        .map_err(err)?;
+    draw(&mut chart)?;
+    legend(&mut chart, legend_at)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
@@ -135,14 +198,7 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
             .label(s.policy.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
     }
-    chart
-        .configure_series_labels()
-        .label_font(LABEL_FONT)
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -229,72 +285,36 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
     let labels: Vec<String> = ls.iter().map(|l| l.map_or("unlimited".into(), human)).collect();
     let y_min = t.limits.iter().map(|r| r.hit_rate).fold(100.0, f64::min);
     let y_lo = (y_min - 5.0).clamp(0.0, 95.0).floor();
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let n = ls.len().max(2);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title(t, "hit rate against the byte limit"), ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.3f64..(n as f64 - 0.7), y_lo..100.5f64)
-        .map_err(err)?;
-    let fmt = |x: &f64| {
-        let i = x.round();
-        if (x - i).abs() < 0.01 && i >= 0.0 {
-            labels.get(i as usize).cloned().unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
-    chart
-        .configure_mesh()
-        .light_line_style(LIGHT)
-        .bold_line_style(BOLD)
-        .label_style(LABEL_FONT)
-        .axis_desc_style(DESC_FONT)
-        .x_desc("max_pinned_bytes (log scale)")
-        .y_desc("hit rate (%)")
-        .x_labels(n)
-        .x_label_formatter(&fmt)
-        .disable_x_mesh()
-        .draw()
-        .map_err(err)?;
-    for p in OverlapPolicy::ALL {
-        for e in [EvictionPolicy::Lru, EvictionPolicy::CostAware] {
-            let c = policy_color(p);
-            let pts: Vec<(f64, f64)> = ls
-                .iter()
-                .enumerate()
-                .filter_map(|(i, l)| {
-                    t.limits.iter().find(|r| r.policy == p && r.eviction == e && r.max_pinned_bytes == *l).map(|r| (i as f64, r.hit_rate))
-                })
-                .collect();
-            let w = policy_width(p);
-            let style = if e == EvictionPolicy::Lru { c.stroke_width(w) } else { c.mix(0.5).stroke_width(w.div_ceil(2)) };
-            chart
-                .draw_series(LineSeries::new(pts.clone(), style))
-                .map_err(err)?
-                .label(format!("{}, {}", p.name(), eviction_name(e)))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-            // LRU: filled dots; cost-aware: open squares.
-            if e == EvictionPolicy::Lru {
-                chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, c.filled()))).map_err(err)?;
-            } else {
-                chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 6, c.stroke_width(1)))).map_err(err)?;
+    let caption = title(t, "hit rate against the byte limit");
+    let x = "max_pinned_bytes (log scale)";
+    category_chart(path, &caption, &labels, y_lo..100.5, x, SeriesLabelPosition::LowerRight, |chart| {
+        for p in OverlapPolicy::ALL {
+            for e in [EvictionPolicy::Lru, EvictionPolicy::CostAware] {
+                let c = policy_color(p);
+                let pts: Vec<(f64, f64)> = ls
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, l)| {
+                        t.limits.iter().find(|r| r.policy == p && r.eviction == e && r.max_pinned_bytes == *l).map(|r| (i as f64, r.hit_rate))
+                    })
+                    .collect();
+                let w = policy_width(p);
+                let style = if e == EvictionPolicy::Lru { c.stroke_width(w) } else { c.mix(0.5).stroke_width(w.div_ceil(2)) };
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), style))
+                    .map_err(err)?
+                    .label(format!("{}, {}", p.name(), eviction_name(e)))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+                // LRU: filled dots; cost-aware: open squares.
+                if e == EvictionPolicy::Lru {
+                    chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, c.filled()))).map_err(err)?;
+                } else {
+                    chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 6, c.stroke_width(1)))).map_err(err)?;
+                }
             }
         }
-    }
-    chart
-        .configure_series_labels()
-        .label_font(LABEL_FONT)
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+        Ok(())
+    })
 }
 
 fn thresholds(report: &Report, path: &Path) -> Result<()> {
@@ -315,57 +335,21 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
     };
     let y_min = report.traces.iter().flat_map(&runs).map(|(_, y)| y).fold(100.0, f64::min);
     let y_lo = (y_min - 2.0).clamp(0.0, 98.0).floor();
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let n = ts.len().max(2);
-    let mut chart = ChartBuilder::on(&root)
-        .caption("hit rate against the registration threshold (independent, no limit, LRU)", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.3f64..(n as f64 - 0.7), y_lo..100.3f64)
-        .map_err(err)?;
-    let fmt = |x: &f64| {
-        let i = x.round();
-        if (x - i).abs() < 0.01 && i >= 0.0 {
-            labels.get(i as usize).cloned().unwrap_or_default()
-        } else {
-            String::new()
+    let caption = "hit rate against the registration threshold (independent, no limit, LRU)";
+    let x = "acquires below this many bytes are eager, not registered";
+    category_chart(path, caption, &labels, y_lo..100.3, x, SeriesLabelPosition::LowerLeft, |chart| {
+        for (k, t) in report.traces.iter().enumerate() {
+            let c = COLORS[k % COLORS.len()];
+            // Widest first: traces with the same figures stay visible.
+            let w = 2 + (report.traces.len().saturating_sub(1 + k) as u32) * 3 / 2;
+            let pts = runs(t);
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(w)))
+                .map_err(err)?
+                .label(t.label.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+            chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, c.filled()))).map_err(err)?;
         }
-    };
-    chart
-        .configure_mesh()
-        .light_line_style(LIGHT)
-        .bold_line_style(BOLD)
-        .label_style(LABEL_FONT)
-        .axis_desc_style(DESC_FONT)
-        .x_desc("acquires below this many bytes are eager, not registered")
-        .y_desc("hit rate (%)")
-        .x_labels(n)
-        .x_label_formatter(&fmt)
-        .disable_x_mesh()
-        .draw()
-        .map_err(err)?;
-    for (k, t) in report.traces.iter().enumerate() {
-        let c = COLORS[k % COLORS.len()];
-        // Widest first: traces with the same figures stay visible.
-        let w = 2 + (report.traces.len().saturating_sub(1 + k) as u32) * 3 / 2;
-        let pts = runs(t);
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(w)))
-            .map_err(err)?
-            .label(t.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
-        chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 4, c.filled()))).map_err(err)?;
-    }
-    chart
-        .configure_series_labels()
-        .label_font(LABEL_FONT)
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+        Ok(())
+    })
 }
