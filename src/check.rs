@@ -71,6 +71,10 @@ pub struct CheckArgs {
     /// The registrar frees this page while it registers (A5), once per run.
     #[arg(long, value_name = "PAGE")]
     pub registrar_frees: Option<u8>,
+    /// Registrar failures per run (0-2): ENOMEM first (the trim of S5.4),
+    /// then EINVAL (E5).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub registrar_failures: u8,
     /// The cache frees its own memory under its lock (A9), once per run:
     /// `private` (a page of its own) or an application page number.
     #[arg(long, value_name = "private|PAGE")]
@@ -100,6 +104,7 @@ impl CheckArgs {
             policy: self.policy.unwrap_or_default(),
             monitor: self.monitor,
             registrar_frees: self.registrar_frees,
+            registrar_failures: self.registrar_failures,
             cache_frees: match self.cache_frees.as_deref() {
                 None => None,
                 Some("private") => Some(CacheFrees::Private),

@@ -21,6 +21,9 @@ pub enum Action {
     Thread { t: u8, alt: bool },
     /// The uffd monitor thread takes its next step.
     Monitor,
+    /// Thread `t`'s registrar call fails (at A5): ENOMEM the first time in an
+    /// acquire (the trim of S5.4), EINVAL after it (E5).
+    RegistrarFails { t: u8 },
 }
 
 /// What a step did, recorded only when rebuilding a counterexample.
@@ -140,9 +143,11 @@ impl AlgoModel {
                 .collect(),
             monitor: Monitor { pc: MonPc::Idle, buf: Vec::new(), dereg: Vec::new(), toctou: Vec::new() },
             registrar_free_left: self.cfg.registrar_frees.is_some(),
+            reg_failures_left: self.cfg.registrar_failures,
+            trim_evicted: false,
             cache_free_left: self.cfg.cache_frees.is_some(),
             bad: Vec::new(),
-            lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent()),
+            lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
         }
     }
 
@@ -291,6 +296,13 @@ impl AlgoModel {
         }
     }
 
+    /// Whether thread `t`'s registrar call (A5) may fail now: budget left, and
+    /// the lock free (both outcomes take it at once).
+    pub fn registrar_may_fail(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        s.reg_failures_left > 0 && th.pc == Pc::A5 && th.toctou.is_empty() && th.ev.is_none() && s.lock == Lock::Free
+    }
+
     /// Whether thread `t`'s next step has a second branch.
     pub fn thread_alt(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
@@ -353,12 +365,17 @@ impl AlgoModel {
         match a {
             Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
             Action::Monitor => cx.monitor_step(),
+            Action::RegistrarFails { t } => cx.registrar_fails(t as usize),
         }
     }
 
     /// A short label for an action in state `s`: who moves, at which step.
     pub fn label(&self, s: &State, a: Action) -> String {
         match a {
+            Action::RegistrarFails { t } if s.threads[t as usize].acq.as_ref().is_some_and(|a| a.trimmed) => {
+                format!("T{t} A5 (the registrar fails again: EINVAL)")
+            }
+            Action::RegistrarFails { t } => format!("T{t} A5 (the registrar fails: ENOMEM, trim)"),
             Action::Monitor => {
                 let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
                 let at = match s.monitor.pc {
@@ -560,7 +577,7 @@ impl Ctx<'_> {
         if let Some((page, pinned, needed)) = stale {
             self.s.bad.push(Bad { property: props::P2, page, pinned, needed, ..base });
         }
-        Ret::Granted { reg: self.m.view(self.s, h), hit, pressure: false }
+        Ret::Granted { reg: self.m.view(self.s, h), hit, pressure: acq.trimmed }
     }
 
     //= spec.md#A-D
@@ -662,6 +679,65 @@ impl Ctx<'_> {
         }
     }
 
+    //= spec.md#S5.4
+    //= spec.md#A5
+    //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step of its own
+    /// Thread `t`'s registrar call fails. The first failure of an acquire is
+    /// ENOMEM: trim (take the lock, note the unleased entries, drain, evict
+    /// the noted ones, logged as a `trim` of its own), re-plan, unlock, and
+    /// register again. A later one is EINVAL: take the lock, drain, drop the
+    /// in-flight record; a covering entry serves it as a hit, else E5.
+    fn registrar_fails(&mut self, t: usize) {
+        self.s.reg_failures_left -= 1;
+        let a = t as Actor;
+        let (req, access, trimmed) = (self.acq(t).req, self.acq(t).access, self.acq(t).trimmed);
+        self.lock_exclusive(a);
+        let noted: Vec<Handle> = (0..self.s.regs.len())
+            .filter(|&h| self.s.regs[h].findable && (self.s.regs[h].leases == 0 || self.mutant(Mutant::TrimEvictsLeased)))
+            .map(|h| h as Handle)
+            .collect();
+        self.drain_queue(a);
+        self.read_and_apply_uffd(a);
+        self.thread_mut(t).inflight = None;
+        if !trimmed {
+            note!(self, "A5: T{t}'s registrar fails with ENOMEM: T{t} trims (noted unleased {noted:?})");
+            self.invoke(t as u8, true, Op::Trim);
+            for h in noted {
+                let r = &self.s.regs[h as usize];
+                if !r.findable {
+                    continue;
+                }
+                note!(self, "S2.8: trim evicts #{h}");
+                self.s.trim_evicted = true;
+                self.s.regs[h as usize].findable = false;
+                if self.s.regs[h as usize].leases > 0 {
+                    // Mutant: a leased entry deregistered by the trim (P3).
+                    self.s.regs[h as usize].invalid = true;
+                }
+                self.dereg_list(a).push(h);
+            }
+            self.ret(t as u8, true, Op::Trim, Ret::Done);
+            let plan = self.m.plan(self.s, req, access);
+            note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
+            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+            let acq = self.acq_mut(t);
+            acq.plan = Some(plan);
+            acq.trimmed = true;
+            self.unlock_exclusive(a);
+            return;
+        }
+        note!(self, "A5: T{t}'s registrar fails again (EINVAL)");
+        if let Some(h) = self.m.lookup(self.s, req, access) {
+            note!(self, "A5: #{h} now covers the request: a hit");
+            let ret = self.grant(t, h, true);
+            self.unlock_exclusive(a);
+            return self.finish(t, ret);
+        }
+        self.unlock_exclusive(a);
+        let error = OpError::Registrar { failure: mrcache_types::RegistrarFailure::Other, pressure: true };
+        self.finish(t, Ret::Failed { error });
+    }
+
     //= spec.md#A10
     fn evict(&mut self, a: Actor) {
         let noted = std::mem::take(&mut self.s.threads[a as usize].noted);
@@ -740,7 +816,7 @@ impl Ctx<'_> {
             ScriptOp::Acquire { lease, span, access } => {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
                 self.thread_mut(t).acq =
-                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None });
+                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
                 //= spec.md#A1
                 //= spec.md#S3.9
                 //# The fast (read-locked) hit path is taken only when the queue is empty.
@@ -943,7 +1019,8 @@ impl Ctx<'_> {
         let h = self.acq(t).handle.expect("A9 inserted");
         self.unlock_exclusive(t as Actor);
         let reg = self.m.view(self.s, h);
-        self.finish(t, Ret::Granted { reg, hit: false, pressure: false });
+        let pressure = self.acq(t).trimmed;
+        self.finish(t, Ret::Granted { reg, hit: false, pressure });
     }
 
     //= spec.md#R1
@@ -1169,6 +1246,11 @@ impl Model for AlgoModel {
         if self.monitor_enabled(s) {
             actions.push(Action::Monitor);
         }
+        for t in 0..s.threads.len() {
+            if self.registrar_may_fail(s, t) {
+                actions.push(Action::RegistrarFails { t: t as u8 });
+            }
+        }
     }
 
     fn next_state(&self, s: &State, a: Action) -> Option<State> {
@@ -1186,6 +1268,7 @@ impl Model for AlgoModel {
             Action::Thread { t, alt: false } => format!("T{t}"),
             Action::Thread { t, alt: true } => format!("T{t} (alternative branch)"),
             Action::Monitor => "monitor".into(),
+            Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
         }
     }
 

@@ -111,10 +111,13 @@ pub enum Mutant {
     /// 19. R1 decrements first and touches the LRU stamp afterwards: an
     ///     eviction in between sees an unleased entry with its old stamp.
     ReleaseTouchAfterDecrement,
+    /// 20. The pressure trim (S5.4) evicts leased entries too: a lease's
+    ///     registration is deregistered under it.
+    TrimEvictsLeased,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::NoSeqRecheck,
         Mutant::BlockingHook,
         Mutant::DeregLeasedOnInvalidate,
@@ -134,6 +137,7 @@ impl Mutant {
         Mutant::HolderSkipsDrain,
         Mutant::ReaderSkipsDrain,
         Mutant::ReleaseTouchAfterDecrement,
+        Mutant::TrimEvictsLeased,
     ];
 
     pub fn number(&self) -> usize {
@@ -161,6 +165,7 @@ impl Mutant {
             Mutant::HolderSkipsDrain => "holder-skips-drain",
             Mutant::ReaderSkipsDrain => "reader-skips-drain",
             Mutant::ReleaseTouchAfterDecrement => "release-touch-after-decrement",
+            Mutant::TrimEvictsLeased => "trim-evicts-leased",
         }
     }
 
@@ -185,6 +190,7 @@ impl Mutant {
             Mutant::HolderSkipsDrain => "the exclusive holder does not drain the queue before it unlocks",
             Mutant::ReaderSkipsDrain => "a fast-path reader leaves events queued while it held the lock",
             Mutant::ReleaseTouchAfterDecrement => "R1 touches the LRU stamp after its decrement",
+            Mutant::TrimEvictsLeased => "the ENOMEM trim evicts leased entries too",
         }
     }
 
@@ -212,6 +218,7 @@ impl Mutant {
             Mutant::HolderSkipsDrain => &[L1],
             Mutant::ReaderSkipsDrain => &[L1],
             Mutant::ReleaseTouchAfterDecrement => &[LINEARIZABLE],
+            Mutant::TrimEvictsLeased => &[P3],
         }
     }
 
@@ -237,6 +244,10 @@ impl Mutant {
             {
                 cfg.max_regions = Some(1);
                 changed.push("--max-regions 1".into());
+            }
+            Mutant::TrimEvictsLeased if cfg.registrar_failures == 0 => {
+                cfg.registrar_failures = 1;
+                changed.push("one registrar failure (ENOMEM: the trim)".into());
             }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
@@ -297,6 +308,9 @@ pub struct CheckConfig {
     pub registrar_frees: Option<u8>,
     /// The cache frees its own memory while it holds the lock (A9), at most once per run.
     pub cache_frees: Option<CacheFrees>,
+    /// Registrar failures per run (0–2): an acquire's first fails with ENOMEM
+    /// and trims (S5.4, A5); a failure after its trim is EINVAL (E5).
+    pub registrar_failures: u8,
     pub max_regions: Option<u64>,
     pub max_pinned_bytes: Option<u64>,
     /// A7's bound on registration attempts (spec default 4).
@@ -315,6 +329,7 @@ impl Default for CheckConfig {
             monitor: MonitorKind::Sync,
             registrar_frees: None,
             cache_frees: None,
+            registrar_failures: 0,
             max_regions: None,
             max_pinned_bytes: None,
             max_retries: 4,
@@ -369,6 +384,9 @@ impl CheckConfig {
             Some(CacheFrees::Private) => s += ", cache frees its private page under the lock",
             Some(CacheFrees::AppPage(p)) => s += &format!(", cache frees app page {p} under the lock"),
             None => {}
+        }
+        if self.registrar_failures > 0 {
+            s += &format!(", {} registrar failure(s) (ENOMEM first)", self.registrar_failures);
         }
         if let Some(m) = self.max_regions {
             s += &format!(", max_regions {m}");

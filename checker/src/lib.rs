@@ -12,7 +12,12 @@
 //! the registrar while it registers (A5, [`CheckConfig::registrar_frees`]) or
 //! by the cache freeing its own memory while it holds the lock (A9,
 //! [`CheckConfig::cache_frees`]); each at most once per run, at a
-//! nondeterministically chosen A5/A9 (the action's `alt` branch).
+//! nondeterministically chosen A5/A9 (the action's `alt` branch). The
+//! registrar can also fail at an A5 ([`CheckConfig::registrar_failures`],
+//! action `RegistrarFails`): an acquire's first failure is ENOMEM and trims
+//! (S5.4; the trim is logged as a `trim` op on the thread's nested id, and the
+//! model judges with `trims_logged`), a later one is EINVAL (E5, or a hit if
+//! an entry covers the request by then).
 //!
 //! *State* ([`State`]). The lock as explicit state (`Free`, `Shared(n)`,
 //! `Exclusive(actor)`); every registration the registrar made (never removed:

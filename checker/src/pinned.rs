@@ -18,8 +18,18 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 9] =
-    ["2x3", "2x4", "3x2", "2x3+nested", "2x3+limit", "2x3+nested+limit", "2x3+cache-app-page", "2x3+e6", "lru"];
+const FAMILIES: [&str; 10] = [
+    "2x3",
+    "2x4",
+    "3x2",
+    "2x3+nested",
+    "2x3+limit",
+    "2x3+nested+limit",
+    "2x3+cache-app-page",
+    "2x3+e6",
+    "lru",
+    "2x3+pressure",
+];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
     let base = |t, o| CheckConfig::new(t, o, policy, monitor);
@@ -45,6 +55,9 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+cache-app-page" => return None,
         // One attempt only: the registrar's free makes it stale, so E6 is reachable.
         "2x3+e6" => CheckConfig { registrar_frees: Some(1), max_retries: 1, ..base(2, 3) },
+        // Two registrar failures: ENOMEM (the trim of S5.4), then ENOMEM on
+        // another acquire or EINVAL after the trim (E5); max_regions 1.
+        "2x3+pressure" => CheckConfig { registrar_failures: 2, max_regions: Some(1), ..base(2, 3) },
         // The LRU order decides the victim (mutants 16 and 19).
         "lru" => CheckConfig { scripts: Some(crate::config::lru_scripts()), max_regions: Some(2), ..base(2, 3) },
         _ => return None,
@@ -98,6 +111,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x3+e6 merge async", 32752),
     ("2x3+e6 no-merge-uncache-contained sync", 21478),
     ("2x3+e6 no-merge-uncache-contained async", 30622),
+    ("2x3+pressure independent sync", 64261),
+    ("2x3+pressure independent async", 86602),
+    ("2x3+pressure merge sync", 83857),
+    ("2x3+pressure merge async", 113197),
+    ("2x3+pressure no-merge-uncache-contained sync", 70862),
+    ("2x3+pressure no-merge-uncache-contained async", 94175),
     ("lru independent sync", 9769),
     ("lru independent async", 17834),
     ("lru merge sync", 9769),

@@ -29,9 +29,10 @@ pub const S_EVENT_DURING_REGISTRATION: &str =
 pub const S_READ_NOT_APPLIED: &str =
     "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
 pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
+pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
 
 /// Every property name the checker may use, `always` ones first.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     P1,
     P2,
     P3,
@@ -46,6 +47,7 @@ pub const ALL: [&str; 14] = [
     S_EVENT_DURING_REGISTRATION,
     S_READ_NOT_APPLIED,
     S_HOOK_DEFERRED,
+    S_TRIM_EVICTS,
 ];
 
 /// The spec ID a property checks (`""` for `sometimes` reachability goals).
@@ -89,6 +91,9 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
             v.push(Property::sometimes(S_UNCACHE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced)))
         }
         OverlapPolicy::Independent => {}
+    }
+    if m.cfg.registrar_failures > 0 {
+        v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
     }
     v.push(Property::sometimes(S_EVENT_DURING_REGISTRATION, |_: &AlgoModel, s: &State| {
         s.threads.iter().any(|t| t.inflight.is_some_and(|i| i.stale))

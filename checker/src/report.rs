@@ -96,7 +96,7 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
 /// No order of the history satisfies the model; judging the operations in the
 /// order they returned names the first rule that order breaks.
 pub fn explain_linearizability(model: &AlgoModel, steps: &[ReplayStep]) -> String {
-    let mut reference = RefModel::new(model.cfg.model_config()).concurrent();
+    let mut reference = RefModel::new(model.cfg.model_config()).concurrent().trims_logged();
     for (t, nested, op, ret) in completed(steps) {
         if let Err(v) = reference.judge(&op, &ret) {
             let who = if nested { format!("T{t} (nested)") } else { format!("T{t}") };

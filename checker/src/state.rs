@@ -135,6 +135,8 @@ pub struct Acq {
     pub plan: Option<Plan>,
     /// The registration this attempt made (A5).
     pub handle: Option<Handle>,
+    /// This acquire trimmed after an ENOMEM (S5.4): its outcome says `pressure`.
+    pub trimmed: bool,
 }
 
 /// The thread's record in the in-flight list (A4..A9).
@@ -224,6 +226,10 @@ pub struct State {
     pub registrar_free_left: bool,
     /// The cache may still free its own memory at an A9 (once per run).
     pub cache_free_left: bool,
+    /// Registrar failures still to come (see `CheckConfig::registrar_failures`).
+    pub reg_failures_left: u8,
+    /// Some trim evicted an entry (for the `sometimes` goal).
+    pub trim_evicted: bool,
     pub bad: Vec<Bad>,
     /// Invocations and returns of every operation, per thread.
     pub lin: LinearizabilityTester<u8, RefModel>,

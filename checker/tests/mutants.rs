@@ -70,6 +70,7 @@ mutants! {
     m17_holder_skips_drain => HolderSkipsDrain,
     m18_reader_skips_drain => ReaderSkipsDrain,
     m19_release_touch_after_decrement => ReleaseTouchAfterDecrement,
+    m20_trim_evicts_leased => TrimEvictsLeased,
 }
 
 /// Every property the checker states has a mutant that violates it.

@@ -46,12 +46,13 @@ family! {
     pinned_2x3_cache_app_page => "2x3+cache-app-page",
     pinned_2x3_e6 => "2x3+e6",
     pinned_lru => "lru",
+    pinned_2x3_pressure => "2x3+pressure",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 51);
+    assert_eq!(all.len(), 57);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

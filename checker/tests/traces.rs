@@ -6,7 +6,7 @@ use mrcache_model::{Model, Property};
 use mrcache_types::trace::Trace;
 
 fn judge(cfg: &CheckConfig, trace: &Trace) -> Result<(), mrcache_model::Violation> {
-    let mut m = Model::new(cfg.model_config()).concurrent();
+    let mut m = Model::new(cfg.model_config()).concurrent().trims_logged();
     for r in trace.records.iter().filter(|r| r.expect.is_some()) {
         m.judge(&r.op, r.expect.as_ref().unwrap())?;
     }
