@@ -278,21 +278,7 @@ mod bad_input {
     const P: u64 = 4096;
     const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
 
-    fn map(len: u64) -> u64 {
-        // SAFETY: a fresh anonymous mapping at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as u64
-    }
+    use mrcache::testkit::mem::map_anon as map;
 
     /// len 0 (E1), a wrapping range (E2), an unmapped address (E5 fault from
     /// the io_uring registrar), a lease name in use (E3), a release of a

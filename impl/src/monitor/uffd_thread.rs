@@ -129,19 +129,7 @@ mod tests {
     use mrcache_types::Access;
 
     fn map(len: usize) -> u64 {
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p as u64
+        crate::testkit::mem::map_anon(len as u64)
     }
 
     #[test]

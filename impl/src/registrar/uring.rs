@@ -435,19 +435,7 @@ mod tests {
 
     impl Anon {
         fn new(len: u64) -> Anon {
-            // SAFETY: a fresh anonymous mapping at a kernel-chosen address.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Anon { addr: p as u64, len }
+            Anon { addr: crate::testkit::mem::map_anon(len), len }
         }
         fn range(&self) -> Range {
             Range::new(self.addr, self.len).unwrap()
