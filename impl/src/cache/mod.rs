@@ -781,8 +781,9 @@ impl<R: Registrar> Cache<R> {
                 {
                     //= spec.md#A5
                     //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step
-                    //# of its own: take the lock, drain, evict every unleased
-                    //# entry into the dereg list, re-plan per A4
+                    //# of its own: take the lock, note the unleased entries,
+                    //# drain, evict the noted ones still findable and unleased
+                    //# into the dereg list (...), re-plan per A4
                     pressure_used = true;
                     let mut st = self.write(shared);
                     let noted = self.note_unleased(shared, &st, false);
