@@ -817,10 +817,17 @@ impl<R: Registrar> Cache<R> {
                 Err(source) => return self.registration_failed(shared, token, deregs, span, access, pressure_used, source),
             };
             //= spec.md#A6
-            //# take the lock exclusive; with limits, raise the over-limit flag
-            //# and note which findable entries are unleased; drain.
+            //# take the lock exclusive; if inserting the planned entry could
+            //# exceed a limit (...), raise the over-limit flag and note which
+            //# findable entries are unleased (...); drain.
             let mut st = self.write(shared);
-            let noted = self.note_unleased(shared, &st, true);
+            // Only an insert that could exceed a limit may evict (the drain
+            // and displacement only remove entries): skip the O(n) note else.
+            let noted = if self.could_exceed_limits(&st, plan.range.len) {
+                self.note_unleased(shared, &st, true)
+            } else {
+                Noted::default()
+            };
             self.drain(shared, &mut st, &mut deregs);
             let record = st.take_inflight(token);
             debug_assert!(record.is_some(), "in-flight record vanished");
@@ -1192,9 +1199,6 @@ impl<R: Registrar> Cache<R> {
     /// are treated as leased (they take effect after this operation) and, with
     /// the flag raised, run R2 themselves.
     fn note_unleased(&self, shared: &Shared<R>, st: &State<R>, raise_flag: bool) -> Noted {
-        if !self.limits_active && raise_flag {
-            return Noted::default();
-        }
         if raise_flag {
             shared.over_limit.store(true, Ordering::SeqCst);
         }
@@ -1207,6 +1211,15 @@ impl<R: Registrar> Cache<R> {
             .collect();
         ids.sort_unstable();
         Noted(ids)
+    }
+
+    /// Whether inserting one more entry of `bytes` could put the cache over a
+    /// limit (A6): the entry count or the cached bytes after the insert.
+    fn could_exceed_limits(&self, st: &State<R>, bytes: u64) -> bool {
+        let l = &self.config.contract.limits;
+        self.limits_active
+            && (l.max_regions.is_some_and(|m| st.index.len() as u64 + 1 > m)
+                || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes.saturating_add(bytes) > m))
     }
 
     /// Clears the over-limit flag when within limits (an exit that evicts
