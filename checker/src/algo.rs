@@ -220,6 +220,13 @@ impl AlgoModel {
         }
     }
 
+    /// A6: whether inserting one more entry of `bytes` could exceed a limit.
+    pub fn could_exceed_limits(&self, s: &State, bytes: u64) -> bool {
+        let n = s.findable_count() as u64 + 1;
+        let cached: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum::<u64>() + bytes;
+        self.cfg.max_regions.is_some_and(|m| n > m) || self.cfg.max_pinned_bytes.is_some_and(|m| cached > m)
+    }
+
     pub fn over_limits(&self, s: &State) -> bool {
         let n = s.findable_count() as u64;
         let bytes: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum();
@@ -773,9 +780,12 @@ impl Ctx<'_> {
             Pc::A5 => self.a5(t, alt),
             Pc::A6 => {
                 //= spec.md#A6
-                note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries and drains");
+                note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries if the insert could exceed a limit, and drains");
                 self.lock_exclusive(t as Actor);
-                self.note_unleased(t);
+                let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
+                if self.m.could_exceed_limits(self.s, bytes) {
+                    self.note_unleased(t);
+                }
                 self.drain_queue(t as Actor);
                 self.read_and_apply_uffd(t as Actor);
                 self.thread_mut(t).pc = Pc::A7;

@@ -117,12 +117,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x3+pressure merge async", 113197),
     ("2x3+pressure no-merge-uncache-contained sync", 70862),
     ("2x3+pressure no-merge-uncache-contained async", 94175),
-    ("lru independent sync", 9769),
-    ("lru independent async", 17834),
-    ("lru merge sync", 9769),
-    ("lru merge async", 17834),
-    ("lru no-merge-uncache-contained sync", 9769),
-    ("lru no-merge-uncache-contained async", 17834),
+    ("lru independent sync", 9982),
+    ("lru independent async", 18180),
+    ("lru merge sync", 9982),
+    ("lru merge async", 18180),
+    ("lru no-merge-uncache-contained sync", 9982),
+    ("lru no-merge-uncache-contained async", 18180),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
