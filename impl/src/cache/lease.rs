@@ -1,5 +1,6 @@
 //! Leases (spec.md#S1.6): RAII references to a cached registration.
 
+use super::lane::LaneRef;
 use super::{Cache, EntryPtr, Shared};
 use crate::registrar::{Keys, Registrar};
 use mrcache_types::RegView;
@@ -14,6 +15,9 @@ pub struct Lease<'c, R: Registrar> {
     /// The generation the entry belongs to (see "Fork" in the cache docs).
     shared: &'c Shared<R>,
     entry: EntryPtr<R>,
+    /// The lane slot whose count holds this lease (L1), or `None` for a
+    /// state-word lease.
+    lane: Option<LaneRef<R>>,
     hit: bool,
     pressure: bool,
 }
@@ -33,7 +37,13 @@ impl<'c, R: Registrar> Lease<'c, R> {
         hit: bool,
         pressure: bool,
     ) -> Self {
-        Lease { cache, shared, entry, hit, pressure }
+        Lease { cache, shared, entry, lane: None, hit, pressure }
+    }
+
+    /// A lane hit (spec.md#L1).
+    #[inline(always)]
+    pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Shared<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
+        Lease { cache, shared, entry, lane: Some(lane), hit: true, pressure: false }
     }
 
     #[inline]
@@ -75,7 +85,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
 
 impl<R: Registrar> Drop for Lease<'_, R> {
     fn drop(&mut self) {
-        self.cache.release(self.shared, self.entry);
+        self.cache.release(self.shared, self.entry, self.lane);
     }
 }
 

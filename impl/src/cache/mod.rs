@@ -58,11 +58,13 @@
 //! after the pressure eviction, as the model plans after evicting).
 
 mod harness;
+mod lane;
 mod lease;
 mod queue;
 mod state;
 mod stats;
 
+pub use lane::{uses_membarrier, LANE_SLOTS, MAX_LANES};
 pub use lease::Lease;
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
 pub use state::{EntryState, Invalidated, Released};
@@ -70,7 +72,7 @@ pub use state::{EntryState, Invalidated, Released};
 use crate::error::Error;
 use crate::index::{IntervalIndex, Slot};
 use crate::registrar::{Keys, Registrar};
-use crate::sync::{thread_local, AtomicBool, Ordering, RwLock, RwLockWriteGuard};
+use crate::sync::{thread_local, AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard};
 use mrcache_model::{Config, EvictionPolicy, OverlapPolicy};
 use mrcache_types::{Access, PageSpan, Range, RegView, RegistrarFailure, ReleaseKind, Stats};
 use serde::{Deserialize, Serialize};
@@ -234,6 +236,8 @@ pub(crate) struct Entry<R: Registrar> {
     priority: StdAtomicU64,
     /// Per-page registration cost, ns (S6.3).
     cost: u64,
+    /// Some lane slot may point to it (L2 sets it; L5 skips the scan if clear).
+    memoized: std::sync::atomic::AtomicBool,
     pub(crate) view: RegView,
     pub(crate) keys: Keys,
     /// Taken exactly once by the deregistration owner (or by the P3 fault).
@@ -314,6 +318,12 @@ pub(crate) struct Shared<R: Registrar> {
     /// their bytes (pinned_bytes, forgotten).
     live_regs: StdAtomicU64,
     live_bytes: StdAtomicU64,
+    /// Per-thread memo lanes (L1–L6).
+    lanes: lane::Lanes<R>,
+    /// Drains in progress (L1): raised before events are taken off the queue
+    /// or read from the monitor, lowered once they are applied, so a lane hit
+    /// never runs between an event's removal and its revokes.
+    draining: AtomicU64,
 }
 
 impl<R: Registrar> Shared<R> {
@@ -330,6 +340,8 @@ impl<R: Registrar> Shared<R> {
             cached: StdAtomicU64::new(0),
             live_regs: StdAtomicU64::new(0),
             live_bytes: StdAtomicU64::new(0),
+            lanes: lane::Lanes::new(),
+            draining: AtomicU64::new(0),
         }
     }
 }
@@ -450,6 +462,22 @@ impl<R: Registrar> Drop for DeregList<'_, R> {
     }
 }
 
+/// Raises `draining` for the life of a drain (spec.md#L1).
+struct Draining<'a>(&'a AtomicU64);
+
+impl<'a> Draining<'a> {
+    fn new<R: Registrar>(shared: &'a Shared<R>) -> Self {
+        shared.draining.fetch_add(1, Ordering::SeqCst);
+        Draining(&shared.draining)
+    }
+}
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
 /// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
 const POST_UNLOCK_DRAINS: usize = 4;
 
@@ -563,6 +591,7 @@ impl<R: Registrar> Cache<R> {
         let config = config.into();
         config.validate()?;
         fork::install();
+        lane::init_barriers();
         let l = &config.contract.limits;
         let max_unreleased = l.max_unreleased.unwrap_or(DEFAULT_MAX_UNRELEASED);
         let queue_capacity = usize::try_from(max_unreleased).unwrap_or(usize::MAX).clamp(1, MAX_QUEUE_CAPACITY);
@@ -696,16 +725,42 @@ impl<R: Registrar> Cache<R> {
             }
         };
         let span = range.pages(self.page_size);
-        //= spec.md#A1
-        //# if the queue is empty, take the lock *shared*; look up a covering
-        //# findable entry with sufficient access; if found, increment its lease
-        //# count atomically
         if shared.queue.is_empty() {
+            //= spec.md#L1
+            //# lane hit (before A1): if the queue is empty and a slot of this
+            //# thread's lane has exactly the request's key
+            let lane = match shared.draining.load(Ordering::Acquire) {
+                0 => shared.lanes.mine(),
+                _ => None,
+            };
+            if let Some(lane) = lane {
+                match lane::try_hit(lane, span, access) {
+                    lane::LaneHit::Hit(p, slot) => {
+                        // SAFETY: L6: the slot's count keeps the entry alive.
+                        let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
+                        self.touch(e);
+                        self.hot.bump(Hot::Hits);
+                        return Ok(Lease::on_lane(self, shared, e, lane.lane_ref(slot)));
+                    }
+                    lane::LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
+                    lane::LaneHit::None => {}
+                }
+            }
+            //= spec.md#A1
+            //# if the queue is empty, take the lock *shared*; look up a covering
+            //# findable entry with sufficient access; if found, increment its lease
+            //# count atomically
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(slot) = st.index.covering(span, access) {
                 let e = slot.value;
                 // SAFETY: in the index, lock held.
-                unsafe { e.get() }.state.acquire();
+                let entry = unsafe { e.get() };
+                entry.state.acquire();
+                //= spec.md#L2
+                //# memoize (in A1, under the lock shared)
+                if let Some(lane) = shared.lanes.mine_or_claim() {
+                    lane::memoize(lane, span, access, entry, e.0.as_ptr());
+                }
                 drop(st);
                 self.touch(e);
                 //= spec.md#A1
@@ -1007,6 +1062,7 @@ impl<R: Registrar> Cache<R> {
             last_use: StdAtomicU64::new(0),
             priority: StdAtomicU64::new(0),
             cost: per_page_cost_ns(plan.span.count(), self.page_size),
+            memoized: std::sync::atomic::AtomicBool::new(false),
             view,
             keys,
             handle: ManuallyDrop::new(handle),
@@ -1063,6 +1119,13 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: it was in the index and we hold the lock exclusive: nobody
         // can free it before the handoff below.
         let entry = unsafe { e.get() };
+        //= spec.md#L5
+        //# Every step that takes an entry out of the index (A-D, A9
+        //# displacement, A10, flush, trim) revokes it first.
+        if entry.memoized.load(Std::Relaxed) {
+            let p = e.0.as_ptr();
+            self.revoke(shared, |q| q == p);
+        }
         st.cached_bytes -= entry.view.len;
         shared.cached.fetch_sub(1, Std::Relaxed);
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
@@ -1110,6 +1173,7 @@ impl<R: Registrar> Cache<R> {
         if shared.queue.is_empty() && source.is_none() {
             return;
         }
+        let _draining = Draining::new(shared);
         let mut spans = Vec::new();
         shared.queue.take_all(&mut spans);
         if let Some(src) = source {
@@ -1202,6 +1266,9 @@ impl<R: Registrar> Cache<R> {
         if raise_flag {
             shared.over_limit.store(true, Ordering::SeqCst);
         }
+        //= spec.md#L5
+        //# A6 (when it notes), R2 and trim revoke every slot before they note
+        self.revoke(shared, |_| true);
         let mut ids: Vec<u64> = st
             .index
             .iter()
@@ -1298,7 +1365,7 @@ impl<R: Registrar> Cache<R> {
     // -- release -------------------------------------------------------------
 
     /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
-    pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>) {
+    pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
         //= spec.md#F1
         let now = self.shared();
         self.hot.bump(Hot::Releases);
@@ -1308,6 +1375,19 @@ impl<R: Registrar> Cache<R> {
         }
         // Touch while our lease still keeps the entry alive.
         self.touch(e);
+        if let Some(r) = lane {
+            //= spec.md#L3
+            //# if it is still the lease's entry, read the over-limit flag and
+            //# run R2 if it is set; else run L4.
+            let owner = lane::owns(&shared.lanes, r);
+            if let lane::LaneReleased::Detached = lane::release(r, e.0.as_ptr(), owner) {
+                self.lane_detached(shared, r, e.0.as_ptr());
+            }
+            if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+                self.release_over_limit(shared);
+            }
+            return;
+        }
         // SAFETY: we hold a lease.
         let outcome = unsafe { e.get() }.state.release();
         match outcome {
@@ -1324,6 +1404,72 @@ impl<R: Registrar> Cache<R> {
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
                     self.release_over_limit(shared);
                 }
+            }
+        }
+    }
+
+    //= spec.md#L4
+    //# detached release: take the lanes mutex; if the slot's count is 0 and its
+    //# pin is the lease's entry, clear the pin and release the pin as R1
+    #[cold]
+    fn lane_detached(&self, shared: &Shared<R>, r: lane::LaneRef<R>, p: *mut Entry<R>) {
+        // SAFETY: `shared` is alive, so its lanes are.
+        let slot = unsafe { r.slot() };
+        let unpinned = {
+            let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+            let pinned = slot.pin().load(Ordering::SeqCst) == p && slot.count() == 0;
+            if pinned {
+                slot.pin().store(std::ptr::null_mut(), Ordering::SeqCst);
+            }
+            pinned
+        };
+        if !unpinned {
+            return;
+        }
+        // SAFETY: the pin was a lease on `p`; we own it now.
+        let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
+        match unsafe { e.get() }.state.release() {
+            Released::Held => {}
+            Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
+            Released::Unleased => {
+                if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+                    self.release_over_limit(shared);
+                }
+            }
+        }
+    }
+
+    //= spec.md#L5
+    //# set `ptr` to null in every slot that points to the entries being
+    //# revoked; if any, heavy barrier; then for each such slot whose count (read
+    //# `remote`, then `held`) is above 0, pin it
+    /// Revokes the lane memos of the entries `which` selects (lock exclusive).
+    fn revoke(&self, shared: &Shared<R>, which: impl Fn(*mut Entry<R>) -> bool) {
+        let mut installed = shared.lanes.installed().peekable();
+        if installed.peek().is_none() {
+            return;
+        }
+        let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut nulled = Vec::new();
+        for l in installed {
+            for s in l.slots() {
+                let p = s.ptr.load(Ordering::Relaxed);
+                if !p.is_null() && which(p) {
+                    lane::null_ptr(s);
+                    nulled.push((s, p));
+                }
+            }
+        }
+        if nulled.is_empty() {
+            return;
+        }
+        lane::heavy_barrier();
+        for (s, p) in nulled {
+            if s.count() != 0 {
+                debug_assert!(s.pin().load(Ordering::SeqCst).is_null(), "a memoized slot is never pinned");
+                s.pin().store(p, Ordering::SeqCst);
+                // SAFETY: findable (revokes precede removal), lock held.
+                unsafe { &*p }.state.acquire();
             }
         }
     }
@@ -1433,6 +1579,7 @@ impl<R: Registrar> Cache<R> {
         let mut deregs = DeregList::new(self, shared);
         let mut events = Vec::new();
         let mut st = self.write(shared);
+        let _draining = Draining::new(shared);
         read(&mut events);
         add(&self.counters.release_events, events.len() as u64);
         if !self.config.faults.monitor_off {

@@ -1,0 +1,521 @@
+//! Lanes: the lock-free hit path of spec.md L1–L6.
+//!
+//! Each thread claims, per cache generation, one [`Lane`]: a direct-mapped
+//! table of memo slots keyed by (page span, access). A hit on a memoized key
+//! (L1) stores the slot's `held + 1` with a plain store, runs the *light*
+//! barrier (a compiler fence) and re-reads the slot's `ptr`: no lock and no
+//! atomic read-modify-write. The revoking side (L5: under the cache lock
+//! exclusive and the lanes mutex) nulls `ptr`, runs the *heavy* barrier
+//! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of
+//! the process executes a full barrier), then reads the count; a slot still
+//! counting leases gets a *pin*, one lease on the entry's state word, which
+//! the last release returns (L4). So the entry's A-H handoff is unchanged.
+//!
+//! Invariants:
+//! - `held` is written only by the thread holding the lane's claim; other
+//!   threads that release a lane lease add to `remote` (an atomic add).
+//! - A slot's `ptr` is set non-null only by its owner under the cache lock
+//!   shared (L2), and nulled only under the lock exclusive (L5): the two never
+//!   race. A slot is re-keyed only when its count is 0 and it has no pin.
+//! - A non-null `pin` is one lease on that entry's state word.
+//! - `Entry::memoized` is set before any slot points to the entry (under the
+//!   shared lock), so a revoke that sees it clear scans nothing.
+//!
+//! Under `--cfg loom` the plain store/load pair and the barriers are modelled
+//! by sequentially consistent swaps and reads (loom has no membarrier): the
+//! same protocol with the barrier's effect made explicit.
+
+use super::Entry;
+use crate::registrar::Registrar;
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use mrcache_types::{Access, PageSpan};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool as StdAtomicBool, AtomicPtr as StdAtomicPtr, AtomicU64 as StdAtomicU64, Ordering as Std};
+use std::sync::{Arc, Once};
+
+/// Lanes per cache generation: threads beyond it use A1 only.
+#[cfg(not(loom))]
+pub const MAX_LANES: usize = 64;
+#[cfg(loom)]
+pub const MAX_LANES: usize = 2;
+
+/// Memo slots per lane (a power of two).
+#[cfg(not(loom))]
+pub const LANE_SLOTS: usize = 256;
+#[cfg(loom)]
+pub const LANE_SLOTS: usize = 2;
+
+// ---------------------------------------------------------------------------
+// Barriers
+
+const BARRIER_UNKNOWN: u8 = 0;
+const BARRIER_MEMBARRIER: u8 = 1;
+const BARRIER_FENCES: u8 = 2;
+
+static BARRIER_KIND: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(BARRIER_UNKNOWN);
+static BARRIER_INIT: Once = Once::new();
+
+/// Registers the process for private expedited membarrier, once. Must run
+/// before any lane exists (a cache constructor calls it): the light barrier is
+/// a compiler fence only once the heavy one is known to be membarrier.
+pub fn init_barriers() {
+    BARRIER_INIT.call_once(|| {
+        let kind = if cfg!(loom) || !register_membarrier() { BARRIER_FENCES } else { BARRIER_MEMBARRIER };
+        BARRIER_KIND.store(kind, Std::SeqCst);
+    });
+}
+
+/// Which heavy barrier this process uses (for diagnostics and benches).
+pub fn uses_membarrier() -> bool {
+    BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER
+}
+
+#[cfg(not(loom))]
+fn register_membarrier() -> bool {
+    const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches no memory.
+    let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    if supported < 0 || supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED == 0 {
+        return false;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
+
+#[cfg(loom)]
+fn register_membarrier() -> bool {
+    false
+}
+
+//= spec.md#L1
+//# light barrier
+/// The lane side's barrier between its count store and its `ptr` re-read.
+#[inline(always)]
+fn light_barrier() {
+    if BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER {
+        std::sync::atomic::compiler_fence(Std::SeqCst);
+    } else {
+        std::sync::atomic::fence(Std::SeqCst);
+    }
+}
+
+//= spec.md#L5
+//# heavy barrier
+/// The revoking side's barrier: a full barrier in every running thread.
+pub(crate) fn heavy_barrier() {
+    #[cfg(not(loom))]
+    if BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER {
+        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+        const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+        // SAFETY: membarrier takes integers and touches no memory.
+        if unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0 {
+            return;
+        }
+        // Registration lost (a forked child): re-register, else the slow
+        // global barrier, which needs no registration. Both are full barriers
+        // in every thread of the process.
+        if register_membarrier()
+            // SAFETY: as above.
+            && unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0
+        {
+            return;
+        }
+        // SAFETY: as above.
+        if unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) } == 0 {
+            return;
+        }
+        // No barrier is available: lanes cannot be made safe, so the process
+        // aborts rather than hand out a stale registration.
+        eprintln!("mrcache: membarrier failed after registration; aborting (lanes cannot be revoked safely)");
+        std::process::abort();
+    }
+    std::sync::atomic::fence(Std::SeqCst);
+}
+
+// Loom has no store buffers to flush: a sequentially consistent swap/read is
+// the model of "plain access + the barrier pair".
+#[inline(always)]
+fn plain_store(a: &AtomicU64, v: u64) {
+    if cfg!(loom) {
+        a.swap(v, Ordering::SeqCst);
+    } else {
+        a.store(v, Ordering::Relaxed);
+    }
+}
+
+#[inline(always)]
+fn plain_load_ptr<T>(a: &AtomicPtr<T>) -> *mut T {
+    if cfg!(loom) {
+        a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, Some).unwrap_or_else(|p| p)
+    } else {
+        a.load(Ordering::Relaxed)
+    }
+}
+
+/// L5's store of null into a slot's `ptr`.
+pub(crate) fn null_ptr<R: Registrar>(s: &LaneSlot<R>) {
+    if cfg!(loom) {
+        s.ptr.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    } else {
+        s.ptr.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slots and lanes
+
+/// One memo slot (spec.md#A, "lane").
+pub(crate) struct LaneSlot<R: Registrar> {
+    /// Key: first page; and end page << 8 | access bits. Owner-only.
+    key_first: StdAtomicU64,
+    key_rest: StdAtomicU64,
+    /// The memoized entry, or null (revoked / never set).
+    pub(super) ptr: AtomicPtr<Entry<R>>,
+    /// Leases taken here by the owner, minus the owner's releases.
+    held: AtomicU64,
+    /// Releases of this slot's leases by other threads.
+    remote: AtomicU64,
+    /// The entry this slot holds one state-word lease on (L5), or null.
+    pin: AtomicPtr<Entry<R>>,
+}
+
+impl<R: Registrar> LaneSlot<R> {
+    fn new() -> Self {
+        LaneSlot {
+            key_first: StdAtomicU64::new(u64::MAX),
+            key_rest: StdAtomicU64::new(u64::MAX),
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            held: AtomicU64::new(0),
+            remote: AtomicU64::new(0),
+            pin: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Outstanding leases: `held − remote` (remote read first, acquire, so
+    /// that the owner's increments before a transferred lease are seen).
+    pub(super) fn count(&self) -> u64 {
+        let remote = self.remote.load(Ordering::SeqCst);
+        self.held.load(Ordering::SeqCst).wrapping_sub(remote)
+    }
+
+    pub(super) fn pin(&self) -> &AtomicPtr<Entry<R>> {
+        &self.pin
+    }
+}
+
+fn key_rest(span: PageSpan, access: Access) -> u64 {
+    (span.end << 8) | u64::from(access.bits())
+}
+
+#[inline(always)]
+fn slot_index(span: PageSpan, access: Access) -> usize {
+    let h = span.first.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ span.end.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    ((h ^ u64::from(access.bits())) >> 32) as usize & (LANE_SLOTS - 1)
+}
+
+/// One thread's memo table in one cache generation.
+pub(crate) struct Lane<R: Registrar> {
+    slots: Box<[LaneSlot<R>]>,
+    /// Held by the thread that owns the lane; released by its thread-local
+    /// destructor (or when it drops the claim to bound its claim list).
+    claim: Arc<StdAtomicBool>,
+}
+
+/// A lane lease's slot (see [`super::Lease`]).
+pub(crate) struct LaneRef<R: Registrar> {
+    pub(super) lane: *const Lane<R>,
+    pub(super) slot: u32,
+}
+
+impl<R: Registrar> Clone for LaneRef<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R: Registrar> Copy for LaneRef<R> {}
+
+impl<R: Registrar> LaneRef<R> {
+    /// # Safety
+    /// The lane's generation must be alive (a lease borrows its cache).
+    pub(super) unsafe fn slot<'a>(self) -> &'a LaneSlot<R> {
+        // SAFETY: lanes are freed only with their generation.
+        unsafe { &(*self.lane).slots[self.slot as usize] }
+    }
+}
+
+/// All lanes of one generation. Lanes are installed left to right (under the
+/// cache lock shared) and freed with the generation.
+pub(crate) struct Lanes<R: Registrar> {
+    /// Unique among all generations of all caches ever made (thread-local
+    /// claims are keyed by it, so a freed generation's key never matches).
+    uid: u64,
+    table: Box<[StdAtomicPtr<Lane<R>>]>,
+    /// L4/L5 ordering.
+    pub(super) mutex: crate::sync::Mutex<()>,
+}
+
+static NEXT_UID: StdAtomicU64 = StdAtomicU64::new(1);
+
+impl<R: Registrar> Lanes<R> {
+    pub fn new() -> Self {
+        Lanes {
+            uid: NEXT_UID.fetch_add(1, Std::Relaxed),
+            table: (0..MAX_LANES).map(|_| StdAtomicPtr::new(std::ptr::null_mut())).collect(),
+            mutex: crate::sync::Mutex::new(()),
+        }
+    }
+
+    /// Every installed lane (revokes hold the lock exclusive, so none is
+    /// installed meanwhile).
+    pub(super) fn installed(&self) -> impl Iterator<Item = &Lane<R>> {
+        self.table.iter().map_while(|p| {
+            let p = p.load(Std::Acquire);
+            // SAFETY: installed lanes live as long as `self`.
+            (!p.is_null()).then(|| unsafe { &*p })
+        })
+    }
+
+    /// This thread's lane here, if it has claimed one (hot path: one
+    /// thread-local read and a compare).
+    #[inline(always)]
+    pub(super) fn mine(&self) -> Option<&Lane<R>> {
+        let uid = self.uid;
+        CLAIMS
+            .try_with(|c| {
+                let (hint_uid, hint) = c.hint.get();
+                if hint_uid == uid {
+                    return hint;
+                }
+                c.find(uid)
+            })
+            .ok()
+            .flatten()
+            // SAFETY: a claim's lane lives as long as its generation, which
+            // `self` is.
+            .map(|p| unsafe { &*p.cast::<Lane<R>>() })
+    }
+
+    /// [`Self::mine`], claiming a lane if the thread has none (L2, under the
+    /// cache lock shared).
+    pub(super) fn mine_or_claim(&self) -> Option<&Lane<R>> {
+        if let Some(l) = self.mine() {
+            return Some(l);
+        }
+        for cell in self.table.iter() {
+            let mut p = cell.load(Std::Acquire);
+            if p.is_null() {
+                let fresh = Box::into_raw(Box::new(Lane {
+                    slots: (0..LANE_SLOTS).map(|_| LaneSlot::new()).collect(),
+                    claim: Arc::new(StdAtomicBool::new(true)),
+                }));
+                match cell.compare_exchange(std::ptr::null_mut(), fresh, Std::AcqRel, Std::Acquire) {
+                    Ok(_) => p = fresh,
+                    Err(other) => {
+                        // SAFETY: ours, never shared.
+                        drop(unsafe { Box::from_raw(fresh) });
+                        p = other;
+                    }
+                }
+                if p == fresh {
+                    // SAFETY: installed; lives with the generation.
+                    let lane = unsafe { &*p };
+                    self.remember(lane);
+                    return Some(lane);
+                }
+            }
+            // SAFETY: installed lanes live as long as `self`.
+            let lane = unsafe { &*p };
+            if lane.claim.compare_exchange(false, true, Std::Acquire, Std::Relaxed).is_ok() {
+                self.remember(lane);
+                return Some(lane);
+            }
+        }
+        None
+    }
+
+    fn remember(&self, lane: &Lane<R>) {
+        let ptr = (lane as *const Lane<R>).cast::<()>();
+        let claim = lane.claim.clone();
+        let kept = CLAIMS.try_with(|c| c.add(self.uid, ptr, claim.clone())).is_ok();
+        if !kept {
+            // Thread-locals are being destroyed: give the lane back at once.
+            claim.store(false, Std::Release);
+        }
+    }
+}
+
+impl<R: Registrar> Drop for Lanes<R> {
+    fn drop(&mut self) {
+        for cell in self.table.iter() {
+            let p = cell.swap(std::ptr::null_mut(), Std::AcqRel);
+            if !p.is_null() {
+                // SAFETY: installed by `mine_or_claim` with Box::into_raw.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
+impl<R: Registrar> Lane<R> {
+    #[inline(always)]
+    pub(super) fn slot(&self, span: PageSpan, access: Access) -> (u32, &LaneSlot<R>) {
+        let i = slot_index(span, access);
+        (i as u32, &self.slots[i])
+    }
+
+    pub(super) fn slots(&self) -> &[LaneSlot<R>] {
+        &self.slots
+    }
+
+    pub(super) fn lane_ref(&self, slot: u32) -> LaneRef<R> {
+        LaneRef { lane: self as *const Lane<R>, slot }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The protocol (owner side)
+
+/// What [`try_hit`] found.
+pub(crate) enum LaneHit<R: Registrar> {
+    /// L1 succeeded: a lease on the slot.
+    Hit(*mut Entry<R>, u32),
+    /// No memo for this key.
+    None,
+    /// The memo was revoked under us: the caller runs L4 for the undo.
+    Undone(*mut Entry<R>, u32),
+}
+
+//= spec.md#L1
+//# store `held + 1`; light barrier; load `ptr` again. If unchanged, touch the
+//# LRU stamp and return the hit, a lease on the slot. Else store `held` back
+#[inline(always)]
+pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access) -> LaneHit<R> {
+    let (i, s) = lane.slot(span, access);
+    let p = s.ptr.load(Ordering::Relaxed);
+    if p.is_null() || s.key_first.load(Std::Relaxed) != span.first || s.key_rest.load(Std::Relaxed) != key_rest(span, access)
+    {
+        return LaneHit::None;
+    }
+    let h = s.held.load(Ordering::Relaxed);
+    plain_store(&s.held, h.wrapping_add(1));
+    light_barrier();
+    if plain_load_ptr(&s.ptr) == p {
+        return LaneHit::Hit(p, i);
+    }
+    plain_store(&s.held, h);
+    light_barrier();
+    LaneHit::Undone(p, i)
+}
+
+//= spec.md#L2
+//# after an A1 hit, if no slot has the key, take a slot with count 0 and no
+//# pin and set its key and `ptr`.
+/// Memoizes `e` for this key (cache lock shared held, `e` findable).
+pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access, e: &Entry<R>, p: *mut Entry<R>) {
+    let (_, s) = lane.slot(span, access);
+    if s.ptr.load(Ordering::Relaxed) == p {
+        return;
+    }
+    if s.count() != 0 || !s.pin.load(Ordering::SeqCst).is_null() {
+        return;
+    }
+    // Before `ptr` is published: a revoke that sees the flag clear finds no
+    // slot pointing to the entry (both under the cache lock).
+    e.memoized.store(true, Std::Relaxed);
+    s.key_first.store(span.first, Std::Relaxed);
+    s.key_rest.store(key_rest(span, access), Std::Relaxed);
+    s.ptr.store(p, Ordering::Release);
+}
+
+/// What a lane release needs next.
+pub(crate) enum LaneReleased {
+    /// The slot still points to the entry: done (then the over-limit check).
+    Done,
+    /// Revoked meanwhile: run L4.
+    Detached,
+}
+
+//= spec.md#L3
+//# the owner stores `held − 1`, another thread adds 1 to `remote` (release
+//# order). Light barrier; load `ptr`
+#[inline(always)]
+pub(crate) fn release<R: Registrar>(r: LaneRef<R>, e: *mut Entry<R>, owner: bool) -> LaneReleased {
+    // SAFETY: the caller's lease keeps the generation alive.
+    let s = unsafe { r.slot() };
+    if owner {
+        let h = s.held.load(Ordering::Relaxed);
+        plain_store(&s.held, h.wrapping_sub(1));
+    } else {
+        s.remote.fetch_add(1, Ordering::SeqCst);
+    }
+    light_barrier();
+    if plain_load_ptr(&s.ptr) == e {
+        LaneReleased::Done
+    } else {
+        LaneReleased::Detached
+    }
+}
+
+/// Whether this thread holds the claim on `r`'s lane (then it is the only
+/// writer of its `held`).
+#[inline(always)]
+pub(crate) fn owns<R: Registrar>(lanes: &Lanes<R>, r: LaneRef<R>) -> bool {
+    lanes.mine().is_some_and(|l| std::ptr::eq(l, r.lane))
+}
+
+// ---------------------------------------------------------------------------
+// Thread-local claims
+
+/// This thread's lane claims: `(generation uid, lane, claim flag)`, most
+/// recent last, and a one-entry hint for the hot path.
+struct Claims {
+    hint: Cell<(u64, Option<*const ()>)>,
+    list: RefCell<Vec<(u64, *const (), Arc<StdAtomicBool>)>>,
+}
+
+/// Claims kept per thread; the oldest is given back beyond it (a thread that
+/// made many short-lived caches must not pin a lane in each forever).
+const MAX_CLAIMS: usize = 8;
+
+impl Claims {
+    fn find(&self, uid: u64) -> Option<*const ()> {
+        let list = self.list.try_borrow().ok()?;
+        let found = list.iter().rev().find(|(u, _, _)| *u == uid).map(|(_, p, _)| *p);
+        if found.is_some() {
+            self.hint.set((uid, found));
+        }
+        found
+    }
+
+    fn add(&self, uid: u64, lane: *const (), claim: Arc<StdAtomicBool>) {
+        let Ok(mut list) = self.list.try_borrow_mut() else {
+            claim.store(false, Std::Release);
+            return;
+        };
+        if list.len() >= MAX_CLAIMS {
+            let (old_uid, _, old) = list.remove(0);
+            old.store(false, Std::Release);
+            if self.hint.get().0 == old_uid {
+                self.hint.set((0, None));
+            }
+        }
+        list.push((uid, lane, claim));
+        self.hint.set((uid, Some(lane)));
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        for (_, _, claim) in self.list.get_mut().drain(..) {
+            // Release: the next owner sees this thread's last `held` stores.
+            claim.store(false, Std::Release);
+        }
+    }
+}
+
+crate::sync::thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    static CLAIMS: Claims = Claims { hint: Cell::new((0, None)), list: RefCell::new(Vec::new()) };
+}
