@@ -41,7 +41,7 @@ pub const MAX_LANES: usize = 2;
 
 /// Memo slots per lane (a power of two).
 #[cfg(not(loom))]
-pub const LANE_SLOTS: usize = 256;
+pub const LANE_SLOTS: usize = 1024;
 #[cfg(loom)]
 pub const LANE_SLOTS: usize = 2;
 
@@ -179,6 +179,10 @@ pub(crate) struct LaneSlot<R: Registrar> {
     remote: AtomicU64,
     /// The entry this slot holds one state-word lease on (L5), or null.
     pin: AtomicPtr<Entry<R>>,
+    /// A1 hits of other keys that found this slot taken since its last
+    /// memoize (owner-only): a live memo is replaced only after a few, so two
+    /// keys sharing a slot do not re-memoize on every hit.
+    passed_over: std::sync::atomic::AtomicU32,
 }
 
 impl<R: Registrar> LaneSlot<R> {
@@ -190,6 +194,7 @@ impl<R: Registrar> LaneSlot<R> {
             held: AtomicU64::new(0),
             remote: AtomicU64::new(0),
             pin: AtomicPtr::new(std::ptr::null_mut()),
+            passed_over: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -414,9 +419,20 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
 //# pin and set its key and `ptr`.
 /// Memoizes `e` for this key (cache lock shared held, `e` findable).
 pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access, e: &Entry<R>, p: *mut Entry<R>) {
+    /// A live memo survives this many A1 hits of other keys.
+    const KEEP_LIVE_MEMO: u32 = 4;
     let (_, s) = lane.slot(span, access);
-    if s.ptr.load(Ordering::Relaxed) == p {
-        return;
+    let current = s.ptr.load(Ordering::Relaxed);
+    if !current.is_null() {
+        if current == p && s.key_first.load(Std::Relaxed) == span.first && s.key_rest.load(Std::Relaxed) == key_rest(span, access)
+        {
+            return;
+        }
+        let n = s.passed_over.load(Std::Relaxed) + 1;
+        s.passed_over.store(n, Std::Relaxed);
+        if n < KEEP_LIVE_MEMO {
+            return;
+        }
     }
     if s.count() != 0 || !s.pin.load(Ordering::SeqCst).is_null() {
         return;
@@ -426,6 +442,7 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     e.memoized.store(true, Std::Relaxed);
     s.key_first.store(span.first, Std::Relaxed);
     s.key_rest.store(key_rest(span, access), Std::Relaxed);
+    s.passed_over.store(0, Std::Relaxed);
     s.ptr.store(p, Ordering::Release);
 }
 

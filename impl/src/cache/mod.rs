@@ -714,8 +714,42 @@ impl<R: Registrar> Cache<R> {
 
     /// Obtains a lease on a registration covering `[addr, addr+len)` with at
     /// least `access` (spec.md#S2.1). The lease is released when dropped.
+    #[inline]
     pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
         let shared = self.shared();
+        if let Ok(range) = Range::new(addr, len) {
+            //= spec.md#L1
+            //# lane hit (before A1): if the queue is empty and a slot of this
+            //# thread's lane has exactly the request's key
+            if shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
+                if let Some(lane) = shared.lanes.mine() {
+                    let span = range.pages(self.page_size);
+                    match lane::try_hit(lane, span, access) {
+                        lane::LaneHit::Hit(p, slot) => {
+                            // SAFETY: L6: the slot's count keeps the entry alive.
+                            let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
+                            self.touch(e);
+                            self.hot.bump(Hot::LaneHits);
+                            return Ok(Lease::on_lane(self, shared, e, lane.lane_ref(slot)));
+                        }
+                        lane::LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
+                        lane::LaneHit::None => {}
+                    }
+                }
+            }
+        }
+        self.acquire_locked(shared, addr, len, access)
+    }
+
+    /// A1 onwards (the lane had no memo for the request).
+    #[inline(never)]
+    fn acquire_locked<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Lease<'c, R>, Error> {
         self.hot.bump(Hot::Acquires);
         let range = match Range::new(addr, len) {
             Ok(r) => r,
@@ -726,26 +760,6 @@ impl<R: Registrar> Cache<R> {
         };
         let span = range.pages(self.page_size);
         if shared.queue.is_empty() {
-            //= spec.md#L1
-            //# lane hit (before A1): if the queue is empty and a slot of this
-            //# thread's lane has exactly the request's key
-            let lane = match shared.draining.load(Ordering::Acquire) {
-                0 => shared.lanes.mine(),
-                _ => None,
-            };
-            if let Some(lane) = lane {
-                match lane::try_hit(lane, span, access) {
-                    lane::LaneHit::Hit(p, slot) => {
-                        // SAFETY: L6: the slot's count keeps the entry alive.
-                        let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
-                        self.touch(e);
-                        self.hot.bump(Hot::Hits);
-                        return Ok(Lease::on_lane(self, shared, e, lane.lane_ref(slot)));
-                    }
-                    lane::LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
-                    lane::LaneHit::None => {}
-                }
-            }
             //= spec.md#A1
             //# if the queue is empty, take the lock *shared*; look up a covering
             //# findable entry with sufficient access; if found, increment its lease
@@ -1365,7 +1379,26 @@ impl<R: Registrar> Cache<R> {
     // -- release -------------------------------------------------------------
 
     /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
+    #[inline]
     pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
+        if let Some(r) = lane {
+            if !self.limits_active && std::ptr::eq(self.shared(), shared) {
+                //= spec.md#L3
+                //# the owner stores `held − 1`, another thread adds 1 to
+                //# `remote` (release order). Light barrier; load `ptr`
+                self.hot.bump(Hot::Releases);
+                let owner = lane::owns(&shared.lanes, r);
+                if let lane::LaneReleased::Detached = lane::release(r, e.0.as_ptr(), owner) {
+                    self.lane_detached(shared, r, e.0.as_ptr());
+                }
+                return;
+            }
+        }
+        self.release_slow(shared, e, lane)
+    }
+
+    #[inline(never)]
+    fn release_slow(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
         //= spec.md#F1
         let now = self.shared();
         self.hot.bump(Hot::Releases);
@@ -1647,8 +1680,8 @@ impl<R: Registrar> Cache<R> {
         let shared = self.shared();
         let c = &self.counters;
         Stats {
-            acquires: self.hot.sum(Hot::Acquires),
-            hits: self.hot.sum(Hot::Hits),
+            acquires: self.hot.sum(Hot::Acquires) + self.hot.sum(Hot::LaneHits),
+            hits: self.hot.sum(Hot::Hits) + self.hot.sum(Hot::LaneHits),
             misses: get(&c.misses),
             errors: get(&c.errors),
             releases: self.hot.sum(Hot::Releases),

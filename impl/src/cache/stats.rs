@@ -46,6 +46,8 @@ pub(crate) struct HotSlot {
     pub acquires: AtomicU64,
     pub hits: AtomicU64,
     pub releases: AtomicU64,
+    /// Lane hits (spec.md#L1): each is one acquire and one hit.
+    pub lane_hits: AtomicU64,
 }
 
 /// Which hot counter to bump.
@@ -54,6 +56,7 @@ pub(crate) enum Hot {
     Acquires,
     Hits,
     Releases,
+    LaneHits,
 }
 
 impl HotSlot {
@@ -63,6 +66,7 @@ impl HotSlot {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
             Hot::Releases => &self.releases,
+            Hot::LaneHits => &self.lane_hits,
         }
     }
 }
