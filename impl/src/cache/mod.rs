@@ -222,6 +222,14 @@ pub struct Diagnostics {
     pub queued_events: u64,
     /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`].
     pub queue_capacity: u64,
+    /// Hits served by a lane (spec.md#L1), included in `Stats::hits`.
+    pub lane_hits: u64,
+    /// Lanes this generation has made (at most [`MAX_LANES`]).
+    pub lanes: u64,
+    /// Lane slots holding a pin now (L5: revoked while leased).
+    pub pinned_slots: u64,
+    /// Whether the heavy barrier is membarrier (else both sides fence).
+    pub membarrier: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -1714,6 +1722,15 @@ impl<R: Registrar> Cache<R> {
             early_deregistrations: get(&c.early_deregistrations),
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
+            lane_hits: self.hot.sum(Hot::LaneHits),
+            lanes: shared.lanes.installed().count() as u64,
+            pinned_slots: shared
+                .lanes
+                .installed()
+                .flat_map(|l| l.slots())
+                .filter(|s| !s.pin().load(Ordering::SeqCst).is_null())
+                .count() as u64,
+            membarrier: lane::uses_membarrier(),
         }
     }
 
