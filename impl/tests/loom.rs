@@ -5,7 +5,13 @@
 //! 2. the invalidation queue (H1, H2, S3.9): a hook's push + try-lock against
 //!    a lock holder → no event is lost before the next lookup;
 //! 3. the sequence retry (S3.7, A4–A9): a release event while the registrar
-//!    runs → the stale registration is never returned or cached (P2).
+//!    runs → the stale registration is never returned or cached (P2);
+//! 4. lanes (L1–L6): a lane hit or a lane release against a revoke → the
+//!    registration stays registered while leased (P3) and is deregistered
+//!    exactly once (P4). Loom has no membarrier: under `--cfg loom` the lane's
+//!    plain store/load pair is a sequentially consistent swap/read, which is
+//!    what the light + heavy barrier pair guarantees (spec.md#L6); the
+//!    store-buffer reasoning itself is checked by the checker's TSO model.
 //!
 //! With `--cfg loom` each `model` explores the interleavings (run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release`);
@@ -306,4 +312,65 @@ fn loom_catches_skip_seq_recheck() {
     let mut config = CacheConfig::default();
     config.faults.skip_seq_recheck = true;
     sequence_retry(config);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Lanes against revokes
+
+/// Miss, A1 hit (memoizes): this thread's next acquire of the range is a lane hit.
+fn warm_lane(cache: &Cache<CountingRegistrar>) -> mrcache::types::RegView {
+    let view = cache.acquire(0, P, RR).unwrap().view();
+    drop(cache.acquire(0, P, RR).unwrap());
+    view
+}
+
+fn all_deregistered_once(cache: &Cache<CountingRegistrar>) {
+    cache.flush();
+    let r = cache.registrar();
+    assert_eq!(r.live(), 0);
+    assert_eq!(
+        r.registered.load(std::sync::atomic::Ordering::SeqCst),
+        r.deregistered.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert_eq!(cache.diagnostics().pinned_slots, 0, "every pin returned");
+}
+
+#[test]
+fn lane_hit_vs_invalidation() {
+    model(|| {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let view = warm_lane(&cache);
+        let invalidator = {
+            let cache = cache.clone();
+            thread::spawn(move || cache.invalidate(0, P, ReleaseKind::Munmap).unwrap())
+        };
+        let lane_hits = cache.diagnostics().lane_hits;
+        let l = cache.acquire(0, P, RR).unwrap();
+        if cache.diagnostics().lane_hits > lane_hits {
+            // L1 won: the revoke pinned the slot, so nothing is deregistered yet.
+            assert!(l.hit());
+            assert_eq!(cache.registrar().deregistered.load(std::sync::atomic::Ordering::SeqCst), 0, "P3");
+            assert_eq!(l.view(), view);
+        }
+        drop(l);
+        invalidator.join().unwrap();
+        all_deregistered_once(&cache);
+    });
+}
+
+#[test]
+fn lane_release_on_another_thread_vs_invalidation() {
+    model(|| {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        warm_lane(&cache);
+        let l = cache.acquire(0, P, RR).unwrap();
+        assert_eq!(cache.diagnostics().lane_hits, 1);
+        // SAFETY: the lease borrows the cache `cache` points to, which this
+        // thread keeps alive until after the join.
+        let l: mrcache::Lease<'static, CountingRegistrar> = unsafe { std::mem::transmute(l) };
+        let releaser = thread::spawn(move || drop(l));
+        cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+        releaser.join().unwrap();
+        all_deregistered_once(&cache);
+    });
 }

@@ -29,8 +29,17 @@
 //! Whoever wins the handoff of spec.md#A-H — the invalidation that saw a lease
 //! count of 0, or the release that took the count from 1 to 0 with INVALID
 //! set — deregisters its handle and frees it, exactly once. Leases never
-//! clone an `Arc`: a hit is one shared lock, one `fetch_add` on the state word
-//! and one unlock; a release is one `fetch_sub`.
+//! clone an `Arc`: an A1 hit is one shared lock, one `fetch_add` on the state
+//! word and one unlock; a release is one `fetch_sub`.
+//!
+//! # Lanes (spec.md#L1)
+//!
+//! The usual hit skips even that: each thread memoizes its A1 hits in its own
+//! lane ([`lane`]), and a repeated acquire of the same key is served there
+//! with plain stores and loads and a compiler fence. A lane lease is counted
+//! in its slot, not in the state word. Every removal from the index first
+//! revokes the entry's memos (membarrier), turning a slot still counting
+//! leases into one state-word lease (a pin), so the handoff above is unchanged.
 //!
 //! # Fork (spec.md#F1, S2.6)
 //!
