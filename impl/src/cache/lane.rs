@@ -250,8 +250,9 @@ impl<R: Registrar> LaneRef<R> {
     }
 }
 
-/// All lanes of one generation. Lanes are installed left to right (under the
-/// cache lock shared) and freed with the generation.
+/// All lanes of one generation. Lanes are installed left to right and freed
+/// with the generation. A lane installed while a revoke scans has no memo
+/// (memos are set under the cache lock shared, revokes hold it exclusive).
 pub(crate) struct Lanes<R: Registrar> {
     /// Unique among all generations of all caches ever made (thread-local
     /// claims are keyed by it, so a freed generation's key never matches).
@@ -272,8 +273,7 @@ impl<R: Registrar> Lanes<R> {
         }
     }
 
-    /// Every installed lane (revokes hold the lock exclusive, so none is
-    /// installed meanwhile).
+    /// Every installed lane.
     pub(super) fn installed(&self) -> impl Iterator<Item = &Lane<R>> {
         self.table.iter().map_while(|p| {
             let p = p.load(Std::Acquire);
@@ -302,8 +302,8 @@ impl<R: Registrar> Lanes<R> {
             .map(|p| unsafe { &*p.cast::<Lane<R>>() })
     }
 
-    /// [`Self::mine`], claiming a lane if the thread has none (L2, under the
-    /// cache lock shared).
+    /// [`Self::mine`], claiming a lane if the thread has none (before L2,
+    /// without the cache lock: the first claim allocates).
     pub(super) fn mine_or_claim(&self) -> Option<&Lane<R>> {
         if let Some(l) = self.mine() {
             return Some(l);

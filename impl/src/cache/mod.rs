@@ -781,6 +781,10 @@ impl<R: Registrar> Cache<R> {
             //# if the queue is empty, take the lock *shared*; look up a covering
             //# findable entry with sufficient access; if found, increment its lease
             //# count atomically
+            // Claimed before the lock: a first claim allocates, and nothing
+            // may free memory under the lock (A11). A lane installed during a
+            // revoke holds no memo yet (memos are set under the lock).
+            let lane = shared.lanes.mine_or_claim();
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(slot) = st.index.covering(span, access) {
                 let e = slot.value;
@@ -789,7 +793,7 @@ impl<R: Registrar> Cache<R> {
                 entry.state.acquire();
                 //= spec.md#L2
                 //# memoize (in A1, under the lock shared)
-                if let Some(lane) = shared.lanes.mine_or_claim() {
+                if let Some(lane) = lane {
                     lane::memoize(lane, span, access, entry, e.0.as_ptr());
                 }
                 drop(st);
