@@ -68,7 +68,14 @@ impl Range {
     //= spec.md#S1.2
     //# The pages of a range are those from `floor(addr / P)` up to
     //# `ceil((addr + len) / P)` (exclusive).
+    #[inline]
     pub fn pages(&self, page_size: u64) -> PageSpan {
+        if page_size.is_power_of_two() {
+            // Shifts: this is on the hit path, and a 64-bit division is not cheap.
+            let shift = page_size.trailing_zeros();
+            let end = self.end();
+            return PageSpan { first: self.addr >> shift, end: (end >> shift) + u64::from(end & (page_size - 1) != 0) };
+        }
         let first = self.addr / page_size;
         let end = self.end().div_ceil(page_size);
         PageSpan { first, end }
