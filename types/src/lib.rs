@@ -531,6 +531,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pages_by_shift_equal_pages_by_division() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let page_size = 512u64 << (x % 12);
+            let addr = (x >> 20) % (1 << 40);
+            let len = 1 + (x >> 3) % (1 << (x % 30 + 1));
+            let r = Range::new(addr, len).unwrap();
+            let span = r.pages(page_size);
+            assert_eq!(span.first, addr / page_size);
+            assert_eq!(span.end, (addr + len).div_ceil(page_size), "addr {addr} len {len} page {page_size}");
+        }
+    }
+
+    #[test]
     fn range_rejects_empty_and_wrapping() {
         assert_eq!(Range::new(0x1000, 0), Err(RangeError::Empty { addr: 0x1000 }));
         assert_eq!(Range::new(u64::MAX, 2), Err(RangeError::Wraps { addr: u64::MAX, len: 2 }));
