@@ -229,9 +229,10 @@ pub(crate) struct Lane<R: Registrar> {
 }
 
 /// A lane lease's slot (see [`super::Lease`]).
+/// One pointer, so that a lease stays small (it is returned by value on the
+/// hit path).
 pub(crate) struct LaneRef<R: Registrar> {
-    pub(super) lane: *const Lane<R>,
-    pub(super) slot: u32,
+    slot: std::ptr::NonNull<LaneSlot<R>>,
 }
 
 impl<R: Registrar> Clone for LaneRef<R> {
@@ -246,7 +247,7 @@ impl<R: Registrar> LaneRef<R> {
     /// The lane's generation must be alive (a lease borrows its cache).
     pub(super) unsafe fn slot<'a>(self) -> &'a LaneSlot<R> {
         // SAFETY: lanes are freed only with their generation.
-        unsafe { &(*self.lane).slots[self.slot as usize] }
+        unsafe { self.slot.as_ref() }
     }
 }
 
@@ -375,7 +376,13 @@ impl<R: Registrar> Lane<R> {
     }
 
     pub(super) fn lane_ref(&self, slot: u32) -> LaneRef<R> {
-        LaneRef { lane: self as *const Lane<R>, slot }
+        LaneRef { slot: std::ptr::NonNull::from(&self.slots[slot as usize]) }
+    }
+
+    /// Whether `r` is one of this lane's slots.
+    #[inline(always)]
+    fn holds(&self, r: LaneRef<R>) -> bool {
+        self.slots.as_ptr_range().contains(&r.slot.as_ptr().cast_const())
     }
 }
 
@@ -479,7 +486,7 @@ pub(crate) fn release<R: Registrar>(r: LaneRef<R>, e: *mut Entry<R>, owner: bool
 /// writer of its `held`).
 #[inline(always)]
 pub(crate) fn owns<R: Registrar>(lanes: &Lanes<R>, r: LaneRef<R>) -> bool {
-    lanes.mine().is_some_and(|l| std::ptr::eq(l, r.lane))
+    lanes.mine().is_some_and(|l| l.holds(r))
 }
 
 // ---------------------------------------------------------------------------
