@@ -94,6 +94,9 @@ pub struct CheckArgs {
     /// Keep exploring after the first violation (find every violated property).
     #[arg(long)]
     pub keep_going: bool,
+    /// Model the per-thread lanes (spec.md L1-L6) under x86-TSO store buffers.
+    #[arg(long)]
+    pub lanes: bool,
 }
 
 impl CheckArgs {
@@ -117,6 +120,7 @@ impl CheckArgs {
             max_retries: self.max_retries,
             mutant: None,
             scripts: None,
+            lanes: self.lanes,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);

@@ -24,7 +24,12 @@ pub enum Action {
     /// Thread `t`'s registrar call fails (at A5): ENOMEM the first time in an
     /// acquire (the trim of S5.4), EINVAL after it (E5).
     RegistrarFails { t: u8 },
+    /// Lanes: the oldest store in actor `a`'s store buffer reaches memory.
+    Flush { a: Actor },
 }
+
+/// Slots per lane.
+pub const LANE_SLOTS: usize = 1;
 
 /// What a step did, recorded only when rebuilding a counterexample.
 #[derive(Clone, Debug, Default)]
@@ -139,9 +144,24 @@ impl AlgoModel {
                     toctou: Vec::new(),
                     waiting: false,
                     noted: Vec::new(),
+                    sb: Vec::new(),
+                    revoke: None,
+                    popped: Vec::new(),
+                    prelocked: false,
+                    lane_leases: Vec::new(),
+                    failing: false,
                 })
                 .collect(),
-            monitor: Monitor { pc: MonPc::Idle, buf: Vec::new(), dereg: Vec::new(), toctou: Vec::new() },
+            monitor: Monitor {
+                pc: MonPc::Idle,
+                buf: Vec::new(),
+                dereg: Vec::new(),
+                toctou: Vec::new(),
+                sb: Vec::new(),
+                revoke: None,
+                popped: Vec::new(),
+            },
+            lanes: if self.cfg.lanes { vec![vec![Slot::default(); LANE_SLOTS]; self.scripts.len()] } else { Vec::new() },
             registrar_free_left: self.cfg.registrar_frees.is_some(),
             reg_failures_left: self.cfg.registrar_failures,
             trim_evicted: false,
@@ -279,6 +299,13 @@ impl AlgoModel {
     /// Whether thread `t` can take its next step.
     pub fn thread_enabled(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
+        if th.revoke.is_some() {
+            return true;
+        }
+        if th.failing {
+            // The registrar failed; the trim continues as `RegistrarFails`.
+            return false;
+        }
         if !th.toctou.is_empty() {
             return true;
         }
@@ -293,12 +320,78 @@ impl AlgoModel {
         match th.pc {
             Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
                 // A1: a reader blocks while a writer holds the lock, unless the
-                // queue is non-empty (then it goes straight to A2).
-                ScriptOp::Acquire { .. } => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
+                // queue is non-empty (then it goes straight to A2). L1 takes no lock.
+                ScriptOp::Acquire { span, access, .. } => {
+                    !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)) || self.l1_slot(s, t, span, access).is_some()
+                }
                 ScriptOp::Release { .. } | ScriptOp::Event { .. } => true,
             },
-            Pc::A2 | Pc::A6 | Pc::R2 => s.lock == Lock::Free,
+            Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
+            Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
+            // L4 takes the lanes mutex, which only a revoke (L5) holds across steps.
+            Pc::L4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
             Pc::Done | Pc::Event => false,
+            _ => true,
+        }
+    }
+
+    /// L1's first check: no release event is pending (queued, or taken or
+    /// read and not applied yet; mutant 26: only the queue's length).
+    pub fn l1_sees_no_event(&self, s: &State) -> bool {
+        if self.mutant(Mutant::LaneQueueLenOnly) {
+            return s.queue.is_empty();
+        }
+        s.queue.is_empty()
+            && s.monitor.buf.is_empty()
+            && s.monitor.popped.is_empty()
+            && s.threads.iter().all(|t| t.popped.is_empty())
+    }
+
+    /// L1: the slot of thread `t`'s lane with exactly this key and a non-null
+    /// `ptr` (as `t` loads it), and that entry, when no event is pending.
+    pub fn l1_slot(&self, s: &State, t: usize, span: Span, access: Access) -> Option<(u8, Handle)> {
+        if !self.cfg.lanes || !self.l1_sees_no_event(s) {
+            return None;
+        }
+        (0..LANE_SLOTS).find_map(|i| {
+            let key = s.lanes[t][i].key?;
+            (key == (span, access)).then(|| s.load_ptr(t as Actor, t, i)).flatten().map(|h| (i as u8, h))
+        })
+    }
+
+    /// The slots (lane, slot, entry) whose `ptr`, as actor `a` loads it,
+    /// points to one of `removed`, or to anything with `all`.
+    pub fn lane_targets(&self, s: &State, a: Actor, removed: &[Handle], all: bool) -> Vec<(u8, u8, Handle)> {
+        let mut out = Vec::new();
+        for l in 0..s.lanes.len() {
+            for i in 0..LANE_SLOTS {
+                if let Some(h) = s.load_ptr(a, l, i) {
+                    if all || removed.contains(&h) {
+                        out.push((l as u8, i as u8, h));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether thread `t`'s next step executes a locked instruction or a
+    /// barrier (a lock, an atomic read-modify-write, a system call): x86
+    /// then drains its store buffer. The lane steps do not (L1, L3: plain
+    /// stores and loads, a compiler fence); L4 does (the lanes mutex).
+    pub fn step_flushes(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if th.ev.is_some() || !th.toctou.is_empty() {
+            return true;
+        }
+        match th.pc {
+            Pc::L1Store { .. } | Pc::L1Load { .. } | Pc::L3Load { .. } => false,
+            Pc::L4 { .. } => !self.mutant(Mutant::LaneDetachedNoMutex),
+            Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
+                ScriptOp::Acquire { span, access, .. } => self.l1_slot(s, t, span, access).is_none(),
+                ScriptOp::Release { lease } => !th.lane_leases.iter().any(|(l, _)| *l == lease),
+                ScriptOp::Event { .. } => true,
+            },
             _ => true,
         }
     }
@@ -307,13 +400,16 @@ impl AlgoModel {
     /// the lock free (both outcomes take it at once).
     pub fn registrar_may_fail(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
+        if th.failing {
+            return th.revoke.is_none();
+        }
         s.reg_failures_left > 0 && th.pc == Pc::A5 && th.toctou.is_empty() && th.ev.is_none() && s.lock == Lock::Free
     }
 
     /// Whether thread `t`'s next step has a second branch.
     pub fn thread_alt(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
-        if !th.toctou.is_empty() || th.ev.is_some() {
+        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() {
             return false;
         }
         match th.pc {
@@ -327,7 +423,7 @@ impl AlgoModel {
         if !self.is_async() {
             return false;
         }
-        if !s.monitor.toctou.is_empty() {
+        if !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
             return true;
         }
         match s.monitor.pc {
@@ -361,18 +457,20 @@ impl AlgoModel {
         }
         match th.pc {
             Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
-            Pc::A2 | Pc::A6 | Pc::R2 => format!("{:?} waits for the lock, held by {holder}", th.pc),
+            Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 | Pc::A1 => format!("{:?} waits for the lock, held by {holder}", th.pc),
+            Pc::L4 { .. } => "L4 waits for the lanes mutex (held by a revoke)".to_string(),
             pc => format!("at {pc:?}"),
         }
     }
 
     /// Applies `a` to `s`, recording notes and operation events into `rec`.
     pub fn step(&self, s: &mut State, a: Action, rec: Option<&mut Rec>) {
-        let mut cx = Ctx { m: self, s, rec };
+        let mut cx = Ctx { m: self, s, rec, dry: None };
         match a {
             Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
             Action::Monitor => cx.monitor_step(),
-            Action::RegistrarFails { t } => cx.registrar_fails(t as usize),
+            Action::RegistrarFails { t } => cx.registrar_fails_step(t as usize),
+            Action::Flush { a } => cx.flush_one(a),
         }
     }
 
@@ -383,6 +481,12 @@ impl AlgoModel {
                 format!("T{t} A5 (the registrar fails again: EINVAL)")
             }
             Action::RegistrarFails { t } => format!("T{t} A5 (the registrar fails: ENOMEM, trim)"),
+            Action::Flush { a } => {
+                let sb = if a == MONITOR { &s.monitor.sb } else { &s.threads[a as usize].sb };
+                let first = sb.first().map(|st| buf_line(std::slice::from_ref(st))).unwrap_or_default();
+                format!("{} store buffer: {first} reaches memory", actor_name(a))
+            }
+            Action::Monitor if s.monitor.revoke.is_some() => format!("monitor {}", revoke_label(s.monitor.revoke.as_ref())),
             Action::Monitor => {
                 let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
                 let at = match s.monitor.pc {
@@ -397,7 +501,9 @@ impl AlgoModel {
             }
             Action::Thread { t, alt } => {
                 let th = &s.threads[t as usize];
-                let at = if !th.toctou.is_empty() {
+                let at = if th.revoke.is_some() {
+                    revoke_label(th.revoke.as_ref())
+                } else if !th.toctou.is_empty() {
                     "A-H (read lease counts)".to_string()
                 } else if let Some(ev) = &th.ev {
                     let what = match ev.origin {
@@ -421,6 +527,12 @@ impl AlgoModel {
                         Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
                         Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
                         Pc::A10b => "A10 (second half)".to_string(),
+                        Pc::L1Store { slot, .. } => format!("L1 (store held + 1 into slot {slot}, buffered)"),
+                        Pc::L1Load { slot, .. } => format!("L1 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::L3Load { slot, .. } => format!("L3 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::L4 { slot, .. } => format!("L4 (lanes mutex; slot {slot}'s count and pin)"),
+                        Pc::A1 => "A1 (after the lane undo)".to_string(),
+                        Pc::A1Drain(_) => "A1 (unlocked with events queued: try the lock, drain)".to_string(),
                         pc => format!("{pc:?}"),
                     }
                 };
@@ -430,11 +542,47 @@ impl AlgoModel {
     }
 }
 
+fn revoke_label(r: Option<&Revoke>) -> String {
+    match r.map(|r| r.phase) {
+        Some(RevokePhase::Barrier) => "L5 (heavy barrier: membarrier)".to_string(),
+        Some(RevokePhase::Count) => "L5 (read the slots' counts; pin those above 0; unlock the lanes mutex)".to_string(),
+        None => String::new(),
+    }
+}
+
+/// What a dry run of a step found it would take out of the index (L5 must
+/// revoke those slots first).
+#[derive(Default)]
+struct Dry {
+    /// Entries the step takes out of the index.
+    removed: Vec<Handle>,
+    /// Of those, the ones a queued event takes out (the drain pops the queue
+    /// before it can revoke them).
+    by_queue: Vec<Handle>,
+    /// The ones an event read from uffd takes out (read, waking the
+    /// releasing thread, before they can be revoked).
+    by_uffd: Vec<Handle>,
+    /// The step revokes every slot (A6 when it notes, R2, trim).
+    all: bool,
+    /// Applying a queued (`Some(false)`) or uffd (`Some(true)`) event now.
+    applying: Option<bool>,
+}
+
+/// Who takes a step that may revoke.
+#[derive(Clone, Copy)]
+enum Who {
+    Thread(usize, bool),
+    Monitor,
+    Fails(usize),
+}
+
 /// A step in progress: the model, the state it changes, and the recorder.
 struct Ctx<'a> {
     m: &'a AlgoModel,
     s: &'a mut State,
     rec: Option<&'a mut Rec>,
+    /// A dry run (lanes): record what the step takes out of the index.
+    dry: Option<Dry>,
 }
 
 impl Ctx<'_> {
@@ -531,8 +679,19 @@ impl Ctx<'_> {
     }
 
     fn lock_exclusive(&mut self, a: Actor) {
+        if a != MONITOR && self.s.threads[a as usize].prelocked {
+            // An L5 took the lock for this step.
+            assert_eq!(self.s.lock, Lock::Exclusive(a));
+            self.s.threads[a as usize].prelocked = false;
+            return;
+        }
         assert_eq!(self.s.lock, Lock::Free, "{} takes a lock that is not free", actor_name(a));
         self.s.lock = Lock::Exclusive(a);
+    }
+
+    /// An L5 took the lock exclusive for thread `t`'s step.
+    fn prelocked(&self, t: usize) -> bool {
+        self.s.threads[t].prelocked
     }
 
     //= spec.md#H2
@@ -544,7 +703,7 @@ impl Ctx<'_> {
     fn unlock_exclusive(&mut self, a: Actor) {
         assert_eq!(self.s.lock, Lock::Exclusive(a), "{} unlocks a lock it does not hold", actor_name(a));
         let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::HolderSkipsDrain);
-        if !skip && !self.s.queue.is_empty() {
+        if !skip && (!self.s.queue.is_empty() || !self.popped_mut(a).is_empty()) {
             note!(self, "{} drains the queue before it unlocks (events queued while it held the lock)", actor_name(a));
             self.drain_queue(a);
         }
@@ -561,10 +720,17 @@ impl Ctx<'_> {
 
     /// Takes a lease on `h` for thread `t`'s acquire and judges P1 and P2.
     fn grant(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
-        let acq = self.acq(t).clone();
+        let lease = self.acq(t).lease;
         self.s.regs[h as usize].leases += 1;
         self.touch(h);
-        self.thread_mut(t).held.push((acq.lease, h));
+        self.thread_mut(t).held.push((lease, h));
+        self.judge_lease(t, h, hit)
+    }
+
+    /// Judges P1 and P2 for the lease thread `t`'s acquire got on `h`; the
+    /// acquire's outcome.
+    fn judge_lease(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
+        let acq = self.acq(t).clone();
         let r = &self.s.regs[h as usize];
         //= spec.md#P1
         let covers = r.span.contains(&acq.req) && r.access.suffices_for(acq.access);
@@ -605,6 +771,7 @@ impl Ctx<'_> {
                 continue;
             }
             let h = h as Handle;
+            self.revoke(a, h);
             self.s.regs[h as usize].findable = false;
             //= spec.md#A-H
             //# one atomic OR sets INVALID and returns the count; the invalidation
@@ -644,9 +811,15 @@ impl Ctx<'_> {
     }
 
     fn drain_queue(&mut self, a: Actor) {
+        // Lanes: events an L5 took before it revoked come first.
+        for span in std::mem::take(self.popped_mut(a)) {
+            self.apply_event(span, a);
+        }
+        self.set_applying(Some(false));
         for span in std::mem::take(&mut self.s.queue) {
             self.apply_event(span, a);
         }
+        self.set_applying(None);
     }
 
     //= spec.md#M2
@@ -655,11 +828,13 @@ impl Ctx<'_> {
         if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
             return;
         }
+        self.set_applying(Some(true));
         for (span, w) in std::mem::take(&mut self.s.uffd) {
             note!(self, "{} reads the uffd event {span}: T{w} wakes up", actor_name(a));
             self.s.threads[w as usize].waiting = false;
             self.apply_event(span, a);
         }
+        self.set_applying(None);
     }
 
     /// A6 / R2: with limits, raise the over-limit flag (not in mutant 13),
@@ -671,6 +846,7 @@ impl Ctx<'_> {
         if !self.mutant(Mutant::OverLimitFlagLate) {
             self.s.over_limit = true;
         }
+        self.revoke_all(t as Actor);
         let noted: Vec<Handle> = (0..self.s.regs.len())
             .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
             .map(|h| h as Handle)
@@ -699,6 +875,9 @@ impl Ctx<'_> {
         let a = t as Actor;
         let (req, access, trimmed) = (self.acq(t).req, self.acq(t).access, self.acq(t).trimmed);
         self.lock_exclusive(a);
+        if !trimmed {
+            self.revoke_all(a);
+        }
         let noted: Vec<Handle> = (0..self.s.regs.len())
             .filter(|&h| self.s.regs[h].findable && (self.s.regs[h].leases == 0 || self.mutant(Mutant::TrimEvictsLeased)))
             .map(|h| h as Handle)
@@ -716,6 +895,7 @@ impl Ctx<'_> {
                 }
                 note!(self, "S2.8: trim evicts #{h}");
                 self.s.trim_evicted = true;
+                self.revoke(a, h);
                 self.s.regs[h as usize].findable = false;
                 if self.s.regs[h as usize].leases > 0 {
                     // Mutant: a leased entry deregistered by the trim (P3).
@@ -751,14 +931,400 @@ impl Ctx<'_> {
         while self.m.over_limits(self.s) {
             let Some(v) = self.m.victim(self.s, &noted) else { break };
             note!(self, "A10: evict #{v}");
+            self.revoke(a, v);
             self.s.regs[v as usize].findable = false;
             self.dereg_list(a).push(v);
         }
     }
 
+    // ---- lanes (L1-L6) under x86-TSO ----
+
+    fn popped_mut(&mut self, a: Actor) -> &mut Vec<Span> {
+        if a == MONITOR {
+            &mut self.s.monitor.popped
+        } else {
+            &mut self.s.threads[a as usize].popped
+        }
+    }
+
+    fn sb_mut(&mut self, a: Actor) -> &mut Vec<Store> {
+        if a == MONITOR {
+            &mut self.s.monitor.sb
+        } else {
+            &mut self.s.threads[a as usize].sb
+        }
+    }
+
+    fn revoke_mut(&mut self, a: Actor) -> &mut Option<Revoke> {
+        if a == MONITOR {
+            &mut self.s.monitor.revoke
+        } else {
+            &mut self.s.threads[a as usize].revoke
+        }
+    }
+
+    fn set_applying(&mut self, what: Option<bool>) {
+        if let Some(d) = self.dry.as_mut() {
+            d.applying = what;
+        }
+    }
+
+    fn apply_store(&mut self, st: Store) {
+        match st {
+            Store::Held { lane, slot, val } => self.s.lanes[lane as usize][slot as usize].held = val,
+            Store::Ptr { lane, slot, val } => self.s.lanes[lane as usize][slot as usize].ptr = val,
+        }
+    }
+
+    /// The oldest store in `a`'s store buffer reaches memory.
+    fn flush_one(&mut self, a: Actor) {
+        let st = self.sb_mut(a).remove(0);
+        note!(self, "{}'s buffered store {} reaches memory", actor_name(a), buf_line(&[st]));
+        self.apply_store(st);
+    }
+
+    /// A full barrier on `a` (a locked instruction, a system call): its
+    /// buffered stores reach memory, in order.
+    fn fence(&mut self, a: Actor) {
+        for st in std::mem::take(self.sb_mut(a)) {
+            self.apply_store(st);
+        }
+    }
+
+    //= spec.md#L5
+    /// The step about to take entries out of the index: each such entry's
+    /// slots must be revoked first. Called with the entry as it leaves the
+    /// index. A dry run records it; a real step finds its slots revoked
+    /// already, by the L5 that [`Ctx::lane_prephase`] ran before the step.
+    fn revoke(&mut self, a: Actor, h: Handle) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        if let Some(d) = self.dry.as_mut() {
+            d.removed.push(h);
+            match d.applying {
+                Some(false) => d.by_queue.push(h),
+                Some(true) => d.by_uffd.push(h),
+                None => {}
+            }
+            return;
+        }
+        let left = self.m.lane_targets(self.s, a, &[h], false);
+        assert!(left.is_empty(), "{} takes #{h} out of the index with live slots {left:?}", actor_name(a));
+    }
+
+    //= spec.md#L5
+    //# A6 (when it notes), R2 and trim revoke every slot before they note
+    fn revoke_all(&mut self, a: Actor) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        if let Some(d) = self.dry.as_mut() {
+            d.all = true;
+            return;
+        }
+        let left = self.m.lane_targets(self.s, a, &[], true);
+        assert!(left.is_empty(), "{} notes with live slots {left:?}", actor_name(a));
+    }
+
+    /// Before actor `a`'s step: a dry run of the step on a copy of the state
+    /// says which entries it takes out of the index (or that it revokes
+    /// every slot). If live slots point to them, the step waits and `a` runs
+    /// L5 first, in three steps: this one (take the lock exclusive if the
+    /// step takes it, the lanes mutex; take the queued or uffd events whose
+    /// entries are revoked, as the drain does before it can know the
+    /// entries; store null into the slots, through the store buffer), then
+    /// the heavy barrier, then the count reads and pins. Returns whether it
+    /// took this first step.
+    fn lane_prephase(&mut self, who: Who) -> bool {
+        let a = match who {
+            Who::Thread(t, _) | Who::Fails(t) => t as Actor,
+            Who::Monitor => MONITOR,
+        };
+        if !(self.s.lock == Lock::Free || self.s.lock == Lock::Exclusive(a)) {
+            return false;
+        }
+        if self.m.lane_targets(self.s, a, &[], true).is_empty() {
+            return false;
+        }
+        let mut copy = self.s.clone();
+        let dry = {
+            let mut cx = Ctx { m: self.m, s: &mut copy, rec: None, dry: Some(Dry::default()) };
+            match who {
+                Who::Thread(t, alt) => cx.thread_body(t, alt),
+                Who::Monitor => cx.monitor_body(),
+                Who::Fails(t) => cx.registrar_fails(t),
+            }
+            cx.dry.take().expect("dry run")
+        };
+        let targets = self.m.lane_targets(self.s, a, &dry.removed, dry.all);
+        if targets.is_empty() {
+            return false;
+        }
+        //= spec.md#L5
+        //# revoke (under the lock exclusive and the lanes mutex): set `ptr` to null
+        //# in every slot that points to the entries being revoked
+        self.fence(a);
+        if self.s.lock == Lock::Free {
+            assert_ne!(a, MONITOR, "the monitor revokes only inside M2");
+            self.lock_exclusive(a);
+            self.s.threads[a as usize].prelocked = true;
+            note!(self, "{} takes the lock exclusive", actor_name(a));
+        }
+        if targets.iter().any(|(_, _, h)| dry.by_queue.contains(h)) {
+            let q = std::mem::take(&mut self.s.queue);
+            note!(self, "A-D: {} takes the queued events {q:?} (applied after the revoke)", actor_name(a));
+            self.popped_mut(a).extend(q);
+        }
+        if targets.iter().any(|(_, _, h)| dry.by_uffd.contains(h)) {
+            for (span, w) in std::mem::take(&mut self.s.uffd) {
+                note!(self, "{} reads the uffd event {span}: T{w} wakes up (applied after the revoke)", actor_name(a));
+                self.s.threads[w as usize].waiting = false;
+                self.popped_mut(a).push(span);
+            }
+        }
+        for &(lane, slot, _) in &targets {
+            self.sb_mut(a).push(Store::Ptr { lane, slot, val: None });
+        }
+        note!(
+            self,
+            "L5: {} takes the lanes mutex and stores null into {} (store buffer)",
+            actor_name(a),
+            targets.iter().map(|(l, i, h)| format!("T{l}.slot{i} (#{h})")).collect::<Vec<_>>().join(", ")
+        );
+        *self.revoke_mut(a) = Some(Revoke { phase: RevokePhase::Barrier, slots: targets });
+        true
+    }
+
+    //= spec.md#L5
+    //= spec.md#L6
+    //# L5 stores null, runs the heavy barrier, then loads the count.
+    fn revoke_step(&mut self, a: Actor) {
+        let r = self.revoke_mut(a).clone().expect("an L5 in progress");
+        match r.phase {
+            RevokePhase::Barrier => {
+                if self.mutant(Mutant::LaneNoHeavyBarrier) {
+                    note!(self, "L5 (mutant 21): a full fence on {} only", actor_name(a));
+                    self.fence(a);
+                } else {
+                    note!(self, "L5: heavy barrier: every thread executes a full barrier (all store buffers drain)");
+                    self.fence(a);
+                    for t in 0..self.s.threads.len() {
+                        self.fence(t as Actor);
+                    }
+                    self.fence(MONITOR);
+                }
+                self.revoke_mut(a).as_mut().expect("L5").phase = RevokePhase::Count;
+            }
+            RevokePhase::Count => {
+                for (lane, slot, h) in r.slots {
+                    let (l, i) = (lane as usize, slot as usize);
+                    let remote = self.s.lanes[l][i].remote;
+                    let held = self.s.load_held(a, l, i);
+                    let count = held.wrapping_sub(remote);
+                    if count > 0 && !self.mutant(Mutant::LaneRevokeNoPin) {
+                        assert_eq!(self.s.lanes[l][i].pin, None, "a live slot has no pin");
+                        self.s.lanes[l][i].pin = Some(h);
+                        self.s.regs[h as usize].leases += 1;
+                        note!(self, "L5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): pin #{h}, its state word gains a lease");
+                    } else {
+                        note!(self, "L5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): no pin");
+                    }
+                }
+                note!(self, "L5: {} unlocks the lanes mutex", actor_name(a));
+                *self.revoke_mut(a) = None;
+            }
+        }
+    }
+
+    /// The registrar fails (action `RegistrarFails`): with lanes, the trim
+    /// (or the drain) revokes first.
+    fn registrar_fails_step(&mut self, t: usize) {
+        if self.m.cfg.lanes {
+            if self.lane_prephase(Who::Fails(t)) {
+                self.thread_mut(t).failing = true;
+                return;
+            }
+            self.fence(t as Actor);
+        }
+        self.thread_mut(t).failing = false;
+        self.registrar_fails(t)
+    }
+
+    //= spec.md#L2
+    //# after an A1 hit, if no slot has the key, take a slot with count 0 and no
+    //# pin and set its key and `ptr`.
+    /// (A slot that has the key with a null `ptr`, revoked, counts as not
+    /// having it.) The stores reach memory at the unlock that follows.
+    fn memoize(&mut self, t: usize, h: Handle) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        let key = (self.acq(t).req, self.acq(t).access);
+        let a = t as Actor;
+        if (0..LANE_SLOTS).any(|i| self.s.lanes[t][i].key == Some(key) && self.s.load_ptr(a, t, i).is_some()) {
+            return;
+        }
+        let mut free: Vec<usize> =
+            (0..LANE_SLOTS).filter(|&i| self.s.slot_count(t, i) == 0 && self.s.lanes[t][i].pin.is_none()).collect();
+        free.sort_by_key(|&i| self.s.lanes[t][i].key != Some(key));
+        let slot = match free.first() {
+            Some(&i) => i,
+            None if self.mutant(Mutant::LaneReuseBusySlot) => 0,
+            None => {
+                note!(self, "L2: no free slot in T{t}'s lane: no memo");
+                return;
+            }
+        };
+        self.fence(a);
+        let sl = &mut self.s.lanes[t][slot];
+        sl.key = Some(key);
+        sl.ptr = Some(h);
+        note!(self, "L2: T{t} memoizes #{h} in slot {slot} ({})", slot_line(&self.s.lanes[t][slot]));
+    }
+
+    //= spec.md#L1
+    //# store `held + 1`; light barrier; load `ptr` again.
+    fn l1_store(&mut self, t: usize, slot: u8, h: Handle) {
+        let val = self.s.load_held(t as Actor, t, slot as usize) + 1;
+        self.sb_mut(t as Actor).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "L1: T{t} stores held = {val} into slot {slot} (store buffer)");
+        if self.mutant(Mutant::LaneNoRecheck) {
+            note!(self, "L1 (mutant 22): no reload of ptr");
+            return self.lane_hit(t, slot, h);
+        }
+        self.thread_mut(t).pc = Pc::L1Load { slot, h };
+    }
+
+    //= spec.md#L1
+    //# If unchanged, touch the LRU stamp and return the hit, a lease on the
+    //# slot. Else store `held` back (this undo is a release that saw a revoke:
+    //# run L4) and go to A1.
+    fn l1_load(&mut self, t: usize, slot: u8, h: Handle) {
+        let a = t as Actor;
+        let p = self.s.load_ptr(a, t, slot as usize);
+        if p == Some(h) {
+            note!(self, "L1: light barrier (compiler fence); T{t} reloads slot {slot}'s ptr: #{h}, unchanged");
+            return self.lane_hit(t, slot, h);
+        }
+        let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
+        self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "L1: T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs L4");
+        self.thread_mut(t).pc = Pc::L4 { slot, h, then_a1: true };
+    }
+
+    fn lane_hit(&mut self, t: usize, slot: u8, h: Handle) {
+        let lease = self.acq(t).lease;
+        self.touch(h);
+        let th = self.thread_mut(t);
+        th.held.push((lease, h));
+        th.lane_leases.push((lease, slot));
+        note!(self, "L1: T{t}'s lane hit on #{h} (slot {slot})");
+        let ret = self.judge_lease(t, h, true);
+        self.finish(t, ret);
+    }
+
+    //= spec.md#L3
+    //# lane release: touch the LRU stamp; the owner stores `held − 1`
+    /// (Releases run on the thread that acquired the lease: `remote` stays 0.)
+    fn l3(&mut self, t: usize, lease: u64, slot: u8) {
+        let th = self.thread_mut(t);
+        let i = th.held.iter().position(|(l, _)| *l == lease).expect("a lane lease is held");
+        let (_, h) = th.held.remove(i);
+        th.lane_leases.retain(|(l, _)| *l != lease);
+        if self.s.regs[h as usize].findable && !self.mutant(Mutant::ReleaseNoLruTouch) {
+            self.touch(h);
+        }
+        let a = t as Actor;
+        let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
+        self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "L3: T{t} releases L{lease} on slot {slot}: stores held = {val} (store buffer)");
+        self.thread_mut(t).pc = Pc::L3Load { slot, h };
+    }
+
+    //= spec.md#L3
+    //# Light barrier; load `ptr`: if it is still the lease's entry, read the
+    //# over-limit flag and run R2 if it is set; else run L4.
+    fn l3_load(&mut self, t: usize, slot: u8, h: Handle) {
+        let p = self.s.load_ptr(t as Actor, t, slot as usize);
+        if p == Some(h) {
+            let r2 = self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+            note!(self, "L3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}", if r2 { "; the over-limit flag is set: R2" } else { "" });
+            if r2 {
+                self.thread_mut(t).pc = Pc::R2;
+            } else {
+                self.finish(t, Ret::Done);
+            }
+        } else {
+            note!(self, "L3: T{t} reloads slot {slot}'s ptr: revoked: L4");
+            self.thread_mut(t).pc = Pc::L4 { slot, h, then_a1: false };
+        }
+    }
+
+    //= spec.md#L4
+    //# take the lanes mutex; if the slot's count is 0 and its pin is the
+    //# lease's entry, clear the pin and release the pin as R1
+    fn l4(&mut self, t: usize, slot: u8, h: Handle, then_a1: bool) {
+        let (l, i) = (t, slot as usize);
+        let count = self.s.slot_count(l, i);
+        let mut r2 = false;
+        if count == 0 && self.s.lanes[l][i].pin == Some(h) {
+            self.s.lanes[l][i].pin = None;
+            let r = &mut self.s.regs[h as usize];
+            r.leases -= 1;
+            let (left, invalid) = (r.leases, r.invalid);
+            note!(self, "L4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+            if left == 0 && invalid {
+                //= spec.md#A-H
+                self.deregister(h);
+            } else {
+                r2 = left == 0 && self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+            }
+        } else {
+            let pin = self.s.lanes[l][i].pin;
+            note!(self, "L4: T{t} (lanes mutex) finds slot {slot} at count {count}, pin {pin:?}: nothing to return");
+        }
+        self.thread_mut(t).pc = match (then_a1, r2) {
+            (true, true) => Pc::R2ThenA1,
+            (true, false) => Pc::A1,
+            (false, true) => Pc::R2,
+            (false, false) => return self.finish(t, Ret::Done),
+        };
+    }
+
+    /// Lanes: the A1 reader's drain after its unlock, as a step of its own.
+    fn a1_drain(&mut self, t: usize, h: Handle) {
+        let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::ReaderSkipsDrain);
+        let pending = !self.s.queue.is_empty() || !self.s.threads[t].popped.is_empty();
+        if !skip && (self.prelocked(t) || (pending && self.s.lock == Lock::Free)) {
+            note!(self, "A1: T{t} unlocked with events queued: it tries the lock exclusive and drains");
+            self.lock_exclusive(t as Actor);
+            self.drain_queue(t as Actor);
+            self.unlock_exclusive(t as Actor);
+        }
+        let reg = self.m.view(self.s, h);
+        let pressure = self.acq(t).trimmed;
+        self.finish(t, Ret::Granted { reg, hit: true, pressure });
+    }
+
     // ---- application threads ----
 
     fn thread_step(&mut self, t: usize, alt: bool) {
+        if self.m.cfg.lanes {
+            if self.s.threads[t].revoke.is_some() {
+                return self.revoke_step(t as Actor);
+            }
+            if self.lane_prephase(Who::Thread(t, alt)) {
+                return;
+            }
+            if self.m.step_flushes(self.s, t) {
+                self.fence(t as Actor);
+            }
+        }
+        self.thread_body(t, alt)
+    }
+
+    fn thread_body(&mut self, t: usize, alt: bool) {
         if !self.s.threads[t].toctou.is_empty() {
             return self.read_counts_late(t as Actor);
         }
@@ -804,18 +1370,32 @@ impl Ctx<'_> {
                 }
             }
             Pc::R2 => {
-                //= spec.md#R2
-                note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
-                self.lock_exclusive(t as Actor);
-                self.note_unleased(t);
-                self.drain_queue(t as Actor);
-                self.evict(t as Actor);
-                self.settle_over_limit();
-                self.unlock_exclusive(t as Actor);
+                self.r2(t);
                 self.finish(t, Ret::Done);
             }
+            Pc::R2ThenA1 => {
+                self.r2(t);
+                self.thread_mut(t).pc = Pc::A1;
+            }
+            Pc::L1Store { slot, h } => self.l1_store(t, slot, h),
+            Pc::L1Load { slot, h } => self.l1_load(t, slot, h),
+            Pc::A1 => self.a1_enter(t),
+            Pc::A1Drain(h) => self.a1_drain(t, h),
+            Pc::L3Load { slot, h } => self.l3_load(t, slot, h),
+            Pc::L4 { slot, h, then_a1 } => self.l4(t, slot, h, then_a1),
             Pc::Event | Pc::Done => unreachable!("T{t} has no step at {:?}", self.s.threads[t].pc),
         }
+    }
+
+    //= spec.md#R2
+    fn r2(&mut self, t: usize) {
+        note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
+        self.lock_exclusive(t as Actor);
+        self.note_unleased(t);
+        self.drain_queue(t as Actor);
+        self.evict(t as Actor);
+        self.settle_over_limit();
+        self.unlock_exclusive(t as Actor);
     }
 
     /// Invokes the thread's next script op and takes its first step.
@@ -827,23 +1407,38 @@ impl Ctx<'_> {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
                 self.thread_mut(t).acq =
                     Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
-                //= spec.md#A1
-                //= spec.md#S3.9
-                //# The fast (read-locked) hit path is taken only when the queue is empty.
-                if !self.s.queue.is_empty() {
-                    note!(self, "A1: the queue is not empty: T{t} takes the slow path");
-                    self.thread_mut(t).pc = Pc::A2;
-                } else {
-                    note!(self, "A1: the queue is empty: T{t} takes the lock shared");
-                    self.lock_shared();
-                    self.thread_mut(t).pc = Pc::A1Look;
+                if let Some((slot, h)) = self.m.l1_slot(self.s, t, span, access) {
+                    //= spec.md#L1
+                    //# if the queue is empty and a slot of this thread's lane has exactly
+                    //# the request's key (page span, access) and a non-null `ptr`
+                    note!(self, "L1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
+                    self.thread_mut(t).pc = Pc::L1Store { slot, h };
+                    return;
                 }
+                self.a1_enter(t);
             }
-            ScriptOp::Release { lease } => self.r1(t, lease),
+            ScriptOp::Release { lease } => match self.s.threads[t].lane_leases.iter().find(|(l, _)| *l == lease) {
+                Some(&(_, slot)) => self.l3(t, lease, slot),
+                None => self.r1(t, lease),
+            },
             ScriptOp::Event { kind, span } => {
                 self.thread_mut(t).pc = Pc::Event;
                 self.start_event(t, kind, span, Origin::Script);
             }
+        }
+    }
+
+    //= spec.md#A1
+    //= spec.md#S3.9
+    //# The fast (read-locked) hit path is taken only when the queue is empty.
+    fn a1_enter(&mut self, t: usize) {
+        if !self.s.queue.is_empty() {
+            note!(self, "A1: the queue is not empty: T{t} takes the slow path");
+            self.thread_mut(t).pc = Pc::A2;
+        } else {
+            note!(self, "A1: the queue is empty: T{t} takes the lock shared");
+            self.lock_shared();
+            self.thread_mut(t).pc = Pc::A1Look;
         }
     }
 
@@ -854,7 +1449,17 @@ impl Ctx<'_> {
             Some(h) => {
                 note!(self, "A1: hit #{h} under the shared lock");
                 let ret = self.grant(t, h, true);
+                self.memoize(t, h);
                 self.unlock_shared();
+                if self.m.cfg.lanes {
+                    // The reader's drain is a step of its own (it may revoke).
+                    if !self.s.queue.is_empty() {
+                        self.thread_mut(t).pc = Pc::A1Drain(h);
+                    } else {
+                        self.finish(t, ret);
+                    }
+                    return;
+                }
                 // The reader's part of "the holder drains": a hook that found the
                 // lock held shared left its event queued; the last reader out
                 // tries the lock and drains, as H2 would.
@@ -978,6 +1583,7 @@ impl Ctx<'_> {
                 note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
                 let _ = self.grant(t, handle, false);
                 for d in displaced {
+                    self.revoke(t as Actor, d);
                     let r = &mut self.s.regs[d as usize];
                     r.findable = false;
                     r.invalid = true;
@@ -1121,7 +1727,7 @@ impl Ctx<'_> {
             EvPc::H2 => {
                 //= spec.md#H2
                 //= spec.md#S7.2
-                if self.s.lock == Lock::Free {
+                if self.s.lock == Lock::Free || self.prelocked(t) {
                     note!(self, "H2: T{t} gets the lock: drains and unlocks");
                     self.lock_exclusive(t as Actor);
                     self.drain_queue(t as Actor);
@@ -1189,6 +1795,19 @@ impl Ctx<'_> {
     }
 
     fn monitor_step(&mut self) {
+        if self.m.cfg.lanes {
+            if self.s.monitor.revoke.is_some() {
+                return self.revoke_step(MONITOR);
+            }
+            if self.lane_prephase(Who::Monitor) {
+                return;
+            }
+            self.fence(MONITOR);
+        }
+        self.monitor_body()
+    }
+
+    fn monitor_body(&mut self) {
         if !self.s.monitor.toctou.is_empty() {
             return self.read_counts_late(MONITOR);
         }
@@ -1261,6 +1880,16 @@ impl Model for AlgoModel {
                 actions.push(Action::RegistrarFails { t: t as u8 });
             }
         }
+        if self.cfg.lanes {
+            for t in 0..s.threads.len() {
+                if !s.threads[t].sb.is_empty() {
+                    actions.push(Action::Flush { a: t as Actor });
+                }
+            }
+            if !s.monitor.sb.is_empty() {
+                actions.push(Action::Flush { a: MONITOR });
+            }
+        }
     }
 
     fn next_state(&self, s: &State, a: Action) -> Option<State> {
@@ -1279,6 +1908,7 @@ impl Model for AlgoModel {
             Action::Thread { t, alt: true } => format!("T{t} (alternative branch)"),
             Action::Monitor => "monitor".into(),
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
+            Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
         }
     }
 

@@ -114,10 +114,33 @@ pub enum Mutant {
     /// 20. The pressure trim (S5.4) evicts leased entries too: a lease's
     ///     registration is deregistered under it.
     TrimEvictsLeased,
+    /// 21. L5's heavy barrier is a full fence on the revoking thread only (no
+    ///     membarrier): a lane hit's `held + 1` still in its store buffer is
+    ///     not seen by the count read, while its reload of `ptr` ran before
+    ///     the null store (the store-buffering litmus test).
+    LaneNoHeavyBarrier,
+    /// 22. L1 does not reload `ptr` after its store of `held + 1`: a revoke
+    ///     between L1's first load and its store is missed.
+    LaneNoRecheck,
+    /// 23. L5 nulls the slots and runs the heavy barrier but pins nothing.
+    LaneRevokeNoPin,
+    /// 24. L2 memoizes into a slot that still counts a lane lease: the lease's
+    ///     entry is no longer in any slot, so its revoke pins nothing.
+    LaneReuseBusySlot,
+    /// 25. L4 reads the slot's count and pin without the lanes mutex: it can
+    ///     run between L5's count read and its pin, and the pin is never
+    ///     returned.
+    LaneDetachedNoMutex,
+    /// 26. L1 checks only the invalidation queue's length, which the drain
+    ///     empties when it takes the events, before it revokes (and the uffd
+    ///     monitor reads events, waking the releasing threads, before it
+    ///     revokes): a lane hit between the two returns an entry whose release
+    ///     event has already returned.
+    LaneQueueLenOnly,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::NoSeqRecheck,
         Mutant::BlockingHook,
         Mutant::DeregLeasedOnInvalidate,
@@ -138,6 +161,12 @@ impl Mutant {
         Mutant::ReaderSkipsDrain,
         Mutant::ReleaseTouchAfterDecrement,
         Mutant::TrimEvictsLeased,
+        Mutant::LaneNoHeavyBarrier,
+        Mutant::LaneNoRecheck,
+        Mutant::LaneRevokeNoPin,
+        Mutant::LaneReuseBusySlot,
+        Mutant::LaneDetachedNoMutex,
+        Mutant::LaneQueueLenOnly,
     ];
 
     pub fn number(&self) -> usize {
@@ -166,6 +195,12 @@ impl Mutant {
             Mutant::ReaderSkipsDrain => "reader-skips-drain",
             Mutant::ReleaseTouchAfterDecrement => "release-touch-after-decrement",
             Mutant::TrimEvictsLeased => "trim-evicts-leased",
+            Mutant::LaneNoHeavyBarrier => "lane-no-heavy-barrier",
+            Mutant::LaneNoRecheck => "lane-no-recheck",
+            Mutant::LaneRevokeNoPin => "lane-revoke-no-pin",
+            Mutant::LaneReuseBusySlot => "lane-reuse-busy-slot",
+            Mutant::LaneDetachedNoMutex => "lane-detached-no-mutex",
+            Mutant::LaneQueueLenOnly => "lane-queue-len-only",
         }
     }
 
@@ -191,6 +226,12 @@ impl Mutant {
             Mutant::ReaderSkipsDrain => "a fast-path reader leaves events queued while it held the lock",
             Mutant::ReleaseTouchAfterDecrement => "R1 touches the LRU stamp after its decrement",
             Mutant::TrimEvictsLeased => "the ENOMEM trim evicts leased entries too",
+            Mutant::LaneNoHeavyBarrier => "L5 fences only the revoking thread (no membarrier)",
+            Mutant::LaneNoRecheck => "L1 does not reload ptr after storing held + 1",
+            Mutant::LaneRevokeNoPin => "L5 does not pin slots whose count is above 0",
+            Mutant::LaneReuseBusySlot => "L2 memoizes into a slot that still counts a lane lease",
+            Mutant::LaneDetachedNoMutex => "L4 runs without the lanes mutex",
+            Mutant::LaneQueueLenOnly => "L1 checks only the queue length, emptied before the drain revokes",
         }
     }
 
@@ -219,6 +260,12 @@ impl Mutant {
             Mutant::ReaderSkipsDrain => &[L1],
             Mutant::ReleaseTouchAfterDecrement => &[LINEARIZABLE],
             Mutant::TrimEvictsLeased => &[P3],
+            Mutant::LaneNoHeavyBarrier => &[P3],
+            Mutant::LaneNoRecheck => &[P3],
+            Mutant::LaneRevokeNoPin => &[P3],
+            Mutant::LaneReuseBusySlot => &[P3],
+            Mutant::LaneDetachedNoMutex => &[L1],
+            Mutant::LaneQueueLenOnly => &[P2],
         }
     }
 
@@ -257,9 +304,52 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::LaneNoHeavyBarrier
+            | Mutant::LaneNoRecheck
+            | Mutant::LaneRevokeNoPin
+            | Mutant::LaneDetachedNoMutex
+                if cfg.scripts.is_none() =>
+            {
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_scripts());
+                changed.push("--lanes and the lane scripts (T0: acquire A, release, acquire A, release; T1: acquire A, release, munmap A)".into());
+            }
+            Mutant::LaneQueueLenOnly if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_drain_scripts());
+                changed.push(
+                    "--lanes and the drain scripts (T0: acquire A, release, acquire B; T1: acquire A, release, munmap A, acquire A)"
+                        .into(),
+                );
+            }
+            Mutant::LaneReuseBusySlot if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_reuse_scripts());
+                changed.push(
+                    "--lanes and the slot-reuse scripts (T0: acquire A, release, acquire A, acquire B; T1: acquire A, release, acquire B, munmap A)"
+                        .into(),
+                );
+            }
             _ => {}
         }
+        if self.needs_lanes() && !cfg.lanes {
+            cfg.lanes = true;
+            changed.push("--lanes".into());
+        }
         changed
+    }
+
+    /// The mutant breaks the lanes (L1-L6): it needs `CheckConfig::lanes`.
+    pub fn needs_lanes(&self) -> bool {
+        matches!(
+            self,
+            Mutant::LaneNoHeavyBarrier
+                | Mutant::LaneNoRecheck
+                | Mutant::LaneRevokeNoPin
+                | Mutant::LaneReuseBusySlot
+                | Mutant::LaneDetachedNoMutex
+                | Mutant::LaneQueueLenOnly
+        )
     }
 }
 
@@ -318,6 +408,9 @@ pub struct CheckConfig {
     pub mutant: Option<Mutant>,
     /// Explicit scripts (acquire, release and release_event ops only).
     pub scripts: Option<Vec<Vec<Op>>>,
+    /// Model the per-thread lanes (L1-L6) under x86-TSO: one memo slot per
+    /// thread, store buffers, the light and heavy barriers, the lanes mutex.
+    pub lanes: bool,
 }
 
 impl Default for CheckConfig {
@@ -335,6 +428,7 @@ impl Default for CheckConfig {
             max_retries: 4,
             mutant: None,
             scripts: None,
+            lanes: false,
         }
     }
 }
@@ -393,6 +487,9 @@ impl CheckConfig {
         }
         if let Some(m) = self.max_pinned_bytes {
             s += &format!(", max_pinned_bytes {m}");
+        }
+        if self.lanes {
+            s += ", lanes (x86-TSO store buffers)";
         }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
@@ -580,6 +677,38 @@ pub fn lru_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), acq(2, 1, 2, RR), rel(2), rel(1)],
         vec![acq(11, 2, 3, RR), acq(12, 0, 1, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts for the lanes (L1-L6): T1 inserts A, so T0's first acquire is an
+/// A1 hit that memoizes A in T0's lane (L2) and its second is a lane hit
+/// (L1) released on the lane (L3); T1's munmap of A revokes the slot (L5)
+/// wherever T0 is.
+pub fn lane_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)],
+        vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts where T1's munmap of A can return while T0 holds the lock and
+/// drains it (H2's try-lock fails): T1 memoized A (an A1 hit on T0's entry)
+/// and acquires it again after its munmap returned, so a lane hit there
+/// would be stale unless L1 sees the event pending.
+pub fn lane_drain_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)],
+        vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), acq(12, 0, 1, RR)],
+    ]
+}
+
+/// Scripts where T0 holds a lane lease on A (slot 0) when its A1 hit on B
+/// would memoize B (mutant 24 takes the busy slot); T1's munmap of A then
+/// revokes A.
+pub fn lane_reuse_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), acq(3, 1, 2, RR)],
+        vec![acq(11, 0, 1, RR), rel(11), acq(12, 1, 2, RR), ev(ReleaseKind::Munmap, 0, 1)],
     ]
 }
 

@@ -9,7 +9,7 @@
 
 use crate::algo::AlgoModel;
 use crate::config::MonitorKind;
-use crate::state::{EvPc, Lock, MonPc, State, MONITOR};
+use crate::state::{EvPc, Lock, MonPc, Pc, State, MONITOR};
 use mrcache_model::OverlapPolicy;
 use stateright::{Model, Property};
 
@@ -30,9 +30,13 @@ pub const S_READ_NOT_APPLIED: &str =
     "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
 pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
 pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
+pub const S_LANE_HIT: &str = "sometimes: a lane hit (L1)";
+pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (L5)";
+pub const S_LANE_UNDO_PINNED: &str =
+    "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (L1, L4)";
 
 /// Every property name the checker may use, `always` ones first.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 18] = [
     P1,
     P2,
     P3,
@@ -48,6 +52,9 @@ pub const ALL: [&str; 15] = [
     S_READ_NOT_APPLIED,
     S_HOOK_DEFERRED,
     S_TRIM_EVICTS,
+    S_LANE_HIT,
+    S_LANE_PIN,
+    S_LANE_UNDO_PINNED,
 ];
 
 /// The spec ID a property checks (`""` for `sometimes` reachability goals).
@@ -73,7 +80,14 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     let mut v = vec![
         Property::always(P1, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P1)),
         Property::always(P2, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P2)),
-        Property::always(P3, |_: &AlgoModel, s: &State| !s.regs.iter().any(|r| r.deregs > 0 && r.leases > 0)),
+        // P3. With lanes, a lane lease counts: it is on no state word until a
+        // revoke pins it.
+        Property::always(P3, |m: &AlgoModel, s: &State| {
+            !s.regs
+                .iter()
+                .enumerate()
+                .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (m.cfg.lanes && s.lease_held_on(h as u8))))
+        }),
         Property::always(P4, |_: &AlgoModel, s: &State| s.regs.iter().all(|r| r.deregs <= 1)),
     ];
     if m.cfg.has_limits() {
@@ -94,6 +108,18 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     }
     if m.cfg.registrar_failures > 0 {
         v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
+    }
+    if m.cfg.lanes {
+        v.push(Property::sometimes(S_LANE_HIT, |_: &AlgoModel, s: &State| {
+            s.threads.iter().any(|t| !t.lane_leases.is_empty())
+        }));
+        v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
+        v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
+            s.threads.iter().enumerate().any(|(t, th)| match th.pc {
+                Pc::L4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
+                _ => false,
+            })
+        }));
     }
     v.push(Property::sometimes(S_EVENT_DURING_REGISTRATION, |_: &AlgoModel, s: &State| {
         s.threads.iter().any(|t| t.inflight.is_some_and(|i| i.stale))
@@ -120,9 +146,21 @@ impl AlgoModel {
         if !s.queue.is_empty() {
             return Some(format!("the invalidation queue still holds {:?} after every script finished", s.queue));
         }
-        s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0).map(|(h, r)| {
-            format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span)
-        })
+        if let Some((h, r)) = s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0) {
+            return Some(format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span));
+        }
+        // Lanes: a pin is a lease held for the slot's lane leases; with none
+        // left it must have been returned (L4, L6).
+        for (t, lane) in s.lanes.iter().enumerate() {
+            for (i, sl) in lane.iter().enumerate() {
+                if let Some(h) = sl.pin {
+                    if s.slot_count(t, i) == 0 {
+                        return Some(format!("T{t}.slot{i} counts 0 but still pins #{h}: the pin is never returned"));
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// Why the state is a deadlock (P6), if it is: an actor that holds the lock
@@ -154,7 +192,13 @@ impl AlgoModel {
         None
     }
 
+    /// Over a limit with an evictable entry: findable, and unleased (with
+    /// lanes: no lane lease either).
     pub fn over_limits_with_victim(&self, s: &State) -> bool {
-        self.over_limits(s) && s.regs.iter().any(|r| r.findable && r.leases == 0)
+        self.over_limits(s)
+            && s.regs
+                .iter()
+                .enumerate()
+                .any(|(h, r)| r.findable && r.leases == 0 && !(self.cfg.lanes && s.lease_held_on(h as u8)))
     }
 }

@@ -71,8 +71,26 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
             .regs
             .iter()
             .enumerate()
-            .find(|(_, r)| r.deregs > 0 && r.leases > 0)
-            .map(|(h, r)| format!("registration {} was deregistered while it holds {} lease(s)", reg_line(h as u8, r), r.leases))
+            .find(|(h, r)| r.deregs > 0 && (r.leases > 0 || (model.cfg.lanes && s.lease_held_on(*h as u8))))
+            .map(|(h, r)| {
+                let lane: Vec<String> = s
+                    .threads
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(t, th)| {
+                        th.held
+                            .iter()
+                            .filter(|(l, x)| *x == h as u8 && th.lane_leases.iter().any(|(y, _)| y == l))
+                            .map(move |(l, _)| format!("T{t}'s lane lease L{l}"))
+                    })
+                    .collect();
+                let lane = if lane.is_empty() { String::new() } else { format!(" and {}", lane.join(", ")) };
+                format!(
+                    "registration {} was deregistered while it holds {} state-word lease(s){lane}",
+                    reg_line(h as u8, r),
+                    r.leases
+                )
+            })
             .unwrap_or_default(),
         props::P4 => s
             .regs

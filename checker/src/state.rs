@@ -70,6 +70,24 @@ pub enum Pc {
     /// Mutant 19: the LRU touch of a release, after its decrement.
     R1Touch(Handle, bool),
     R2,
+    /// Lanes: L1's store of `held + 1` into the store buffer (the slot and
+    /// the entry its `ptr` held at L1's first load).
+    L1Store { slot: u8, h: Handle },
+    /// Lanes: L1's reload of `ptr` after the light barrier.
+    L1Load { slot: u8, h: Handle },
+    /// Lanes: after an L1 undo (and its L4): A1 (check the queue, take the
+    /// lock shared).
+    A1,
+    /// Lanes: an A1 hit unlocked with events queued: try the lock exclusive
+    /// and drain (a step of its own, so the drain can revoke), then return.
+    A1Drain(Handle),
+    /// Lanes: L3's reload of `ptr` after its store of `held - 1`.
+    L3Load { slot: u8, h: Handle },
+    /// Lanes: L4, the detached release of the lane lease on `h` (under the
+    /// lanes mutex); `then_a1`: an L1 undo, the acquire continues at A1.
+    L4 { slot: u8, h: Handle, then_a1: bool },
+    /// Lanes: R2 run by an L1 undo's L4, then A1.
+    R2ThenA1,
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
     Done,
@@ -139,6 +157,48 @@ pub struct Acq {
     pub trimmed: bool,
 }
 
+/// One memo slot of a thread's lane (L1-L6). `held` is written only by the
+/// lane's owner (plain stores, through its store buffer); the lease count of
+/// the slot is `held - remote`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Slot {
+    /// The memoized request: (page span, access).
+    pub key: Option<(Span, Access)>,
+    /// The memoized entry; `None` once revoked (L5).
+    pub ptr: Option<Handle>,
+    pub held: u8,
+    /// Releases by other threads (never incremented: the checker's scripts
+    /// release a lease on the thread that acquired it).
+    pub remote: u8,
+    /// The entry whose state word holds one lease for this slot (L5).
+    pub pin: Option<Handle>,
+}
+
+/// A plain store waiting in a thread's store buffer (x86-TSO).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Store {
+    /// The owner's store of `held` of slot `slot` of lane `lane`.
+    Held { lane: u8, slot: u8, val: u8 },
+    /// A revoke's store of `ptr` (null) into slot `slot` of lane `lane`.
+    Ptr { lane: u8, slot: u8, val: Option<Handle> },
+}
+
+/// Where an actor's revoke (L5) stands: it has stored null into the slots
+/// (and holds the lock exclusive and the lanes mutex); next the heavy
+/// barrier, then the count reads and pins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RevokePhase {
+    Barrier,
+    Count,
+}
+
+/// An L5 in progress: its phase and its slots (lane, slot, entry revoked).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Revoke {
+    pub phase: RevokePhase,
+    pub slots: Vec<(u8, u8, Handle)>,
+}
+
 /// The thread's record in the in-flight list (A4..A9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct InFlight {
@@ -164,6 +224,19 @@ pub struct Thread {
     pub waiting: bool,
     /// The entries A6/R2 noted unleased (sorted): the only possible victims.
     pub noted: Vec<Handle>,
+    /// Lanes: the thread's store buffer, oldest first.
+    pub sb: Vec<Store>,
+    /// Lanes: the L5 this thread is running.
+    pub revoke: Option<Revoke>,
+    /// Lanes: events taken from the queue or read from uffd, not applied yet
+    /// (the step that applies them revokes first).
+    pub popped: Vec<Span>,
+    /// Lanes: an L5 took the lock exclusive for the step that follows it.
+    pub prelocked: bool,
+    /// Lanes: the leases of `held` that are lane leases, with their slot.
+    pub lane_leases: Vec<(LeaseId, u8)>,
+    /// Lanes: the registrar failed (A5); its trim waits for its L5.
+    pub failing: bool,
 }
 
 /// Program counter of the uffd monitor thread.
@@ -185,6 +258,12 @@ pub struct Monitor {
     pub buf: Vec<Span>,
     pub dereg: Vec<Handle>,
     pub toctou: Vec<Handle>,
+    /// Lanes: the monitor's store buffer (a revoke's null stores).
+    pub sb: Vec<Store>,
+    /// Lanes: the L5 the monitor is running.
+    pub revoke: Option<Revoke>,
+    /// Lanes: events taken from the queue, not applied yet.
+    pub popped: Vec<Span>,
 }
 
 /// A violation detected when a lease is granted (P1, P2).
@@ -230,6 +309,8 @@ pub struct State {
     pub reg_failures_left: u8,
     /// Some trim evicted an entry (for the `sometimes` goal).
     pub trim_evicted: bool,
+    /// Lanes: each thread's lane, in memory (empty without lanes).
+    pub lanes: Vec<Vec<Slot>>,
     pub bad: Vec<Bad>,
     /// Invocations and returns of every operation, per thread.
     pub lin: LinearizabilityTester<u8, RefModel>,
@@ -250,6 +331,55 @@ impl State {
             && self.monitor.buf.is_empty()
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
+    }
+
+    /// Actor `a`'s store buffer.
+    pub fn sb(&self, a: Actor) -> &[Store] {
+        if a == MONITOR {
+            &self.monitor.sb
+        } else {
+            &self.threads[a as usize].sb
+        }
+    }
+
+    /// `held` of a slot as actor `a` loads it (x86-TSO: its own newest
+    /// buffered store to it, else memory).
+    pub fn load_held(&self, a: Actor, lane: usize, slot: usize) -> u8 {
+        self.sb(a)
+            .iter()
+            .rev()
+            .find_map(|st| match *st {
+                Store::Held { lane: l, slot: i, val } if l as usize == lane && i as usize == slot => Some(val),
+                _ => None,
+            })
+            .unwrap_or(self.lanes[lane][slot].held)
+    }
+
+    /// `ptr` of a slot as actor `a` loads it.
+    pub fn load_ptr(&self, a: Actor, lane: usize, slot: usize) -> Option<Handle> {
+        self.sb(a)
+            .iter()
+            .rev()
+            .find_map(|st| match *st {
+                Store::Ptr { lane: l, slot: i, val } if l as usize == lane && i as usize == slot => Some(val),
+                _ => None,
+            })
+            .unwrap_or(self.lanes[lane][slot].ptr)
+    }
+
+    /// A slot's lease count (`held - remote`) as its owner sees it.
+    pub fn slot_count(&self, lane: usize, slot: usize) -> u8 {
+        self.load_held(lane as Actor, lane, slot).wrapping_sub(self.lanes[lane][slot].remote)
+    }
+
+    /// Some thread holds a lease (state word or lane) on registration `h`.
+    pub fn lease_held_on(&self, h: Handle) -> bool {
+        self.threads.iter().any(|t| t.held.iter().any(|(_, x)| *x == h))
+    }
+
+    /// An actor is running L5: it holds the lanes mutex.
+    pub fn lanes_mutex_held(&self) -> bool {
+        self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some())
     }
 
     pub fn findable_count(&self) -> usize {
@@ -304,14 +434,45 @@ impl State {
                 line += " asleep until its uffd event is read";
             }
             if !th.held.is_empty() {
-                let h: Vec<String> = th.held.iter().map(|(l, h)| format!("L{l}->#{h}")).collect();
+                let h: Vec<String> = th
+                    .held
+                    .iter()
+                    .map(|(l, h)| {
+                        let lane = th.lane_leases.iter().any(|(x, _)| x == l);
+                        format!("L{l}->#{h}{}", if lane { " (lane)" } else { "" })
+                    })
+                    .collect();
                 line += &format!(" holds {}", h.join(" "));
+            }
+            if let Some(lane) = self.lanes.get(t) {
+                for (i, sl) in lane.iter().enumerate() {
+                    if sl.key.is_some() || sl.held > 0 || sl.pin.is_some() {
+                        line += &format!(" | slot{i} {}", slot_line(sl));
+                    }
+                }
+            }
+            if !th.sb.is_empty() {
+                line += &format!(" | store buffer {}", buf_line(&th.sb));
+            }
+            if let Some(r) = &th.revoke {
+                line += &format!(" | L5 ({:?} next) on {:?}", r.phase, r.slots);
+            }
+            if !th.popped.is_empty() {
+                line += &format!(" | taken, not applied {:?}", th.popped);
             }
             out += &line;
             out += "\n";
         }
         if self.monitor.pc != MonPc::Idle || !self.monitor.buf.is_empty() {
-            out += &format!("    monitor: {:?}\n", self.monitor.pc);
+            let mut line = format!("    monitor: {:?}", self.monitor.pc);
+            if !self.monitor.sb.is_empty() {
+                line += &format!(" | store buffer {}", buf_line(&self.monitor.sb));
+            }
+            if let Some(r) = &self.monitor.revoke {
+                line += &format!(" | L5 ({:?} next) on {:?}", r.phase, r.slots);
+            }
+            out += &line;
+            out += "\n";
         }
         out
     }
@@ -323,6 +484,37 @@ pub fn actor_name(a: Actor) -> String {
     } else {
         format!("T{a}")
     }
+}
+
+pub fn slot_line(sl: &Slot) -> String {
+    let mut s = match sl.key {
+        Some((span, acc)) => format!("key {span} {acc}"),
+        None => "no key".to_string(),
+    };
+    match sl.ptr {
+        Some(h) => s += &format!(" ptr #{h}"),
+        None => s += " ptr null",
+    }
+    s += &format!(" held {}", sl.held);
+    if sl.remote > 0 {
+        s += &format!(" remote {}", sl.remote);
+    }
+    if let Some(p) = sl.pin {
+        s += &format!(" pin #{p}");
+    }
+    s
+}
+
+pub fn buf_line(buf: &[Store]) -> String {
+    let v: Vec<String> = buf
+        .iter()
+        .map(|st| match st {
+            Store::Held { lane, slot, val } => format!("T{lane}.slot{slot}.held={val}"),
+            Store::Ptr { lane, slot, val: Some(h) } => format!("T{lane}.slot{slot}.ptr=#{h}"),
+            Store::Ptr { lane, slot, val: None } => format!("T{lane}.slot{slot}.ptr=null"),
+        })
+        .collect();
+    format!("[{}]", v.join(", "))
 }
 
 pub fn reg_line(h: Handle, r: &Reg) -> String {

@@ -71,6 +71,24 @@ mutants! {
     m18_reader_skips_drain => ReaderSkipsDrain,
     m19_release_touch_after_decrement => ReleaseTouchAfterDecrement,
     m20_trim_evicts_leased => TrimEvictsLeased,
+    m21_lane_no_heavy_barrier => LaneNoHeavyBarrier,
+    m22_lane_no_recheck => LaneNoRecheck,
+    m23_lane_revoke_no_pin => LaneRevokeNoPin,
+    m24_lane_reuse_busy_slot => LaneReuseBusySlot,
+    m25_lane_detached_no_mutex => LaneDetachedNoMutex,
+    m26_lane_queue_len_only => LaneQueueLenOnly,
+}
+
+/// The lane mutants break only the lanes: under the async monitor too they
+/// are caught by the same property.
+#[test]
+fn lane_mutants_are_caught_under_the_async_monitor_too() {
+    for m in Mutant::ALL.into_iter().filter(|m| m.needs_lanes()) {
+        let cfg = CheckConfig { monitor: mrcache_checker::MonitorKind::Async, ..CheckConfig::default() }.with_mutant(m);
+        let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
+        let c = out.counterexample.unwrap_or_else(|| panic!("{} is not caught under async", m.name()));
+        assert_eq!(c.property, m.caught_by()[0], "{} under async\n{}", m.name(), c.timeline);
+    }
 }
 
 /// Every property the checker states has a mutant that violates it.
