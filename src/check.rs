@@ -94,7 +94,7 @@ pub struct CheckArgs {
     /// Keep exploring after the first violation (find every violated property).
     #[arg(long)]
     pub keep_going: bool,
-    /// Model the per-thread lanes (spec.md L1-L6) under x86-TSO store buffers.
+    /// Model the per-thread lanes (spec.md LN1–LN6) under x86-TSO store buffers.
     #[arg(long)]
     pub lanes: bool,
 }

@@ -320,7 +320,7 @@ impl AlgoModel {
         match th.pc {
             Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
                 // A1: a reader blocks while a writer holds the lock, unless the
-                // queue is non-empty (then it goes straight to A2). L1 takes no lock.
+                // queue is non-empty (then it goes straight to A2). LN1 takes no lock.
                 ScriptOp::Acquire { span, access, .. } => {
                     !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)) || self.l1_slot(s, t, span, access).is_some()
                 }
@@ -328,14 +328,14 @@ impl AlgoModel {
             },
             Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
             Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
-            // L4 takes the lanes mutex, which only a revoke (L5) holds across steps.
-            Pc::L4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
+            // LN4 takes the lanes mutex, which only a revoke (LN5) holds across steps.
+            Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
             Pc::Done | Pc::Event => false,
             _ => true,
         }
     }
 
-    /// L1's first check: no release event is pending (queued, or taken or
+    /// LN1's first check: no release event is pending (queued, or taken or
     /// read and not applied yet; mutant 26: only the queue's length).
     pub fn l1_sees_no_event(&self, s: &State) -> bool {
         if self.mutant(Mutant::LaneQueueLenOnly) {
@@ -347,7 +347,7 @@ impl AlgoModel {
             && s.threads.iter().all(|t| t.popped.is_empty())
     }
 
-    /// L1: the slot of thread `t`'s lane with exactly this key and a non-null
+    /// LN1: the slot of thread `t`'s lane with exactly this key and a non-null
     /// `ptr` (as `t` loads it), and that entry, when no event is pending.
     pub fn l1_slot(&self, s: &State, t: usize, span: Span, access: Access) -> Option<(u8, Handle)> {
         if !self.cfg.lanes || !self.l1_sees_no_event(s) {
@@ -377,8 +377,8 @@ impl AlgoModel {
 
     /// Whether thread `t`'s next step executes a locked instruction or a
     /// barrier (a lock, an atomic read-modify-write, a system call): x86
-    /// then drains its store buffer. The lane steps do not (L1, L3: plain
-    /// stores and loads, a compiler fence); L4 does (the lanes mutex).
+    /// then drains its store buffer. The lane steps do not (LN1, LN3: plain
+    /// stores and loads, a compiler fence); LN4 does (the lanes mutex).
     pub fn step_flushes(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
         if th.ev.is_some() || !th.toctou.is_empty() {
@@ -386,7 +386,7 @@ impl AlgoModel {
         }
         match th.pc {
             Pc::L1Store { .. } | Pc::L1Load { .. } | Pc::L3Load { .. } => false,
-            Pc::L4 { .. } => !self.mutant(Mutant::LaneDetachedNoMutex),
+            Pc::LN4 { .. } => !self.mutant(Mutant::LaneDetachedNoMutex),
             Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
                 ScriptOp::Acquire { span, access, .. } => self.l1_slot(s, t, span, access).is_none(),
                 ScriptOp::Release { lease } => !th.lane_leases.iter().any(|(l, _)| *l == lease),
@@ -458,7 +458,7 @@ impl AlgoModel {
         match th.pc {
             Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
             Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 | Pc::A1 => format!("{:?} waits for the lock, held by {holder}", th.pc),
-            Pc::L4 { .. } => "L4 waits for the lanes mutex (held by a revoke)".to_string(),
+            Pc::LN4 { .. } => "LN4 waits for the lanes mutex (held by a revoke)".to_string(),
             pc => format!("at {pc:?}"),
         }
     }
@@ -527,10 +527,10 @@ impl AlgoModel {
                         Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
                         Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
                         Pc::A10b => "A10 (second half)".to_string(),
-                        Pc::L1Store { slot, .. } => format!("L1 (store held + 1 into slot {slot}, buffered)"),
-                        Pc::L1Load { slot, .. } => format!("L1 (light barrier; reload slot {slot}'s ptr)"),
-                        Pc::L3Load { slot, .. } => format!("L3 (light barrier; reload slot {slot}'s ptr)"),
-                        Pc::L4 { slot, .. } => format!("L4 (lanes mutex; slot {slot}'s count and pin)"),
+                        Pc::L1Store { slot, .. } => format!("LN1 (store held + 1 into slot {slot}, buffered)"),
+                        Pc::L1Load { slot, .. } => format!("LN1 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::L3Load { slot, .. } => format!("LN3 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::LN4 { slot, .. } => format!("LN4 (lanes mutex; slot {slot}'s count and pin)"),
                         Pc::A1 => "A1 (after the lane undo)".to_string(),
                         Pc::A1Drain(_) => "A1 (unlocked with events queued: try the lock, drain)".to_string(),
                         pc => format!("{pc:?}"),
@@ -544,13 +544,13 @@ impl AlgoModel {
 
 fn revoke_label(r: Option<&Revoke>) -> String {
     match r.map(|r| r.phase) {
-        Some(RevokePhase::Barrier) => "L5 (heavy barrier: membarrier)".to_string(),
-        Some(RevokePhase::Count) => "L5 (read the slots' counts; pin those above 0; unlock the lanes mutex)".to_string(),
+        Some(RevokePhase::Barrier) => "LN5 (heavy barrier: membarrier)".to_string(),
+        Some(RevokePhase::Count) => "LN5 (read the slots' counts; pin those above 0; unlock the lanes mutex)".to_string(),
         None => String::new(),
     }
 }
 
-/// What a dry run of a step found it would take out of the index (L5 must
+/// What a dry run of a step found it would take out of the index (LN5 must
 /// revoke those slots first).
 #[derive(Default)]
 struct Dry {
@@ -680,7 +680,7 @@ impl Ctx<'_> {
 
     fn lock_exclusive(&mut self, a: Actor) {
         if a != MONITOR && self.s.threads[a as usize].prelocked {
-            // An L5 took the lock for this step.
+            // An LN5 took the lock for this step.
             assert_eq!(self.s.lock, Lock::Exclusive(a));
             self.s.threads[a as usize].prelocked = false;
             return;
@@ -689,7 +689,7 @@ impl Ctx<'_> {
         self.s.lock = Lock::Exclusive(a);
     }
 
-    /// An L5 took the lock exclusive for thread `t`'s step.
+    /// An LN5 took the lock exclusive for thread `t`'s step.
     fn prelocked(&self, t: usize) -> bool {
         self.s.threads[t].prelocked
     }
@@ -811,7 +811,7 @@ impl Ctx<'_> {
     }
 
     fn drain_queue(&mut self, a: Actor) {
-        // Lanes: events an L5 took before it revoked come first.
+        // Lanes: events an LN5 took before it revoked come first.
         for span in std::mem::take(self.popped_mut(a)) {
             self.apply_event(span, a);
         }
@@ -937,7 +937,7 @@ impl Ctx<'_> {
         }
     }
 
-    // ---- lanes (L1-L6) under x86-TSO ----
+    // ---- lanes (LN1–LN6) under x86-TSO ----
 
     fn popped_mut(&mut self, a: Actor) -> &mut Vec<Span> {
         if a == MONITOR {
@@ -991,11 +991,11 @@ impl Ctx<'_> {
         }
     }
 
-    //= spec.md#L5
+    //= spec.md#LN5
     /// The step about to take entries out of the index: each such entry's
     /// slots must be revoked first. Called with the entry as it leaves the
     /// index. A dry run records it; a real step finds its slots revoked
-    /// already, by the L5 that [`Ctx::lane_prephase`] ran before the step.
+    /// already, by the LN5 that [`Ctx::lane_prephase`] ran before the step.
     fn revoke(&mut self, a: Actor, h: Handle) {
         if !self.m.cfg.lanes {
             return;
@@ -1013,7 +1013,7 @@ impl Ctx<'_> {
         assert!(left.is_empty(), "{} takes #{h} out of the index with live slots {left:?}", actor_name(a));
     }
 
-    //= spec.md#L5
+    //= spec.md#LN5
     //# A6 (when it notes), R2 and trim revoke every slot before they note
     fn revoke_all(&mut self, a: Actor) {
         if !self.m.cfg.lanes {
@@ -1030,7 +1030,7 @@ impl Ctx<'_> {
     /// Before actor `a`'s step: a dry run of the step on a copy of the state
     /// says which entries it takes out of the index (or that it revokes
     /// every slot). If live slots point to them, the step waits and `a` runs
-    /// L5 first, in three steps: this one (take the lock exclusive if the
+    /// LN5 first, in three steps: this one (take the lock exclusive if the
     /// step takes it, the lanes mutex; take the queued or uffd events whose
     /// entries are revoked, as the drain does before it can know the
     /// entries; store null into the slots, through the store buffer), then
@@ -1061,7 +1061,7 @@ impl Ctx<'_> {
         if targets.is_empty() {
             return false;
         }
-        //= spec.md#L5
+        //= spec.md#LN5
         //# revoke (under the lock exclusive and the lanes mutex): set `ptr` to null
         //# in every slot that points to the entries being revoked
         self.fence(a);
@@ -1088,7 +1088,7 @@ impl Ctx<'_> {
         }
         note!(
             self,
-            "L5: {} takes the lanes mutex and stores null into {} (store buffer)",
+            "LN5: {} takes the lanes mutex and stores null into {} (store buffer)",
             actor_name(a),
             targets.iter().map(|(l, i, h)| format!("T{l}.slot{i} (#{h})")).collect::<Vec<_>>().join(", ")
         );
@@ -1096,25 +1096,25 @@ impl Ctx<'_> {
         true
     }
 
-    //= spec.md#L5
-    //= spec.md#L6
-    //# L5 stores null, runs the heavy barrier, then loads the count.
+    //= spec.md#LN5
+    //= spec.md#LN6
+    //# LN5 stores null, runs the heavy barrier, then loads the count.
     fn revoke_step(&mut self, a: Actor) {
-        let r = self.revoke_mut(a).clone().expect("an L5 in progress");
+        let r = self.revoke_mut(a).clone().expect("an LN5 in progress");
         match r.phase {
             RevokePhase::Barrier => {
                 if self.mutant(Mutant::LaneNoHeavyBarrier) {
-                    note!(self, "L5 (mutant 21): a full fence on {} only", actor_name(a));
+                    note!(self, "LN5 (mutant 21): a full fence on {} only", actor_name(a));
                     self.fence(a);
                 } else {
-                    note!(self, "L5: heavy barrier: every thread executes a full barrier (all store buffers drain)");
+                    note!(self, "LN5: heavy barrier: every thread executes a full barrier (all store buffers drain)");
                     self.fence(a);
                     for t in 0..self.s.threads.len() {
                         self.fence(t as Actor);
                     }
                     self.fence(MONITOR);
                 }
-                self.revoke_mut(a).as_mut().expect("L5").phase = RevokePhase::Count;
+                self.revoke_mut(a).as_mut().expect("LN5").phase = RevokePhase::Count;
             }
             RevokePhase::Count => {
                 for (lane, slot, h) in r.slots {
@@ -1126,12 +1126,12 @@ impl Ctx<'_> {
                         assert_eq!(self.s.lanes[l][i].pin, None, "a live slot has no pin");
                         self.s.lanes[l][i].pin = Some(h);
                         self.s.regs[h as usize].leases += 1;
-                        note!(self, "L5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): pin #{h}, its state word gains a lease");
+                        note!(self, "LN5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): pin #{h}, its state word gains a lease");
                     } else {
-                        note!(self, "L5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): no pin");
+                        note!(self, "LN5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): no pin");
                     }
                 }
-                note!(self, "L5: {} unlocks the lanes mutex", actor_name(a));
+                note!(self, "LN5: {} unlocks the lanes mutex", actor_name(a));
                 *self.revoke_mut(a) = None;
             }
         }
@@ -1151,7 +1151,7 @@ impl Ctx<'_> {
         self.registrar_fails(t)
     }
 
-    //= spec.md#L2
+    //= spec.md#LN2
     //# after an A1 hit, if no slot has the key, take a slot with count 0 and no
     //# pin and set its key and `ptr`.
     /// (A slot that has the key with a null `ptr`, revoked, counts as not
@@ -1172,7 +1172,7 @@ impl Ctx<'_> {
             Some(&i) => i,
             None if self.mutant(Mutant::LaneReuseBusySlot) => 0,
             None => {
-                note!(self, "L2: no free slot in T{t}'s lane: no memo");
+                note!(self, "LN2: no free slot in T{t}'s lane: no memo");
                 return;
             }
         };
@@ -1180,37 +1180,37 @@ impl Ctx<'_> {
         let sl = &mut self.s.lanes[t][slot];
         sl.key = Some(key);
         sl.ptr = Some(h);
-        note!(self, "L2: T{t} memoizes #{h} in slot {slot} ({})", slot_line(&self.s.lanes[t][slot]));
+        note!(self, "LN2: T{t} memoizes #{h} in slot {slot} ({})", slot_line(&self.s.lanes[t][slot]));
     }
 
-    //= spec.md#L1
+    //= spec.md#LN1
     //# store `held + 1`; light barrier; load `ptr` again.
     fn l1_store(&mut self, t: usize, slot: u8, h: Handle) {
         let val = self.s.load_held(t as Actor, t, slot as usize) + 1;
         self.sb_mut(t as Actor).push(Store::Held { lane: t as u8, slot, val });
-        note!(self, "L1: T{t} stores held = {val} into slot {slot} (store buffer)");
+        note!(self, "LN1: T{t} stores held = {val} into slot {slot} (store buffer)");
         if self.mutant(Mutant::LaneNoRecheck) {
-            note!(self, "L1 (mutant 22): no reload of ptr");
+            note!(self, "LN1 (mutant 22): no reload of ptr");
             return self.lane_hit(t, slot, h);
         }
         self.thread_mut(t).pc = Pc::L1Load { slot, h };
     }
 
-    //= spec.md#L1
+    //= spec.md#LN1
     //# If unchanged, touch the LRU stamp and return the hit, a lease on the
     //# slot. Else store `held` back (this undo is a release that saw a revoke:
-    //# run L4) and go to A1.
+    //# run LN4) and go to A1.
     fn l1_load(&mut self, t: usize, slot: u8, h: Handle) {
         let a = t as Actor;
         let p = self.s.load_ptr(a, t, slot as usize);
         if p == Some(h) {
-            note!(self, "L1: light barrier (compiler fence); T{t} reloads slot {slot}'s ptr: #{h}, unchanged");
+            note!(self, "LN1: light barrier (compiler fence); T{t} reloads slot {slot}'s ptr: #{h}, unchanged");
             return self.lane_hit(t, slot, h);
         }
         let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
         self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
-        note!(self, "L1: T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs L4");
-        self.thread_mut(t).pc = Pc::L4 { slot, h, then_a1: true };
+        note!(self, "LN1: T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs LN4");
+        self.thread_mut(t).pc = Pc::LN4 { slot, h, then_a1: true };
     }
 
     fn lane_hit(&mut self, t: usize, slot: u8, h: Handle) {
@@ -1219,12 +1219,12 @@ impl Ctx<'_> {
         let th = self.thread_mut(t);
         th.held.push((lease, h));
         th.lane_leases.push((lease, slot));
-        note!(self, "L1: T{t}'s lane hit on #{h} (slot {slot})");
+        note!(self, "LN1: T{t}'s lane hit on #{h} (slot {slot})");
         let ret = self.judge_lease(t, h, true);
         self.finish(t, ret);
     }
 
-    //= spec.md#L3
+    //= spec.md#LN3
     //# lane release: touch the LRU stamp; the owner stores `held − 1`
     /// (Releases run on the thread that acquired the lease: `remote` stays 0.)
     fn l3(&mut self, t: usize, lease: u64, slot: u8) {
@@ -1238,30 +1238,30 @@ impl Ctx<'_> {
         let a = t as Actor;
         let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
         self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
-        note!(self, "L3: T{t} releases L{lease} on slot {slot}: stores held = {val} (store buffer)");
+        note!(self, "LN3: T{t} releases L{lease} on slot {slot}: stores held = {val} (store buffer)");
         self.thread_mut(t).pc = Pc::L3Load { slot, h };
     }
 
-    //= spec.md#L3
+    //= spec.md#LN3
     //# Light barrier; load `ptr`: if it is still the lease's entry, read the
-    //# over-limit flag and run R2 if it is set; else run L4.
+    //# over-limit flag and run R2 if it is set; else run LN4.
     fn l3_load(&mut self, t: usize, slot: u8, h: Handle) {
         let p = self.s.load_ptr(t as Actor, t, slot as usize);
         if p == Some(h) {
             let r2 = self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
-            note!(self, "L3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}", if r2 { "; the over-limit flag is set: R2" } else { "" });
+            note!(self, "LN3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}", if r2 { "; the over-limit flag is set: R2" } else { "" });
             if r2 {
                 self.thread_mut(t).pc = Pc::R2;
             } else {
                 self.finish(t, Ret::Done);
             }
         } else {
-            note!(self, "L3: T{t} reloads slot {slot}'s ptr: revoked: L4");
-            self.thread_mut(t).pc = Pc::L4 { slot, h, then_a1: false };
+            note!(self, "LN3: T{t} reloads slot {slot}'s ptr: revoked: LN4");
+            self.thread_mut(t).pc = Pc::LN4 { slot, h, then_a1: false };
         }
     }
 
-    //= spec.md#L4
+    //= spec.md#LN4
     //# take the lanes mutex; if the slot's count is 0 and its pin is the
     //# lease's entry, clear the pin and release the pin as R1
     fn l4(&mut self, t: usize, slot: u8, h: Handle, then_a1: bool) {
@@ -1273,7 +1273,7 @@ impl Ctx<'_> {
             let r = &mut self.s.regs[h as usize];
             r.leases -= 1;
             let (left, invalid) = (r.leases, r.invalid);
-            note!(self, "L4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+            note!(self, "LN4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
             if left == 0 && invalid {
                 //= spec.md#A-H
                 self.deregister(h);
@@ -1282,7 +1282,7 @@ impl Ctx<'_> {
             }
         } else {
             let pin = self.s.lanes[l][i].pin;
-            note!(self, "L4: T{t} (lanes mutex) finds slot {slot} at count {count}, pin {pin:?}: nothing to return");
+            note!(self, "LN4: T{t} (lanes mutex) finds slot {slot} at count {count}, pin {pin:?}: nothing to return");
         }
         self.thread_mut(t).pc = match (then_a1, r2) {
             (true, true) => Pc::R2ThenA1,
@@ -1382,7 +1382,7 @@ impl Ctx<'_> {
             Pc::A1 => self.a1_enter(t),
             Pc::A1Drain(h) => self.a1_drain(t, h),
             Pc::L3Load { slot, h } => self.l3_load(t, slot, h),
-            Pc::L4 { slot, h, then_a1 } => self.l4(t, slot, h, then_a1),
+            Pc::LN4 { slot, h, then_a1 } => self.l4(t, slot, h, then_a1),
             Pc::Event | Pc::Done => unreachable!("T{t} has no step at {:?}", self.s.threads[t].pc),
         }
     }
@@ -1408,10 +1408,10 @@ impl Ctx<'_> {
                 self.thread_mut(t).acq =
                     Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
                 if let Some((slot, h)) = self.m.l1_slot(self.s, t, span, access) {
-                    //= spec.md#L1
+                    //= spec.md#LN1
                     //# if the queue is empty and a slot of this thread's lane has exactly
                     //# the request's key (page span, access) and a non-null `ptr`
-                    note!(self, "L1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
+                    note!(self, "LN1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
                     self.thread_mut(t).pc = Pc::L1Store { slot, h };
                     return;
                 }

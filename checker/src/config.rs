@@ -114,24 +114,24 @@ pub enum Mutant {
     /// 20. The pressure trim (S5.4) evicts leased entries too: a lease's
     ///     registration is deregistered under it.
     TrimEvictsLeased,
-    /// 21. L5's heavy barrier is a full fence on the revoking thread only (no
+    /// 21. LN5's heavy barrier is a full fence on the revoking thread only (no
     ///     membarrier): a lane hit's `held + 1` still in its store buffer is
     ///     not seen by the count read, while its reload of `ptr` ran before
     ///     the null store (the store-buffering litmus test).
     LaneNoHeavyBarrier,
-    /// 22. L1 does not reload `ptr` after its store of `held + 1`: a revoke
-    ///     between L1's first load and its store is missed.
+    /// 22. LN1 does not reload `ptr` after its store of `held + 1`: a revoke
+    ///     between LN1's first load and its store is missed.
     LaneNoRecheck,
-    /// 23. L5 nulls the slots and runs the heavy barrier but pins nothing.
+    /// 23. LN5 nulls the slots and runs the heavy barrier but pins nothing.
     LaneRevokeNoPin,
-    /// 24. L2 memoizes into a slot that still counts a lane lease: the lease's
+    /// 24. LN2 memoizes into a slot that still counts a lane lease: the lease's
     ///     entry is no longer in any slot, so its revoke pins nothing.
     LaneReuseBusySlot,
-    /// 25. L4 reads the slot's count and pin without the lanes mutex: it can
-    ///     run between L5's count read and its pin, and the pin is never
+    /// 25. LN4 reads the slot's count and pin without the lanes mutex: it can
+    ///     run between LN5's count read and its pin, and the pin is never
     ///     returned.
     LaneDetachedNoMutex,
-    /// 26. L1 checks only the invalidation queue's length, which the drain
+    /// 26. LN1 checks only the invalidation queue's length, which the drain
     ///     empties when it takes the events, before it revokes (and the uffd
     ///     monitor reads events, waking the releasing threads, before it
     ///     revokes): a lane hit between the two returns an entry whose release
@@ -226,12 +226,12 @@ impl Mutant {
             Mutant::ReaderSkipsDrain => "a fast-path reader leaves events queued while it held the lock",
             Mutant::ReleaseTouchAfterDecrement => "R1 touches the LRU stamp after its decrement",
             Mutant::TrimEvictsLeased => "the ENOMEM trim evicts leased entries too",
-            Mutant::LaneNoHeavyBarrier => "L5 fences only the revoking thread (no membarrier)",
-            Mutant::LaneNoRecheck => "L1 does not reload ptr after storing held + 1",
-            Mutant::LaneRevokeNoPin => "L5 does not pin slots whose count is above 0",
-            Mutant::LaneReuseBusySlot => "L2 memoizes into a slot that still counts a lane lease",
-            Mutant::LaneDetachedNoMutex => "L4 runs without the lanes mutex",
-            Mutant::LaneQueueLenOnly => "L1 checks only the queue length, emptied before the drain revokes",
+            Mutant::LaneNoHeavyBarrier => "LN5 fences only the revoking thread (no membarrier)",
+            Mutant::LaneNoRecheck => "LN1 does not reload ptr after storing held + 1",
+            Mutant::LaneRevokeNoPin => "LN5 does not pin slots whose count is above 0",
+            Mutant::LaneReuseBusySlot => "LN2 memoizes into a slot that still counts a lane lease",
+            Mutant::LaneDetachedNoMutex => "LN4 runs without the lanes mutex",
+            Mutant::LaneQueueLenOnly => "LN1 checks only the queue length, emptied before the drain revokes",
         }
     }
 
@@ -339,7 +339,7 @@ impl Mutant {
         changed
     }
 
-    /// The mutant breaks the lanes (L1-L6): it needs `CheckConfig::lanes`.
+    /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.
     pub fn needs_lanes(&self) -> bool {
         matches!(
             self,
@@ -408,7 +408,7 @@ pub struct CheckConfig {
     pub mutant: Option<Mutant>,
     /// Explicit scripts (acquire, release and release_event ops only).
     pub scripts: Option<Vec<Vec<Op>>>,
-    /// Model the per-thread lanes (L1-L6) under x86-TSO: one memo slot per
+    /// Model the per-thread lanes (LN1–LN6) under x86-TSO: one memo slot per
     /// thread, store buffers, the light and heavy barriers, the lanes mutex.
     pub lanes: bool,
 }
@@ -680,9 +680,9 @@ pub fn lru_scripts() -> Vec<Vec<Op>> {
     ]
 }
 
-/// Scripts for the lanes (L1-L6): T1 inserts A, so T0's first acquire is an
-/// A1 hit that memoizes A in T0's lane (L2) and its second is a lane hit
-/// (L1) released on the lane (L3); T1's munmap of A revokes the slot (L5)
+/// Scripts for the lanes (LN1–LN6): T1 inserts A, so T0's first acquire is an
+/// A1 hit that memoizes A in T0's lane (LN2) and its second is a lane hit
+/// (LN1) released on the lane (LN3); T1's munmap of A revokes the slot (LN5)
 /// wherever T0 is.
 pub fn lane_scripts() -> Vec<Vec<Op>> {
     vec![
@@ -694,7 +694,7 @@ pub fn lane_scripts() -> Vec<Vec<Op>> {
 /// Scripts where T1's munmap of A can return while T0 holds the lock and
 /// drains it (H2's try-lock fails): T1 memoized A (an A1 hit on T0's entry)
 /// and acquires it again after its munmap returned, so a lane hit there
-/// would be stale unless L1 sees the event pending.
+/// would be stale unless LN1 sees the event pending.
 pub fn lane_drain_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)],

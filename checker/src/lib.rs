@@ -56,39 +56,39 @@
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
 //! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant 10 splits it) |
 //!
-//! # Lanes (L1–L6) under x86-TSO ([`CheckConfig::lanes`], opt-in)
+//! # Lanes (LN1–LN6) under x86-TSO ([`CheckConfig::lanes`], opt-in)
 //!
 //! Each thread has a lane of one slot (key, `ptr`, `held`, `remote`, `pin`)
 //! and every actor a FIFO *store buffer*. The model is x86-TSO: a plain
 //! store goes into the actor's buffer; a load reads the actor's own newest
 //! buffered store to that location, else memory; action `Flush` moves the
 //! oldest buffered store of an actor to memory at any time. The owner's
-//! `held` stores (L1, its undo, L3) and a revoke's null stores of `ptr` (L5)
+//! `held` stores (LN1, its undo, LN3) and a revoke's null stores of `ptr` (LN5)
 //! are buffered. Every step that runs a locked instruction, a lock, the
 //! lanes mutex or a system call drains its actor's own buffer first; the
 //! lane steps do not (the light barrier is a compiler fence). The heavy
-//! barrier (membarrier) drains every buffer. So L1's store `held + 1` and
+//! barrier (membarrier) drains every buffer. So LN1's store `held + 1` and
 //! its reload of `ptr` can reorder exactly as on x86, and only the heavy
-//! barrier orders them against L5's null store and count read: this is how
-//! the checker checks L6's argument (mutant 21 replaces membarrier by a fence
+//! barrier orders them against LN5's null store and count read: this is how
+//! the checker checks LN6's argument (mutant 21 replaces membarrier by a fence
 //! on the revoking thread and breaks P3).
 //!
-//! Steps: L1 is three (first load and key check, folded into the acquire's
+//! Steps: LN1 is three (first load and key check, folded into the acquire's
 //! invocation; store `held + 1`; reload `ptr`, then the hit, or the undo
-//! store and L4); L3 two (touch and store `held - 1`; reload `ptr`, then R2
-//! or done, or L4); L4 one (under the lanes mutex). L5 runs *before* the
+//! store and LN4); LN3 two (touch and store `held - 1`; reload `ptr`, then R2
+//! or done, or LN4); LN4 one (under the lanes mutex). LN5 runs *before* the
 //! step that takes entries out of the index: a dry run of that step on a
 //! copy of the state gives the entries it removes (A-D, A9's displacement,
 //! A10, trim) or whether it revokes every slot (A6 when it notes, R2, trim);
-//! if live slots point to them the actor runs L5 in three steps (take the
+//! if live slots point to them the actor runs LN5 in three steps (take the
 //! lock exclusive if the step takes it, the lanes mutex, the queued or uffd
 //! events that remove them as the drain takes them before it can know the
 //! entries, and store null; the heavy barrier; read the counts, pin, unlock
-//! the mutex), then the step. L2 memoizes in A1 under the shared lock (its
+//! the mutex), then the step. LN2 memoizes in A1 under the shared lock (its
 //! stores reach memory at the unlock). With lanes the A1 reader's drain
 //! after its unlock is a step of its own (it may revoke).
 //!
-//! L1's first check is *no release event pending*: none queued, and none
+//! LN1's first check is *no release event pending*: none queued, and none
 //! taken from the queue or read from uffd and not applied yet. The spec's
 //! words ("the queue is empty") with a drain that empties the queue when it
 //! takes the events, before it revokes, and a monitor whose read wakes the
@@ -97,7 +97,7 @@
 //!
 //! Simplified: one slot per lane; a lease is released by the thread that
 //! acquired it (scripts cannot transfer leases), so `remote` stays 0 and
-//! L3's remote branch and a remote L4 are not exercised; L2's stores are
+//! LN3's remote branch and a remote LN4 are not exercised; LN2's stores are
 //! written to memory at once (the shared unlock right after drains them).
 //!
 //! # Properties ([`props`])
@@ -121,7 +121,7 @@
 //! a release event is applied during a registration; the monitor holds an
 //! event read but not applied while an acquire is in flight (async); a hook
 //! leaves its event queued because the lock is busy (sync); with lanes, a
-//! lane hit, a revoke that pins a lane lease, and an L1 whose `held + 1` a
+//! lane hit, a revoke that pins a lane lease, and an LN1 whose `held + 1` a
 //! revoke pinned and which then reloads null and undoes.
 //!
 //! # Invariants the modeled algorithm keeps (and the rules it needs)

@@ -30,10 +30,10 @@ pub const S_READ_NOT_APPLIED: &str =
     "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
 pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
 pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
-pub const S_LANE_HIT: &str = "sometimes: a lane hit (L1)";
-pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (L5)";
+pub const S_LANE_HIT: &str = "sometimes: a lane hit (LN1)";
+pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (LN5)";
 pub const S_LANE_UNDO_PINNED: &str =
-    "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (L1, L4)";
+    "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (LN1, LN4)";
 
 /// Every property name the checker may use, `always` ones first.
 pub const ALL: [&str; 18] = [
@@ -116,7 +116,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
         v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
             s.threads.iter().enumerate().any(|(t, th)| match th.pc {
-                Pc::L4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
+                Pc::LN4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
                 _ => false,
             })
         }));
@@ -150,7 +150,7 @@ impl AlgoModel {
             return Some(format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span));
         }
         // Lanes: a pin is a lease held for the slot's lane leases; with none
-        // left it must have been returned (L4, L6).
+        // left it must have been returned (LN4, LN6).
         for (t, lane) in s.lanes.iter().enumerate() {
             for (i, sl) in lane.iter().enumerate() {
                 if let Some(h) = sl.pin {

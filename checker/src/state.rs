@@ -70,23 +70,23 @@ pub enum Pc {
     /// Mutant 19: the LRU touch of a release, after its decrement.
     R1Touch(Handle, bool),
     R2,
-    /// Lanes: L1's store of `held + 1` into the store buffer (the slot and
-    /// the entry its `ptr` held at L1's first load).
+    /// Lanes: LN1's store of `held + 1` into the store buffer (the slot and
+    /// the entry its `ptr` held at LN1's first load).
     L1Store { slot: u8, h: Handle },
-    /// Lanes: L1's reload of `ptr` after the light barrier.
+    /// Lanes: LN1's reload of `ptr` after the light barrier.
     L1Load { slot: u8, h: Handle },
-    /// Lanes: after an L1 undo (and its L4): A1 (check the queue, take the
+    /// Lanes: after an LN1 undo (and its LN4): A1 (check the queue, take the
     /// lock shared).
     A1,
     /// Lanes: an A1 hit unlocked with events queued: try the lock exclusive
     /// and drain (a step of its own, so the drain can revoke), then return.
     A1Drain(Handle),
-    /// Lanes: L3's reload of `ptr` after its store of `held - 1`.
+    /// Lanes: LN3's reload of `ptr` after its store of `held - 1`.
     L3Load { slot: u8, h: Handle },
-    /// Lanes: L4, the detached release of the lane lease on `h` (under the
-    /// lanes mutex); `then_a1`: an L1 undo, the acquire continues at A1.
-    L4 { slot: u8, h: Handle, then_a1: bool },
-    /// Lanes: R2 run by an L1 undo's L4, then A1.
+    /// Lanes: LN4, the detached release of the lane lease on `h` (under the
+    /// lanes mutex); `then_a1`: an LN1 undo, the acquire continues at A1.
+    LN4 { slot: u8, h: Handle, then_a1: bool },
+    /// Lanes: R2 run by an LN1 undo's LN4, then A1.
     R2ThenA1,
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
@@ -157,20 +157,20 @@ pub struct Acq {
     pub trimmed: bool,
 }
 
-/// One memo slot of a thread's lane (L1-L6). `held` is written only by the
+/// One memo slot of a thread's lane (LN1–LN6). `held` is written only by the
 /// lane's owner (plain stores, through its store buffer); the lease count of
 /// the slot is `held - remote`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Slot {
     /// The memoized request: (page span, access).
     pub key: Option<(Span, Access)>,
-    /// The memoized entry; `None` once revoked (L5).
+    /// The memoized entry; `None` once revoked (LN5).
     pub ptr: Option<Handle>,
     pub held: u8,
     /// Releases by other threads (never incremented: the checker's scripts
     /// release a lease on the thread that acquired it).
     pub remote: u8,
-    /// The entry whose state word holds one lease for this slot (L5).
+    /// The entry whose state word holds one lease for this slot (LN5).
     pub pin: Option<Handle>,
 }
 
@@ -183,7 +183,7 @@ pub enum Store {
     Ptr { lane: u8, slot: u8, val: Option<Handle> },
 }
 
-/// Where an actor's revoke (L5) stands: it has stored null into the slots
+/// Where an actor's revoke (LN5) stands: it has stored null into the slots
 /// (and holds the lock exclusive and the lanes mutex); next the heavy
 /// barrier, then the count reads and pins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -192,7 +192,7 @@ pub enum RevokePhase {
     Count,
 }
 
-/// An L5 in progress: its phase and its slots (lane, slot, entry revoked).
+/// An LN5 in progress: its phase and its slots (lane, slot, entry revoked).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Revoke {
     pub phase: RevokePhase,
@@ -226,16 +226,16 @@ pub struct Thread {
     pub noted: Vec<Handle>,
     /// Lanes: the thread's store buffer, oldest first.
     pub sb: Vec<Store>,
-    /// Lanes: the L5 this thread is running.
+    /// Lanes: the LN5 this thread is running.
     pub revoke: Option<Revoke>,
     /// Lanes: events taken from the queue or read from uffd, not applied yet
     /// (the step that applies them revokes first).
     pub popped: Vec<Span>,
-    /// Lanes: an L5 took the lock exclusive for the step that follows it.
+    /// Lanes: an LN5 took the lock exclusive for the step that follows it.
     pub prelocked: bool,
     /// Lanes: the leases of `held` that are lane leases, with their slot.
     pub lane_leases: Vec<(LeaseId, u8)>,
-    /// Lanes: the registrar failed (A5); its trim waits for its L5.
+    /// Lanes: the registrar failed (A5); its trim waits for its LN5.
     pub failing: bool,
 }
 
@@ -260,7 +260,7 @@ pub struct Monitor {
     pub toctou: Vec<Handle>,
     /// Lanes: the monitor's store buffer (a revoke's null stores).
     pub sb: Vec<Store>,
-    /// Lanes: the L5 the monitor is running.
+    /// Lanes: the LN5 the monitor is running.
     pub revoke: Option<Revoke>,
     /// Lanes: events taken from the queue, not applied yet.
     pub popped: Vec<Span>,
@@ -377,7 +377,7 @@ impl State {
         self.threads.iter().any(|t| t.held.iter().any(|(_, x)| *x == h))
     }
 
-    /// An actor is running L5: it holds the lanes mutex.
+    /// An actor is running LN5: it holds the lanes mutex.
     pub fn lanes_mutex_held(&self) -> bool {
         self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some())
     }
@@ -455,7 +455,7 @@ impl State {
                 line += &format!(" | store buffer {}", buf_line(&th.sb));
             }
             if let Some(r) = &th.revoke {
-                line += &format!(" | L5 ({:?} next) on {:?}", r.phase, r.slots);
+                line += &format!(" | LN5 ({:?} next) on {:?}", r.phase, r.slots);
             }
             if !th.popped.is_empty() {
                 line += &format!(" | taken, not applied {:?}", th.popped);
@@ -469,7 +469,7 @@ impl State {
                 line += &format!(" | store buffer {}", buf_line(&self.monitor.sb));
             }
             if let Some(r) = &self.monitor.revoke {
-                line += &format!(" | L5 ({:?} next) on {:?}", r.phase, r.slots);
+                line += &format!(" | LN5 ({:?} next) on {:?}", r.phase, r.slots);
             }
             out += &line;
             out += "\n";

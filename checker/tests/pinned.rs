@@ -23,6 +23,12 @@ fn check_family(family: &str) {
         if p.goals_required && !out.unreached().is_empty() {
             failures.push(format!("{}: goals not reached: {:?}", p.name, out.unreached()));
         }
+        if family == "lanes" {
+            let lane_goals: Vec<_> = out.unreached().into_iter().filter(|g| g.contains("lane")).collect();
+            if !lane_goals.is_empty() {
+                failures.push(format!("{}: lane goals not reached: {lane_goals:?}", p.name));
+            }
+        }
         if out.unique_states != p.unique_states {
             failures.push(format!("{}: {} unique states, pinned {}", p.name, out.unique_states, p.unique_states));
         }
@@ -47,12 +53,16 @@ family! {
     pinned_2x3_e6 => "2x3+e6",
     pinned_lru => "lru",
     pinned_2x3_pressure => "2x3+pressure",
+    pinned_lanes => "lanes",
+    pinned_lanes_limit => "lanes+limit",
+    pinned_lanes_drain => "lanes-drain",
+    pinned_lanes_reuse => "lanes-reuse",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 57);
+    assert_eq!(all.len(), 81);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -1,6 +1,6 @@
-//! Lanes (spec.md L1–L6): the lock-free hit path, its revokes and pins.
+//! Lanes (spec.md LN1–LN6): the lock-free hit path, its revokes and pins.
 //!
-//! Each test drives a lane into one of the states L1–L6 name and checks what
+//! Each test drives a lane into one of the states LN1–LN6 name and checks what
 //! the registrar saw: a lane lease keeps its registration registered (P3)
 //! through invalidation, eviction and flush, and the registration is
 //! deregistered exactly once (P4) by whoever drops the last lease.

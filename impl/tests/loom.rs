@@ -6,11 +6,11 @@
 //!    a lock holder → no event is lost before the next lookup;
 //! 3. the sequence retry (S3.7, A4–A9): a release event while the registrar
 //!    runs → the stale registration is never returned or cached (P2);
-//! 4. lanes (L1–L6): a lane hit or a lane release against a revoke → the
+//! 4. lanes (LN1–LN6): a lane hit or a lane release against a revoke → the
 //!    registration stays registered while leased (P3) and is deregistered
 //!    exactly once (P4). Loom has no membarrier: under `--cfg loom` the lane's
 //!    plain store/load pair is a sequentially consistent swap/read, which is
-//!    what the light + heavy barrier pair guarantees (spec.md#L6); the
+//!    what the light + heavy barrier pair guarantees (spec.md#LN6); the
 //!    store-buffer reasoning itself is checked by the checker's TSO model.
 //!
 //! With `--cfg loom` each `model` explores the interleavings (run with

@@ -1,4 +1,4 @@
-//! Lanes: the lock-free hit path of spec.md L1–L6.
+//! Lanes: the lock-free hit path of spec.md LN1–LN6.
 //!
 //! Each thread claims, per cache generation, one [`Lane`]: a direct-mapped
 //! table of memo slots keyed by (page span, access). A hit on a memoized key
@@ -89,7 +89,7 @@ fn register_membarrier() -> bool {
     false
 }
 
-//= spec.md#L1
+//= spec.md#LN1
 //# light barrier
 /// The lane side's barrier between its count store and its `ptr` re-read.
 #[inline(always)]
@@ -101,7 +101,7 @@ fn light_barrier() {
     }
 }
 
-//= spec.md#L5
+//= spec.md#LN5
 //# heavy barrier
 /// The revoking side's barrier: a full barrier in every running thread.
 pub(crate) fn heavy_barrier() {
@@ -399,7 +399,10 @@ pub(crate) enum LaneHit<R: Registrar> {
     Undone(*mut Entry<R>, u32),
 }
 
-//= spec.md#L1
+//= spec.md#LN6
+//# either LN1's load sees null (it undoes) or LN1's store is visible to LN5's
+//# count read (LN5 pins)
+//= spec.md#LN1
 //# store `held + 1`; light barrier; load `ptr` again. If unchanged, touch the
 //# LRU stamp and return the hit, a lease on the slot. Else store `held` back
 #[inline(always)]
@@ -421,7 +424,7 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     LaneHit::Undone(p, i)
 }
 
-//= spec.md#L2
+//= spec.md#LN2
 //# after an A1 hit, if no slot has the key, take a slot with count 0 and no
 //# pin and set its key and `ptr`.
 /// Memoizes `e` for this key (cache lock shared held, `e` findable).
@@ -461,7 +464,7 @@ pub(crate) enum LaneReleased {
     Detached,
 }
 
-//= spec.md#L3
+//= spec.md#LN3
 //# the owner stores `held − 1`, another thread adds 1 to `remote` (release
 //# order). Light barrier; load `ptr`
 #[inline(always)]

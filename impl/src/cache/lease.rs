@@ -40,7 +40,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
         Lease { cache, shared, entry, lane: None, hit, pressure }
     }
 
-    /// A lane hit (spec.md#L1).
+    /// A lane hit (spec.md#LN1).
     #[inline(always)]
     pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Shared<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
         Lease { cache, shared, entry, lane: Some(lane), hit: true, pressure: false }

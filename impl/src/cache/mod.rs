@@ -32,7 +32,7 @@
 //! clone an `Arc`: an A1 hit is one shared lock, one `fetch_add` on the state
 //! word and one unlock; a release is one `fetch_sub`.
 //!
-//! # Lanes (spec.md#L1)
+//! # Lanes (spec.md#LN1)
 //!
 //! The usual hit skips even that: each thread memoizes its A1 hits in its own
 //! lane ([`lane`]), and a repeated acquire of the same key is served there
@@ -231,7 +231,7 @@ pub struct Diagnostics {
     pub queued_events: u64,
     /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`].
     pub queue_capacity: u64,
-    /// Hits served by a lane (spec.md#L1), included in `Stats::hits`.
+    /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
     /// Lanes this generation has made (at most [`MAX_LANES`]).
     pub lanes: u64,
@@ -335,7 +335,7 @@ pub(crate) struct Shared<R: Registrar> {
     /// their bytes (pinned_bytes, forgotten).
     live_regs: StdAtomicU64,
     live_bytes: StdAtomicU64,
-    /// Per-thread memo lanes (L1–L6).
+    /// Per-thread memo lanes (LN1–LN6).
     lanes: lane::Lanes<R>,
     /// Drains in progress (L1): raised before events are taken off the queue
     /// or read from the monitor, lowered once they are applied, so a lane hit
@@ -479,7 +479,7 @@ impl<R: Registrar> Drop for DeregList<'_, R> {
     }
 }
 
-/// Raises `draining` for the life of a drain (spec.md#L1).
+/// Raises `draining` for the life of a drain (spec.md#LN1).
 struct Draining<'a>(&'a AtomicU64);
 
 impl<'a> Draining<'a> {
@@ -735,7 +735,7 @@ impl<R: Registrar> Cache<R> {
     pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
         let shared = self.shared();
         if let Ok(range) = Range::new(addr, len) {
-            //= spec.md#L1
+            //= spec.md#LN1
             //# lane hit (before A1): if the queue is empty and a slot of this
             //# thread's lane has exactly the request's key
             if shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
@@ -791,7 +791,7 @@ impl<R: Registrar> Cache<R> {
                 // SAFETY: in the index, lock held.
                 let entry = unsafe { e.get() };
                 entry.state.acquire();
-                //= spec.md#L2
+                //= spec.md#LN2
                 //# memoize (in A1, under the lock shared)
                 if let Some(lane) = lane {
                     lane::memoize(lane, span, access, entry, e.0.as_ptr());
@@ -1154,7 +1154,7 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: it was in the index and we hold the lock exclusive: nobody
         // can free it before the handoff below.
         let entry = unsafe { e.get() };
-        //= spec.md#L5
+        //= spec.md#LN5
         //# Every step that takes an entry out of the index (A-D, A9
         //# displacement, A10, flush, trim) revokes it first.
         if entry.memoized.load(Std::Relaxed) {
@@ -1301,7 +1301,7 @@ impl<R: Registrar> Cache<R> {
         if raise_flag {
             shared.over_limit.store(true, Ordering::SeqCst);
         }
-        //= spec.md#L5
+        //= spec.md#LN5
         //# A6 (when it notes), R2 and trim revoke every slot before they note
         self.revoke(shared, |_| true);
         let mut ids: Vec<u64> = st
@@ -1404,7 +1404,7 @@ impl<R: Registrar> Cache<R> {
     pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
         if let Some(r) = lane {
             if !self.limits_active && std::ptr::eq(self.shared(), shared) {
-                //= spec.md#L3
+                //= spec.md#LN3
                 //# the owner stores `held − 1`, another thread adds 1 to
                 //# `remote` (release order). Light barrier; load `ptr`
                 self.hot.bump(Hot::Releases);
@@ -1430,7 +1430,7 @@ impl<R: Registrar> Cache<R> {
         // Touch while our lease still keeps the entry alive.
         self.touch(e);
         if let Some(r) = lane {
-            //= spec.md#L3
+            //= spec.md#LN3
             //# if it is still the lease's entry, read the over-limit flag and
             //# run R2 if it is set; else run L4.
             let owner = lane::owns(&shared.lanes, r);
@@ -1462,7 +1462,7 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
-    //= spec.md#L4
+    //= spec.md#LN4
     //# detached release: take the lanes mutex; if the slot's count is 0 and its
     //# pin is the lease's entry, clear the pin and release the pin as R1
     #[cold]
@@ -1493,7 +1493,7 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
-    //= spec.md#L5
+    //= spec.md#LN5
     //# set `ptr` to null in every slot that points to the entries being
     //# revoked; if any, heavy barrier; then for each such slot whose count (read
     //# `remote`, then `held`) is above 0, pin it

@@ -46,7 +46,7 @@ pub(crate) struct HotSlot {
     pub acquires: AtomicU64,
     pub hits: AtomicU64,
     pub releases: AtomicU64,
-    /// Lane hits (spec.md#L1): each is one acquire and one hit.
+    /// Lane hits (spec.md#LN1): each is one acquire and one hit.
     pub lane_hits: AtomicU64,
 }
 
