@@ -1,34 +1,38 @@
 //! The hit path (acquire + release of a cached registration), the figure the
-//! cache is designed for (spec.md#A1, R1). Compared in the same run with two
-//! floors: the design's (one shared lock/unlock plus an atomic lease inc/dec),
-//! so the ratio says how much the lookup itself costs; and a lock-free read
-//! side's (the lease inc/dec alone), the least any design that counts leases
-//! with atomics can cost.
+//! cache is designed for (spec.md#LN1, A1, R1). In the same run:
+//! - lanes on (the default): a repeated key is a lane hit;
+//! - lanes off: every hit is an A1 hit (shared lock + state-word lease);
+//! - two floors: a shared lock/unlock plus an atomic lease inc/dec, and the
+//!   lease inc/dec alone (the least any design that counts leases with
+//!   atomic read-modify-writes can cost);
+//! - two threads hitting one registration, lanes on and off (a lane hit
+//!   writes no shared cache line).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::{Cache, CacheConfig};
 use mrcache_types::Access;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::RwLock;
 
 const REGION: u64 = 8 << 10;
 
 fn hit(c: &mut Criterion) {
     let mut g = c.benchmark_group("hit get+put");
-    for n in [1u64, 100, 10_000] {
-        let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+    for (lanes, n) in [(true, 1u64), (true, 100), (true, 10_000), (false, 1), (false, 100), (false, 10_000)] {
+        let cache = Cache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() });
         let base = 1u64 << 32;
         for i in 0..n {
             drop(cache.acquire(base + i * 2 * REGION, REGION, Access::LOCAL_WRITE).unwrap());
         }
-        eprintln!("membarrier: {}", mrcache::cache::uses_membarrier());
         // Addresses precomputed (no division in the timed loop), in a
         // scattered order over the n entries.
         let addrs: Vec<u64> = (0..4096u64).map(|k| base + ((k * 7919) % n) * 2 * REGION + 64).collect();
         let mut k = 0usize;
-        g.bench_with_input(BenchmarkId::new("mrcache", n), &n, |b, _| {
+        let name = if lanes { "mrcache" } else { "mrcache, lanes off" };
+        g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
             b.iter(|| {
                 k = (k + 1) & 4095;
                 let l = cache.acquire(black_box(addrs[k]), 4096, Access::LOCAL_WRITE).unwrap();
@@ -58,5 +62,33 @@ fn hit(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, hit);
+/// The measured thread and a partner both acquire and release one region.
+fn two_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hit get+put, 2 threads on one region");
+    for lanes in [true, false] {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() }));
+        let base = 1u64 << 32;
+        drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let partner = {
+            let (cache, stop) = (cache.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..1024 {
+                        drop(cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap());
+                    }
+                }
+            })
+        };
+        let name = if lanes { "mrcache" } else { "mrcache, lanes off" };
+        g.bench_function(name, |b| {
+            b.iter(|| drop(cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap()))
+        });
+        stop.store(true, Ordering::Relaxed);
+        partner.join().unwrap();
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hit, two_threads);
 criterion_main!(benches);

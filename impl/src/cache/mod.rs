@@ -147,6 +147,11 @@ pub struct CacheConfig {
     /// Attempts of one miss before E6 (spec.md#S3.7, A7). At least 1.
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// Per-thread lanes (spec.md#LN1): repeated hits without a lock or an
+    /// atomic read-modify-write. On by default; off, every hit is an A1 hit
+    /// (one shared lock and a state-word lease) and no lane memory is used.
+    #[serde(default = "default_lanes")]
+    pub lanes: bool,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
     pub faults: Faults,
@@ -154,6 +159,10 @@ pub struct CacheConfig {
 
 fn default_max_retries() -> u32 {
     DEFAULT_MAX_RETRIES
+}
+
+fn default_lanes() -> bool {
+    true
 }
 
 impl Default for CacheConfig {
@@ -170,7 +179,7 @@ impl From<Config> for CacheConfig {
 
 impl CacheConfig {
     pub fn new(contract: Config) -> Self {
-        CacheConfig { contract, max_retries: DEFAULT_MAX_RETRIES, faults: Faults::default() }
+        CacheConfig { contract, max_retries: DEFAULT_MAX_RETRIES, lanes: true, faults: Faults::default() }
     }
 
     pub fn with_policy(policy: OverlapPolicy) -> Self {
@@ -560,6 +569,8 @@ pub struct Cache<R: Registrar> {
     page_size: u64,
     chunk_pages: u64,
     limits_active: bool,
+    /// [`CacheConfig::lanes`].
+    lanes_on: bool,
     /// spec.md#L2 bound on the invalidation queue.
     queue_capacity: usize,
     /// The current generation; never null; freed in `Drop` (old ones leak).
@@ -617,6 +628,7 @@ impl<R: Registrar> Cache<R> {
             page_size: config.contract.page_size,
             chunk_pages: config.contract.chunk_pages.max(1),
             limits_active: l.max_regions.is_some() || l.max_pinned_bytes.is_some(),
+            lanes_on: config.lanes,
             queue_capacity,
             config,
             shared: StdAtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity)))),
@@ -738,7 +750,7 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#LN1
             //# lane hit (before A1): if the queue is empty and a slot of this
             //# thread's lane has exactly the request's key
-            if shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
+            if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
                 if let Some(lane) = shared.lanes.mine() {
                     let span = range.pages(self.page_size);
                     match lane::try_hit(lane, span, access) {
@@ -784,7 +796,7 @@ impl<R: Registrar> Cache<R> {
             // Claimed before the lock: a first claim allocates, and nothing
             // may free memory under the lock (A11). A lane installed during a
             // revoke holds no memo yet (memos are set under the lock).
-            let lane = shared.lanes.mine_or_claim();
+            let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(slot) = st.index.covering(span, access) {
                 let e = slot.value;
