@@ -84,7 +84,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
 }
 
 impl<R: Registrar> Drop for Lease<'_, R> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         self.cache.release(self.shared, self.entry, self.lane);
     }

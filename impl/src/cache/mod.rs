@@ -743,7 +743,10 @@ impl<R: Registrar> Cache<R> {
 
     /// Obtains a lease on a registration covering `[addr, addr+len)` with at
     /// least `access` (spec.md#S2.1). The lease is released when dropped.
-    #[inline]
+    // Always inlined: the caller then takes the lease from registers. Returned
+    // from a call, the result passes through memory, and reading it back
+    // stalls store forwarding (more than the whole lane hit costs).
+    #[inline(always)]
     pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
         let shared = self.shared();
         if let Ok(range) = Range::new(addr, len) {
@@ -1412,7 +1415,7 @@ impl<R: Registrar> Cache<R> {
     // -- release -------------------------------------------------------------
 
     /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
         if let Some(r) = lane {
             if !self.limits_active && std::ptr::eq(self.shared(), shared) {
