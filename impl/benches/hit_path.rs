@@ -37,8 +37,18 @@ fn hit(c: &mut Criterion) {
                 k = (k + 1) & 4095;
                 let l = cache.acquire(black_box(addrs[k]), 4096, Access::LOCAL_WRITE).unwrap();
                 debug_assert!(l.hit());
-                drop(l);
+                l.release();
             })
+        });
+    }
+    // The same lane hit released by dropping the lease: the drop glue may
+    // not be inlined, and then the lease makes a round trip through memory.
+    {
+        let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+        let base = 1u64 << 32;
+        drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
+        g.bench_function("mrcache, released by drop/1", |b| {
+            b.iter(|| drop(cache.acquire(black_box(base + 64), 4096, Access::LOCAL_WRITE).unwrap()))
         });
     }
     let lock = RwLock::new(0u64);

@@ -213,3 +213,18 @@ fn lane_hits_race_invalidations() {
     assert_eq!(r.registered.load(Ordering::SeqCst), r.deregistered.load(Ordering::SeqCst));
     assert_eq!(c.diagnostics().pinned_slots, 0);
 }
+
+#[test]
+fn lane_counts_survive_a_fork() {
+    let c = cache();
+    warm(&c, A);
+    let l = c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap();
+    assert_eq!(c.diagnostics().lane_hits, 1);
+    c.simulate_fork();
+    // A lease of the forgotten generation: its release is a no-op, counted.
+    l.release();
+    let s = c.stats();
+    assert_eq!((s.acquires, s.hits, s.releases, s.forgotten), (3, 2, 3, 1));
+    assert_eq!(deregs(&c), 0, "forgotten registrations are never deregistered (S2.6)");
+    assert_eq!(c.diagnostics().lane_hits, 1, "lane hits of the old generation are kept");
+}

@@ -223,6 +223,10 @@ fn slot_index(span: PageSpan, access: Access) -> usize {
 /// One thread's memo table in one cache generation.
 pub(crate) struct Lane<R: Registrar> {
     slots: Box<[LaneSlot<R>]>,
+    /// Lane hits and lane releases by the owner (owner-only plain
+    /// increments: no shared counter on the hit path). `Stats` adds them.
+    hits: StdAtomicU64,
+    releases: StdAtomicU64,
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
     claim: Arc<StdAtomicBool>,
@@ -314,6 +318,8 @@ impl<R: Registrar> Lanes<R> {
             if p.is_null() {
                 let fresh = Box::into_raw(Box::new(Lane {
                     slots: (0..LANE_SLOTS).map(|_| LaneSlot::new()).collect(),
+                    hits: StdAtomicU64::new(0),
+                    releases: StdAtomicU64::new(0),
                     claim: Arc::new(StdAtomicBool::new(true)),
                 }));
                 match cell.compare_exchange(std::ptr::null_mut(), fresh, Std::AcqRel, Std::Acquire) {
@@ -365,6 +371,23 @@ impl<R: Registrar> Drop for Lanes<R> {
 }
 
 impl<R: Registrar> Lane<R> {
+    /// Counts a lane hit (owner only).
+    #[inline(always)]
+    pub(super) fn count_hit(&self) {
+        self.hits.store(self.hits.load(Std::Relaxed).wrapping_add(1), Std::Relaxed);
+    }
+
+    /// Counts an owner's lane release (owner only).
+    #[inline(always)]
+    pub(super) fn count_release(&self) {
+        self.releases.store(self.releases.load(Std::Relaxed).wrapping_add(1), Std::Relaxed);
+    }
+
+    /// (hits, releases) counted so far.
+    pub(super) fn counts(&self) -> (u64, u64) {
+        (self.hits.load(Std::Relaxed), self.releases.load(Std::Relaxed))
+    }
+
     #[inline(always)]
     pub(super) fn slot(&self, span: PageSpan, access: Access) -> (u32, &LaneSlot<R>) {
         let i = slot_index(span, access);
@@ -381,7 +404,7 @@ impl<R: Registrar> Lane<R> {
 
     /// Whether `r` is one of this lane's slots.
     #[inline(always)]
-    fn holds(&self, r: LaneRef<R>) -> bool {
+    pub(super) fn holds(&self, r: LaneRef<R>) -> bool {
         self.slots.as_ptr_range().contains(&r.slot.as_ptr().cast_const())
     }
 }

@@ -715,6 +715,9 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: never null; deliberately leaked from here on (never freed).
         let old = unsafe { &*old };
         add(&self.counters.forgotten, old.live_regs.load(Std::Acquire));
+        let (h, r) = old.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
+        add(&self.counters.lane_hits_forgotten, h);
+        add(&self.counters.lane_releases_forgotten, r);
     }
 
     /// Replays `Op::Fork` (spec.md#S2.6): forgets every registration without
@@ -761,7 +764,7 @@ impl<R: Registrar> Cache<R> {
                             // SAFETY: L6: the slot's count keeps the entry alive.
                             let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
                             self.touch(e);
-                            self.hot.bump(Hot::LaneHits);
+                            lane.count_hit();
                             return Ok(Lease::on_lane(self, shared, e, lane.lane_ref(slot)));
                         }
                         lane::LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
@@ -1415,19 +1418,25 @@ impl<R: Registrar> Cache<R> {
     // -- release -------------------------------------------------------------
 
     /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
+    /// Kept tiny (it is inlined into every lease's drop): the owner's lane
+    /// release without limits; everything else is [`Self::release_slow`].
     #[inline(always)]
     pub(crate) fn release(&self, shared: &Shared<R>, e: EntryPtr<R>, lane: Option<lane::LaneRef<R>>) {
         if let Some(r) = lane {
-            if !self.limits_active && std::ptr::eq(self.shared(), shared) {
-                //= spec.md#LN3
-                //# the owner stores `held − 1`, another thread adds 1 to
-                //# `remote` (release order). Light barrier; load `ptr`
-                self.hot.bump(Hot::Releases);
-                let owner = lane::owns(&shared.lanes, r);
-                if let lane::LaneReleased::Detached = lane::release(r, e.0.as_ptr(), owner) {
-                    self.lane_detached(shared, r, e.0.as_ptr());
+            if !self.limits_active
+                && fork::generation() == self.forks_seen.load(Std::Relaxed)
+                && std::ptr::eq(self.shared.load(Std::Relaxed), shared)
+            {
+                if let Some(mine) = shared.lanes.mine().filter(|l| l.holds(r)) {
+                    //= spec.md#LN3
+                    //# the owner stores `held − 1`, another thread adds 1 to
+                    //# `remote` (release order). Light barrier; load `ptr`
+                    mine.count_release();
+                    if let lane::LaneReleased::Detached = lane::release(r, e.0.as_ptr(), true) {
+                        self.lane_detached(shared, r, e.0.as_ptr());
+                    }
+                    return;
                 }
-                return;
             }
         }
         self.release_slow(shared, e, lane)
@@ -1447,7 +1456,7 @@ impl<R: Registrar> Cache<R> {
         if let Some(r) = lane {
             //= spec.md#LN3
             //# if it is still the lease's entry, read the over-limit flag and
-            //# run R2 if it is set; else run L4.
+            //# run R2 if it is set; else run LN4.
             let owner = lane::owns(&shared.lanes, r);
             if let lane::LaneReleased::Detached = lane::release(r, e.0.as_ptr(), owner) {
                 self.lane_detached(shared, r, e.0.as_ptr());
@@ -1715,12 +1724,13 @@ impl<R: Registrar> Cache<R> {
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
         let c = &self.counters;
+        let (lane_hits, lane_releases) = self.lane_counts(shared);
         Stats {
-            acquires: self.hot.sum(Hot::Acquires) + self.hot.sum(Hot::LaneHits),
-            hits: self.hot.sum(Hot::Hits) + self.hot.sum(Hot::LaneHits),
+            acquires: self.hot.sum(Hot::Acquires) + lane_hits,
+            hits: self.hot.sum(Hot::Hits) + lane_hits,
             misses: get(&c.misses),
             errors: get(&c.errors),
-            releases: self.hot.sum(Hot::Releases),
+            releases: self.hot.sum(Hot::Releases) + lane_releases,
             release_events: get(&c.release_events),
             registrations: get(&c.registrations),
             deregistrations: get(&c.deregistrations),
@@ -1739,6 +1749,13 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
+    /// Lane hits and owner lane releases: the current generation's lanes plus
+    /// those of forgotten generations (folded in at the fork).
+    fn lane_counts(&self, shared: &Shared<R>) -> (u64, u64) {
+        let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
+        (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
+    }
+
     /// Internal counters outside the shared schema.
     pub fn diagnostics(&self) -> Diagnostics {
         let shared = self.shared();
@@ -1750,7 +1767,7 @@ impl<R: Registrar> Cache<R> {
             early_deregistrations: get(&c.early_deregistrations),
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
-            lane_hits: self.hot.sum(Hot::LaneHits),
+            lane_hits: self.lane_counts(shared).0,
             lanes: shared.lanes.installed().count() as u64,
             pinned_slots: shared
                 .lanes

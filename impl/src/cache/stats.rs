@@ -46,8 +46,6 @@ pub(crate) struct HotSlot {
     pub acquires: AtomicU64,
     pub hits: AtomicU64,
     pub releases: AtomicU64,
-    /// Lane hits (spec.md#LN1): each is one acquire and one hit.
-    pub lane_hits: AtomicU64,
 }
 
 /// Which hot counter to bump.
@@ -56,7 +54,6 @@ pub(crate) enum Hot {
     Acquires,
     Hits,
     Releases,
-    LaneHits,
 }
 
 impl HotSlot {
@@ -66,7 +63,6 @@ impl HotSlot {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
             Hot::Releases => &self.releases,
-            Hot::LaneHits => &self.lane_hits,
         }
     }
 }
@@ -125,6 +121,9 @@ pub(crate) struct Counters {
     pub stale_retries: AtomicU64,
     pub dereg_failures: AtomicU64,
     pub early_deregistrations: AtomicU64,
+    /// Lane counts of forgotten generations (spec.md#S2.6).
+    pub lane_hits_forgotten: AtomicU64,
+    pub lane_releases_forgotten: AtomicU64,
 }
 
 #[inline]
