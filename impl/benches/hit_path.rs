@@ -85,14 +85,14 @@ fn two_threads(c: &mut Criterion) {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..1024 {
-                        drop(cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap());
+                        cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release();
                     }
                 }
             })
         };
         let name = if lanes { "mrcache" } else { "mrcache, lanes off" };
         g.bench_function(name, |b| {
-            b.iter(|| drop(cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap()))
+            b.iter(|| cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
         });
         stop.store(true, Ordering::Relaxed);
         partner.join().unwrap();
