@@ -5,7 +5,9 @@
 //! - the cache lock ([`RwLock`]),
 //! - the per-entry state word (lease count + INVALID, spec.md#A-H),
 //! - the invalidation queue's head (spec.md#H1, S3.9),
-//! - the over-limit flag (spec.md#R2).
+//! - the over-limit flag (spec.md#R2);
+//! - the lanes' slot words (`ptr`, `held`, `remote`, `pin`), the lanes mutex
+//!   and the draining count (spec.md#LN1–LN6).
 //!
 //! Counters, LRU stamps and the fork generation are plain `std` atomics even
 //! under loom: their values never decide who deregisters what, and keeping
