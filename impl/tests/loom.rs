@@ -101,13 +101,7 @@ fn handoff_through_the_cache() {
         };
         cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
         holder.join().unwrap();
-        cache.flush();
-        let r = cache.registrar();
-        assert_eq!(r.live(), 0);
-        assert_eq!(
-            r.registered.load(std::sync::atomic::Ordering::SeqCst),
-            r.deregistered.load(std::sync::atomic::Ordering::SeqCst)
-        );
+        all_deregistered_once(&cache);
         let s = cache.stats();
         assert_eq!(s.registrations, s.deregistrations);
     });

@@ -2,20 +2,20 @@
 //!
 //! Each thread claims, per cache generation, one [`Lane`]: a direct-mapped
 //! table of memo slots keyed by (page span, access). A hit on a memoized key
-//! (L1) stores the slot's `held + 1` with a plain store, runs the *light*
+//! (LN1) stores the slot's `held + 1` with a plain store, runs the *light*
 //! barrier (a compiler fence) and re-reads the slot's `ptr`: no lock and no
-//! atomic read-modify-write. The revoking side (L5: under the cache lock
+//! atomic read-modify-write. The revoking side (LN5: under the cache lock
 //! exclusive and the lanes mutex) nulls `ptr`, runs the *heavy* barrier
 //! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of
 //! the process executes a full barrier), then reads the count; a slot still
 //! counting leases gets a *pin*, one lease on the entry's state word, which
-//! the last release returns (L4). So the entry's A-H handoff is unchanged.
+//! the last release returns (LN4). So the entry's A-H handoff is unchanged.
 //!
 //! Invariants:
 //! - `held` is written only by the thread holding the lane's claim; other
 //!   threads that release a lane lease add to `remote` (an atomic add).
 //! - A slot's `ptr` is set non-null only by its owner under the cache lock
-//!   shared (L2), and nulled only under the lock exclusive (L5): the two never
+//!   shared (LN2), and nulled only under the lock exclusive (LN5): the two never
 //!   race. A slot is re-keyed only when its count is 0 and it has no pin.
 //! - A non-null `pin` is one lease on that entry's state word.
 //! - `Entry::memoized` is set before any slot points to the entry (under the
@@ -154,7 +154,7 @@ fn plain_load_ptr<T>(a: &AtomicPtr<T>) -> *mut T {
     }
 }
 
-/// L5's store of null into a slot's `ptr`.
+/// LN5's store of null into a slot's `ptr`.
 pub(crate) fn null_ptr<R: Registrar>(s: &LaneSlot<R>) {
     if cfg!(loom) {
         s.ptr.swap(std::ptr::null_mut(), Ordering::SeqCst);
@@ -177,7 +177,7 @@ pub(crate) struct LaneSlot<R: Registrar> {
     held: AtomicU64,
     /// Releases of this slot's leases by other threads.
     remote: AtomicU64,
-    /// The entry this slot holds one state-word lease on (L5), or null.
+    /// The entry this slot holds one state-word lease on (LN5), or null.
     pin: AtomicPtr<Entry<R>>,
     /// A1 hits of other keys that found this slot taken since its last
     /// memoize (owner-only): a live memo is replaced only after a few, so two
@@ -263,7 +263,7 @@ pub(crate) struct Lanes<R: Registrar> {
     /// claims are keyed by it, so a freed generation's key never matches).
     uid: u64,
     table: Box<[StdAtomicPtr<Lane<R>>]>,
-    /// L4/L5 ordering.
+    /// LN4/LN5 ordering.
     pub(super) mutex: crate::sync::Mutex<()>,
 }
 
@@ -307,7 +307,7 @@ impl<R: Registrar> Lanes<R> {
             .map(|p| unsafe { &*p.cast::<Lane<R>>() })
     }
 
-    /// [`Self::mine`], claiming a lane if the thread has none (before L2,
+    /// [`Self::mine`], claiming a lane if the thread has none (before LN2,
     /// without the cache lock: the first claim allocates).
     pub(super) fn mine_or_claim(&self) -> Option<&Lane<R>> {
         if let Some(l) = self.mine() {
@@ -414,11 +414,11 @@ impl<R: Registrar> Lane<R> {
 
 /// What [`try_hit`] found.
 pub(crate) enum LaneHit<R: Registrar> {
-    /// L1 succeeded: a lease on the slot.
+    /// LN1 succeeded: a lease on the slot.
     Hit(*mut Entry<R>, u32),
     /// No memo for this key.
     None,
-    /// The memo was revoked under us: the caller runs L4 for the undo.
+    /// The memo was revoked under us: the caller runs LN4 for the undo.
     Undone(*mut Entry<R>, u32),
 }
 
@@ -483,7 +483,7 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
 pub(crate) enum LaneReleased {
     /// The slot still points to the entry: done (then the over-limit check).
     Done,
-    /// Revoked meanwhile: run L4.
+    /// Revoked meanwhile: run LN4.
     Detached,
 }
 
