@@ -21,8 +21,19 @@ const REGION: u64 = 8 << 10;
 
 fn hit(c: &mut Criterion) {
     let mut g = c.benchmark_group("hit get+put");
-    for (lanes, n) in [(true, 1u64), (true, 100), (true, 10_000), (false, 1), (false, 100), (false, 10_000)] {
-        let cache = Cache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() });
+    // (lanes, lane slots, entries); 4,096 distinct buffers cycle over the
+    // entries, so 10k entries overflow the default 1,024 slots.
+    let cases = [
+        (true, 1024, 1u64),
+        (true, 1024, 100),
+        (true, 1024, 10_000),
+        (true, 16_384, 10_000),
+        (false, 1024, 1),
+        (false, 1024, 100),
+        (false, 1024, 10_000),
+    ];
+    for (lanes, lane_slots, n) in cases {
+        let cache = Cache::new(CountingRegistrar::default(), CacheConfig { lanes, lane_slots, ..CacheConfig::default() });
         let base = 1u64 << 32;
         for i in 0..n {
             drop(cache.acquire(base + i * 2 * REGION, REGION, Access::LOCAL_WRITE).unwrap());
@@ -31,7 +42,11 @@ fn hit(c: &mut Criterion) {
         // scattered order over the n entries.
         let addrs: Vec<u64> = (0..4096u64).map(|k| base + ((k * 7919) % n) * 2 * REGION + 64).collect();
         let mut k = 0usize;
-        let name = if lanes { "mrcache" } else { "mrcache, lanes off" };
+        let name = match (lanes, lane_slots) {
+            (false, _) => "mrcache, lanes off".to_string(),
+            (true, 1024) => "mrcache".to_string(),
+            (true, s) => format!("mrcache, {s} lane slots"),
+        };
         g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
             b.iter(|| {
                 k = (k + 1) & 4095;

@@ -228,3 +228,19 @@ fn lane_counts_survive_a_fork() {
     assert_eq!(deregs(&c), 0, "forgotten registrations are never deregistered (S2.6)");
     assert_eq!(c.diagnostics().lane_hits, 1, "lane hits of the old generation are kept");
 }
+
+#[test]
+fn lane_slots_must_be_a_power_of_two_in_range() {
+    for bad in [0, 1, 3, 1000, 1 << 17] {
+        let config = CacheConfig { lane_slots: bad, ..CacheConfig::default() };
+        let err = Cache::try_new(CountingRegistrar::default(), config).unwrap_err();
+        assert!(err.to_string().contains("lane_slots"), "{err}");
+    }
+    for good in [2, 64, 1 << 16] {
+        let c = Cache::try_new(CountingRegistrar::default(), CacheConfig { lane_slots: good, ..CacheConfig::default() })
+            .unwrap();
+        warm(&c, A);
+        drop(c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap());
+        assert_eq!(c.diagnostics().lane_hits, 1);
+    }
+}

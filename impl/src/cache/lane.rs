@@ -39,11 +39,11 @@ pub const MAX_LANES: usize = 64;
 #[cfg(loom)]
 pub const MAX_LANES: usize = 2;
 
-/// Memo slots per lane (a power of two).
+/// Default memo slots per lane ([`crate::CacheConfig::lane_slots`]).
 #[cfg(not(loom))]
-pub const LANE_SLOTS: usize = 1024;
+pub const LANE_SLOTS: u32 = 1024;
 #[cfg(loom)]
-pub const LANE_SLOTS: usize = 2;
+pub const LANE_SLOTS: u32 = 2;
 
 // ---------------------------------------------------------------------------
 // Barriers
@@ -215,9 +215,9 @@ fn key_rest(span: PageSpan, access: Access) -> u64 {
 }
 
 #[inline(always)]
-fn slot_index(span: PageSpan, access: Access) -> usize {
+fn slot_index(span: PageSpan, access: Access, mask: usize) -> usize {
     let h = span.first.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ span.end.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-    ((h ^ u64::from(access.bits())) >> 32) as usize & (LANE_SLOTS - 1)
+    ((h ^ u64::from(access.bits())) >> 32) as usize & mask
 }
 
 /// One thread's memo table in one cache generation.
@@ -262,6 +262,8 @@ pub(crate) struct Lanes<R: Registrar> {
     /// Unique among all generations of all caches ever made (thread-local
     /// claims are keyed by it, so a freed generation's key never matches).
     uid: u64,
+    /// Slots per lane (a power of two).
+    slots_per_lane: usize,
     table: Box<[StdAtomicPtr<Lane<R>>]>,
     /// LN4/LN5 ordering.
     pub(super) mutex: crate::sync::Mutex<()>,
@@ -270,9 +272,11 @@ pub(crate) struct Lanes<R: Registrar> {
 static NEXT_UID: StdAtomicU64 = StdAtomicU64::new(1);
 
 impl<R: Registrar> Lanes<R> {
-    pub fn new() -> Self {
+    /// `slots_per_lane`: a power of two (the config validated it).
+    pub fn new(slots_per_lane: u32) -> Self {
         Lanes {
             uid: NEXT_UID.fetch_add(1, Std::Relaxed),
+            slots_per_lane: slots_per_lane as usize,
             table: (0..MAX_LANES).map(|_| StdAtomicPtr::new(std::ptr::null_mut())).collect(),
             mutex: crate::sync::Mutex::new(()),
         }
@@ -317,7 +321,7 @@ impl<R: Registrar> Lanes<R> {
             let mut p = cell.load(Std::Acquire);
             if p.is_null() {
                 let fresh = Box::into_raw(Box::new(Lane {
-                    slots: (0..LANE_SLOTS).map(|_| LaneSlot::new()).collect(),
+                    slots: (0..self.slots_per_lane).map(|_| LaneSlot::new()).collect(),
                     hits: StdAtomicU64::new(0),
                     releases: StdAtomicU64::new(0),
                     claim: Arc::new(StdAtomicBool::new(true)),
@@ -390,7 +394,7 @@ impl<R: Registrar> Lane<R> {
 
     #[inline(always)]
     pub(super) fn slot(&self, span: PageSpan, access: Access) -> (u32, &LaneSlot<R>) {
-        let i = slot_index(span, access);
+        let i = slot_index(span, access, self.slots.len() - 1);
         (i as u32, &self.slots[i])
     }
 

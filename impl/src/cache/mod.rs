@@ -152,6 +152,10 @@ pub struct CacheConfig {
     /// (one shared lock and a state-word lease) and no lane memory is used.
     #[serde(default = "default_lanes")]
     pub lanes: bool,
+    /// Memo slots per lane: a power of two in [2, 65536]; 56 bytes each, per
+    /// thread and cache. Raise it for threads that reuse more buffers.
+    #[serde(default = "default_lane_slots")]
+    pub lane_slots: u32,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
     pub faults: Faults,
@@ -163,6 +167,10 @@ fn default_max_retries() -> u32 {
 
 fn default_lanes() -> bool {
     true
+}
+
+fn default_lane_slots() -> u32 {
+    LANE_SLOTS
 }
 
 impl Default for CacheConfig {
@@ -179,7 +187,13 @@ impl From<Config> for CacheConfig {
 
 impl CacheConfig {
     pub fn new(contract: Config) -> Self {
-        CacheConfig { contract, max_retries: DEFAULT_MAX_RETRIES, lanes: true, faults: Faults::default() }
+        CacheConfig {
+            contract,
+            max_retries: DEFAULT_MAX_RETRIES,
+            lanes: true,
+            lane_slots: LANE_SLOTS,
+            faults: Faults::default(),
+        }
     }
 
     pub fn with_policy(policy: OverlapPolicy) -> Self {
@@ -193,6 +207,11 @@ impl CacheConfig {
         self.contract.validate().map_err(|reason| Error::InvalidConfig { reason })?;
         if self.max_retries == 0 {
             return Err(Error::InvalidConfig { reason: "max_retries must be at least 1".into() });
+        }
+        if !self.lane_slots.is_power_of_two() || !(2..=1 << 16).contains(&self.lane_slots) {
+            return Err(Error::InvalidConfig {
+                reason: format!("lane_slots {} is not a power of two in [2, 65536]", self.lane_slots),
+            });
         }
         Ok(())
     }
@@ -353,7 +372,7 @@ pub(crate) struct Shared<R: Registrar> {
 }
 
 impl<R: Registrar> Shared<R> {
-    fn new(queue_capacity: usize) -> Self {
+    fn new(queue_capacity: usize, lane_slots: u32) -> Self {
         Shared {
             lock: RwLock::new(State {
                 index: IntervalIndex::new(),
@@ -366,7 +385,7 @@ impl<R: Registrar> Shared<R> {
             cached: StdAtomicU64::new(0),
             live_regs: StdAtomicU64::new(0),
             live_bytes: StdAtomicU64::new(0),
-            lanes: lane::Lanes::new(),
+            lanes: lane::Lanes::new(lane_slots),
             draining: AtomicU64::new(0),
         }
     }
@@ -631,7 +650,7 @@ impl<R: Registrar> Cache<R> {
             lanes_on: config.lanes,
             queue_capacity,
             config,
-            shared: StdAtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity)))),
+            shared: StdAtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity, config.lane_slots)))),
             forks_seen: StdAtomicU64::new(fork::generation()),
             pid: AtomicU32::new(std::process::id()),
             forgetting: std::sync::atomic::AtomicBool::new(false),
@@ -710,7 +729,7 @@ impl<R: Registrar> Cache<R> {
     /// Installs a fresh generation and leaks the old one: its entries are
     /// forgotten without registrar calls; its leases release as no-ops.
     fn forget_generation(&self) {
-        let fresh = Box::into_raw(Box::new(Shared::<R>::new(self.queue_capacity)));
+        let fresh = Box::into_raw(Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots)));
         let old = self.shared.swap(fresh, Std::AcqRel);
         // SAFETY: never null; deliberately leaked from here on (never freed).
         let old = unsafe { &*old };
