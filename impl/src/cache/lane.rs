@@ -60,7 +60,7 @@ static BARRIER_INIT: Once = Once::new();
 /// a compiler fence only once the heavy one is known to be membarrier.
 pub fn init_barriers() {
     BARRIER_INIT.call_once(|| {
-        let kind = if cfg!(loom) || !register_membarrier() { BARRIER_FENCES } else { BARRIER_MEMBARRIER };
+        let kind = if register_membarrier() { BARRIER_MEMBARRIER } else { BARRIER_FENCES };
         BARRIER_KIND.store(kind, Std::SeqCst);
     });
 }
@@ -71,17 +71,26 @@ pub fn uses_membarrier() -> bool {
 }
 
 #[cfg(not(loom))]
-fn register_membarrier() -> bool {
-    const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
-    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-    // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches no memory.
-    let supported = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-    if supported < 0 || supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED == 0 {
-        return false;
+mod sys {
+    pub const CMD_QUERY: libc::c_long = 0;
+    pub const CMD_GLOBAL: libc::c_long = 1;
+    pub const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    pub const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    /// `membarrier(cmd, 0, 0)`: its result, or -1.
+    pub fn membarrier(cmd: libc::c_long) -> libc::c_long {
+        // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches
+        // no memory.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
     }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
+
+#[cfg(not(loom))]
+fn register_membarrier() -> bool {
+    let supported = sys::membarrier(sys::CMD_QUERY);
+    supported >= 0
+        && supported & sys::CMD_PRIVATE_EXPEDITED != 0
+        && sys::membarrier(sys::CMD_REGISTER_PRIVATE_EXPEDITED) == 0
 }
 
 #[cfg(loom)]
@@ -107,23 +116,13 @@ fn light_barrier() {
 pub(crate) fn heavy_barrier() {
     #[cfg(not(loom))]
     if BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER {
-        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-        const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
-        // SAFETY: membarrier takes integers and touches no memory.
-        if unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0 {
-            return;
-        }
         // Registration lost (a forked child): re-register, else the slow
-        // global barrier, which needs no registration. Both are full barriers
+        // global barrier, which needs no registration. All are full barriers
         // in every thread of the process.
-        if register_membarrier()
-            // SAFETY: as above.
-            && unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0
+        if sys::membarrier(sys::CMD_PRIVATE_EXPEDITED) == 0
+            || (register_membarrier() && sys::membarrier(sys::CMD_PRIVATE_EXPEDITED) == 0)
+            || sys::membarrier(sys::CMD_GLOBAL) == 0
         {
-            return;
-        }
-        // SAFETY: as above.
-        if unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) } == 0 {
             return;
         }
         // No barrier is available: lanes cannot be made safe, so the process

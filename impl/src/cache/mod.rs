@@ -83,7 +83,7 @@ use crate::index::{IntervalIndex, Slot};
 use crate::registrar::{Keys, Registrar};
 use crate::sync::{thread_local, AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard};
 use mrcache_model::{Config, EvictionPolicy, OverlapPolicy};
-use mrcache_types::{Access, PageSpan, Range, RegView, RegistrarFailure, ReleaseKind, Stats};
+use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure, ReleaseKind, Stats};
 use serde::{Deserialize, Serialize};
 use stats::{add, get, inc, Counters, Hot, HotCounters};
 use std::cell::Cell;
@@ -771,7 +771,8 @@ impl<R: Registrar> Cache<R> {
     #[inline(always)]
     pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
         let shared = self.shared();
-        if let Ok(range) = Range::new(addr, len) {
+        let range = Range::new(addr, len);
+        if let Ok(range) = range {
             //= spec.md#LN1
             //# lane hit (before A1): if the queue is empty and a slot of this
             //# thread's lane has exactly the request's key
@@ -780,7 +781,7 @@ impl<R: Registrar> Cache<R> {
                     let span = range.pages(self.page_size);
                     match lane::try_hit(lane, span, access) {
                         lane::LaneHit::Hit(p, slot) => {
-                            // SAFETY: L6: the slot's count keeps the entry alive.
+                            // SAFETY: LN6: the slot's count keeps the entry alive.
                             let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
                             self.touch(e);
                             lane.count_hit();
@@ -792,7 +793,7 @@ impl<R: Registrar> Cache<R> {
                 }
             }
         }
-        self.acquire_locked(shared, addr, len, access)
+        self.acquire_locked(shared, range, access)
     }
 
     /// A1 onwards (the lane had no memo for the request).
@@ -800,12 +801,11 @@ impl<R: Registrar> Cache<R> {
     fn acquire_locked<'c>(
         &'c self,
         shared: &'c Shared<R>,
-        addr: u64,
-        len: u64,
+        range: Result<Range, RangeError>,
         access: Access,
     ) -> Result<Lease<'c, R>, Error> {
         self.hot.bump(Hot::Acquires);
-        let range = match Range::new(addr, len) {
+        let range = match range {
             Ok(r) => r,
             Err(e) => {
                 inc(&self.counters.errors);
