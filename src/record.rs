@@ -323,6 +323,14 @@ pub fn run(args: &RecordArgs) -> Result<i32> {
             out.display()
         );
     }
+    for path in &files {
+        if let Some(bytes) = drop_partial_last_record(path)? {
+            eprintln!(
+                "mrcache record: {}: the rank was killed in the middle of a write; dropped its partial last record ({bytes} bytes)",
+                path.display()
+            );
+        }
+    }
     if window.is_some() || args.gzip {
         for path in &files {
             let text = read_text(path)?;
@@ -342,6 +350,23 @@ pub fn run(args: &RecordArgs) -> Result<i32> {
     );
     println!("{}", report(&rank_files(&out)?.iter().map(|p| summarise(p)).collect::<Result<Vec<_>>>()?));
     Ok(code)
+}
+
+/// A rank killed (SIGKILL, or mpirun's kill after its SIGTERM) while the
+/// recorder wrote can leave a record without its newline at the end of the
+/// file. Truncates it to its last complete record; returns the bytes dropped.
+fn drop_partial_last_record(path: &Path) -> Result<Option<u64>> {
+    if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return Ok(None);
+    }
+    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let file = std::fs::OpenOptions::new().write(true).open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    file.set_len(keep as u64).with_context(|| format!("cannot truncate {}", path.display()))?;
+    Ok(Some((bytes.len() - keep) as u64))
 }
 
 /// A table: one line per rank.
@@ -370,6 +395,20 @@ pub fn report(ranks: &[RankSummary]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_last_record_is_dropped_and_whole_files_are_kept() {
+        let dir = std::env::temp_dir().join(format!("mrcache-partial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let whole = "{\"mrcache_trace\":1}\n{\"t\":1,\"op\":\"release\",\"lease\":1}\n";
+        let cut = dir.join("rank-0.jsonl");
+        std::fs::write(&cut, format!("{whole}{{\"t\":2,\"op\":\"acq")).unwrap();
+        assert_eq!(drop_partial_last_record(&cut).unwrap(), Some(r#"{"t":2,"op":"acq"#.len() as u64));
+        assert_eq!(std::fs::read_to_string(&cut).unwrap(), whole);
+        assert_eq!(drop_partial_last_record(&cut).unwrap(), None, "a whole file is left alone");
+        assert_eq!(std::fs::read_to_string(&cut).unwrap(), whole);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn window_keeps_a_valid_trace() {
