@@ -66,6 +66,8 @@ pub enum Mutant {
     MonitorOff,
     /// A registration invalidated while the registrar ran is cached anyway.
     SkipSeqRecheck,
+    /// Entries leave the cache without being deregistered (P4).
+    LeakDeregistration,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -201,6 +203,7 @@ impl Summary {
             match args.mutant {
                 Some(Mutant::MonitorOff) => " --mutant monitor-off",
                 Some(Mutant::SkipSeqRecheck) => " --mutant skip-seq-recheck",
+                Some(Mutant::LeakDeregistration) => " --mutant leak-deregistration",
                 None => "",
             }
         );
@@ -213,6 +216,7 @@ fn faults_of(m: Option<Mutant>) -> Faults {
     match m {
         Some(Mutant::MonitorOff) => f.monitor_off = true,
         Some(Mutant::SkipSeqRecheck) => f.skip_seq_recheck = true,
+        Some(Mutant::LeakDeregistration) => f.leak_deregistration = true,
         None => {}
     }
     f

@@ -9,7 +9,7 @@ mod common;
 
 use common::{GenRegistrar, Pages};
 use mrcache::types::{Access, Range, ReleaseKind};
-use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, OverlapPolicy, ReleaseEvent};
+use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Faults, Lease, Limits, OverlapPolicy, ReleaseEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -74,9 +74,9 @@ fn worker<'c>(
             75..=89 => {
                 let addr = rng.below(PAGES) * P;
                 let len = (1 + rng.below(2)) * P;
-                pages.bump(addr, len);
+                let bumped = pages.bump(addr, len);
                 cache.invalidate(addr, len, ReleaseKind::Munmap).unwrap();
-                pages.complete(addr, len);
+                pages.complete(&bumped);
             }
             90..=91 => cache.flush(),
             _ => {
@@ -91,8 +91,13 @@ fn worker<'c>(
 }
 
 fn smoke(config: Config, ops: usize) {
+    smoke_with(CacheConfig::new(config), ops)
+}
+
+fn smoke_with(cache_config: CacheConfig, ops: usize) {
+    let config = cache_config.contract;
     let pages = Arc::new(Pages::new(PAGES as usize + 8, P));
-    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::new(config));
+    let cache = Cache::new(GenRegistrar::new(pages.clone()), cache_config);
     let stop = AtomicBool::new(false);
     let mut granted = 0;
     std::thread::scope(|s| {
@@ -100,11 +105,11 @@ fn smoke(config: Config, ops: usize) {
             let mut rng = Rng(99);
             while !stop.load(Ordering::Relaxed) {
                 let addr = rng.below(PAGES) * P;
-                pages.bump(addr, P);
+                let bumped = pages.bump(addr, P);
                 cache.drain_with(|evs| {
                     evs.push(ReleaseEvent { kind: ReleaseKind::MadviseDontneed, range: Range::new(addr, P).unwrap() })
                 });
-                pages.complete(addr, P);
+                pages.complete(&bumped);
                 std::thread::yield_now();
             }
         });
@@ -163,10 +168,42 @@ fn four_threads_no_limits() {
 fn four_threads_with_limits() {
     for policy in OverlapPolicy::ALL {
         for eviction in [EvictionPolicy::Lru, EvictionPolicy::CostAware] {
-            let limits = Limits { max_regions: Some(6), max_pinned_bytes: Some(12 * P), max_unreleased: Some(4) };
-            smoke(Config { policy, eviction, limits, chunk_pages: 2, ..Config::default() }, 20_000);
+            smoke(with_limits(policy, eviction), 20_000);
         }
     }
+}
+
+fn with_limits(policy: OverlapPolicy, eviction: EvictionPolicy) -> Config {
+    let limits = Limits { max_regions: Some(6), max_pinned_bytes: Some(12 * P), max_unreleased: Some(4) };
+    Config { policy, eviction, limits, chunk_pages: 2, ..Config::default() }
+}
+
+/// The panic message of `smoke_with` under a fault switch (it must panic).
+fn smoke_fails(faults: Faults) -> String {
+    let mut cc = CacheConfig::new(with_limits(OverlapPolicy::Independent, EvictionPolicy::Lru));
+    cc.faults = faults;
+    let err = std::panic::catch_unwind(|| smoke_with(cc, 20_000)).expect_err("the oracle must catch the fault");
+    err.downcast_ref::<String>().cloned().or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
+/// The corrected P2 oracle (each event completes with the generations it
+/// installed, issue 10) still catches a cache that ignores release events.
+#[test]
+fn oracle_catches_p2_monitor_off() {
+    let mut faults = Faults::default();
+    faults.monitor_off = true;
+    let msg = smoke_fails(faults);
+    assert!(msg.contains("stale lease"), "{msg}");
+}
+
+/// The final "nothing registered" check catches a cache that loses
+/// deregistrations (P4).
+#[test]
+fn oracle_catches_p4_leak_deregistration() {
+    let mut faults = Faults::default();
+    faults.leak_deregistration = true;
+    let msg = smoke_fails(faults);
+    assert!(msg.contains("leak under"), "{msg}");
 }
 
 #[test]
@@ -196,9 +233,9 @@ fn hit_heavy_parallel_reads() {
         }
         s.spawn(|| {
             for _ in 0..500 {
-                pages.bump(0, P);
+                let bumped = pages.bump(0, P);
                 cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
-                pages.complete(0, P);
+                pages.complete(&bumped);
                 std::thread::yield_now();
             }
         });

@@ -20,7 +20,7 @@
 //! while a churn has a hole open could get its stack mapped into the arena.
 
 use mrcache::testkit::dma::{self, DmaConfig, DmaReport, MonitorKind};
-use mrcache::testkit::watchdog::must_finish;
+use mrcache::testkit::watchdog::{contention, must_finish};
 use mrcache::{Faults, OverlapPolicy};
 use std::time::Duration;
 
@@ -70,8 +70,12 @@ fn assert_clean(name: &str, r: &DmaReport) {
     assert!(r.cleanup.is_ok(), "{name}: {:?}", r.cleanup);
     assert_eq!(r.ops, OPS, "{name}: every acquire ran");
     // The test proves something only if many acquires hit churned memory.
-    assert!(r.churned_acquires * 10 >= r.ops, "{name}: only {} churned acquires", r.churned_acquires);
-    assert!(r.churns.values().all(|&n| n > 50), "{name}: every kind of churn ran: {:?}", r.churns);
+    // A rate, so measured on a quiet machine (under contention the churners
+    // may get little CPU: the run then checks safety only).
+    if !contention() {
+        assert!(r.churned_acquires * 10 >= r.ops, "{name}: only {} churned acquires", r.churned_acquires);
+        assert!(r.churns.values().all(|&n| n > 50), "{name}: every kind of churn ran: {:?}", r.churns);
+    }
     match &r.pfn_skipped {
         None => assert_eq!(r.pfn_checked, r.granted, "{name}: PFNs checked at every grant"),
         Some(why) => eprintln!("{name}: PFN oracle skipped: {why}"),
@@ -92,6 +96,7 @@ fn short_oracle_runs() {
     releases_inside_register_no_deadlock_no_stale_dma();
     teeth_monitor_off_gives_stale_dmas();
     teeth_skip_seq_recheck_gives_stale_dmas();
+    teeth_leak_deregistration_fails_cleanup();
 }
 
 fn no_stale_dma_with_the_uffd_monitor() {
@@ -155,8 +160,10 @@ fn teeth_monitor_off_gives_stale_dmas() {
         let mut faults = Faults::default();
         faults.monitor_off = true;
         let r = run(name, DmaConfig { faults, ..cfg(5, monitor) });
+        // Teeth: a rate on a quiet machine; under contention, at least one.
+        let n = if contention() { r.ops } else { N_MONITOR_OFF };
         assert!(
-            r.stale_dmas * N_MONITOR_OFF >= r.ops,
+            r.stale_dmas * n >= r.ops && r.stale_dmas > 0,
             "{name}: {} stale DMAs in {} acquires: fewer than one per {N_MONITOR_OFF}",
             r.stale_dmas,
             r.ops
@@ -179,13 +186,31 @@ fn teeth_skip_seq_recheck_gives_stale_dmas() {
         let mut faults = Faults::default();
         faults.skip_seq_recheck = true;
         let r = run(name, DmaConfig { faults, churn_in_register: 250, ..cfg(6, monitor) });
+        let n = if contention() { r.ops } else { N_SKIP_RECHECK };
         assert!(
-            r.stale_dmas * N_SKIP_RECHECK >= r.ops,
+            r.stale_dmas * n >= r.ops && r.stale_dmas > 0,
             "{name}: {} stale DMAs in {} acquires: fewer than one per {N_SKIP_RECHECK}",
             r.stale_dmas,
             r.ops
         );
         assert_eq!(r.errors.get("E6"), None, "{name}: the broken cache never retries");
+    }
+}
+
+/// The final check (after the monitor thread stopped, issue 10) still sees a
+/// cache that loses deregistrations (P4).
+fn teeth_leak_deregistration_fails_cleanup() {
+    let _g = serial();
+    for (name, monitor) in [("uffd, leak", MonitorKind::Uffd), ("explicit, leak", MonitorKind::Explicit)] {
+        if skip_unless_available(monitor) {
+            return;
+        }
+        let mut faults = Faults::default();
+        faults.leak_deregistration = true;
+        let r = run(name, DmaConfig { faults, ..cfg(7, monitor) });
+        let err = r.cleanup.expect_err("the leak must be seen");
+        assert!(err.contains("registrations live"), "{name}: {err}");
+        assert_eq!(r.stale_dmas, 0, "{name}: a leak is not a stale DMA");
     }
 }
 

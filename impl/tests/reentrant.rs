@@ -49,12 +49,12 @@ fn reentrant_cache_after(
             }
             left.fetch_sub(1, Ordering::SeqCst);
             let (addr, len) = event(range);
-            pages.bump(addr, len);
+            let bumped = pages.bump(addr, len);
             if let Some(cache) = slot.get().and_then(Weak::upgrade) {
                 // Same thread, inside `acquire`: must neither deadlock nor panic.
                 cache.invalidate(addr, len, ReleaseKind::Munmap).unwrap();
             }
-            pages.complete(addr, len);
+            pages.complete(&bumped);
         }));
     }
     let cache = Arc::new(Cache::new(reg, config));
@@ -209,9 +209,9 @@ fn monitor_off_misses_release_events() {
     let pages = Arc::new(Pages::new(64, P));
     let cache = Cache::new(GenRegistrar::new(pages.clone()), config);
     drop(cache.acquire(0, P, RR).unwrap());
-    pages.bump(0, P);
+    let bumped = pages.bump(0, P);
     cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
-    pages.complete(0, P);
+    pages.complete(&bumped);
     let l = cache.acquire(0, P, RR).unwrap();
     assert!(l.hit() && !l.handle().is_fresh_for(&pages.completed_snapshot(0, P)));
 }

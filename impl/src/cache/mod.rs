@@ -112,6 +112,12 @@ pub struct Faults {
     /// Release events are ignored (explicit `invalidate`, queued events and
     /// events read from the monitor): the monitor is off (breaks P2).
     pub monitor_off: bool,
+    /// The owner of a cached registration's deregistration (A-H: the
+    /// operation that took it out of the lookup unleased, or its last
+    /// release) frees the entry without deregistering (breaks P4, "every
+    /// successful registration is deregistered exactly once"). What the
+    /// tests' final "nothing registered" checks must catch.
+    pub leak_deregistration: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     dereg_leased_on_invalidate: bool,
@@ -1590,6 +1596,11 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: the handoff made us the only owner; created by Box::leak.
         let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
         let Entry { handle, view, .. } = *boxed;
+        if self.config.faults.leak_deregistration {
+            // P4 fault: the registration is never deregistered.
+            std::mem::forget(ManuallyDrop::into_inner(handle));
+            return;
+        }
         if handle_gone {
             // Already deregistered (and counted) by the P3 fault.
             return;

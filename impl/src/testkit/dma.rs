@@ -481,22 +481,29 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
     if let Some(p) = progress {
         p.store(ctx.c.done.load(Relaxed), Relaxed);
     }
-    // Teardown: no lease is held any more.
+    // Teardown: no lease is held any more. Stop the monitor thread first: a
+    // monitor round still running may hold registrations it took out of the
+    // index and will deregister after its unlock (spec.md#L1: before the end
+    // of the round), so a check beside it reads a registration in transit as
+    // a leak. That false alarm is issue 10's "1 registrations live ... 0
+    // entries cached" (impl/tests/oracle.rs reproduces it).
+    let monitor_rounds = monitor.as_ref().map_or(0, MonitorThread::rounds);
+    drop(monitor);
     cache.flush();
     let reg = cache.registrar();
     let stats = cache.stats();
     let doubles = reg.double_deregistrations.load(Relaxed);
     let in_use = reg.inner.in_use();
-    let cleanup = if reg.live() != 0
+    let live = reg.live();
+    let cleanup = if live != 0
         || in_use != 0
         || doubles != 0
         || stats.pinned_bytes != 0
         || stats.cached_entries != 0
     {
         Err(format!(
-            "after the final flush: {} registrations live, {in_use} io_uring slots in use, {doubles} double deregistrations, \
+            "after the final flush: {live} registrations live, {in_use} io_uring slots in use, {doubles} double deregistrations, \
              {} bytes pinned, {} entries cached",
-            reg.live(),
             stats.pinned_bytes,
             stats.cached_entries
         ))
@@ -504,7 +511,6 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
         Ok(())
     };
     let diagnostics = cache.diagnostics();
-    let monitor_rounds = monitor.as_ref().map_or(0, MonitorThread::rounds);
     let c = &ctx.c;
     let report = DmaReport {
         ops: c.done.load(Relaxed),
@@ -542,11 +548,10 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
         monitor_rounds,
         cleanup,
     };
-    // Order matters: stop the monitor thread (it holds the cache), drop the
-    // cache (closing the userfaultfd: nothing waits for events any more),
-    // then unmap the arena.
+    // Order matters: the monitor thread (it holds the cache) stopped above;
+    // drop the cache (closing the userfaultfd: nothing waits for events any
+    // more), then unmap the arena.
     drop(ctx);
-    drop(monitor);
     drop(cache);
     drop(arena);
     Ok(report)
@@ -1077,6 +1082,8 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
     report.remove_window_acquires = counts[3].load(Relaxed);
     report.remove_window_stale = counts[4].load(Relaxed);
     report.remove_later_stale = counts[5].load(Relaxed);
+    // As in `run`: no monitor round may be in flight during the final check.
+    drop(monitor);
     cache.flush();
     let reg = cache.registrar();
     report.cleanup = if reg.live() == 0 && reg.inner.in_use() == 0 && reg.double_deregistrations.load(Relaxed) == 0 {
@@ -1084,7 +1091,6 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
     } else {
         Err(format!("{} registrations live after the final flush", reg.live()))
     };
-    drop(monitor);
     drop(cache);
     drop(arena);
     Ok(report)

@@ -93,16 +93,26 @@ impl Pages {
         let end = (addr + len).div_ceil(self.page_size) as usize;
         first.min(self.gens.len())..end.min(self.gens.len())
     }
-    /// The frames change (before the hook runs).
-    pub fn bump(&self, addr: u64, len: u64) {
-        for p in self.page_range(addr, len) {
-            self.gens[p].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
+    /// The frames change (before the hook runs). Returns the generation this
+    /// event installed on each page: [`Pages::complete`] records exactly
+    /// those, as the checker's `done_gens` does (spec.md#P2).
+    pub fn bump(&self, addr: u64, len: u64) -> Bumped {
+        Bumped(
+            self.page_range(addr, len)
+                .map(|p| (p, self.gens[p].fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1))
+                .collect(),
+        )
     }
     /// The release event completed (after the hook returned).
-    pub fn complete(&self, addr: u64, len: u64) {
-        for p in self.page_range(addr, len) {
-            let g = self.gens[p].load(std::sync::atomic::Ordering::SeqCst);
+    ///
+    /// Records the generations *this* event installed, not the pages'
+    /// current ones: another event may have bumped a page since and still be
+    /// running (its hook has not returned), and P2 does not order an acquire
+    /// after an event that has not completed. Reading the current generation
+    /// here was the false alarm of `four_threads_with_limits` (issue 10,
+    /// traces/regressions/stale-lease-oracle-current-generation.jsonl).
+    pub fn complete(&self, bumped: &Bumped) {
+        for &(p, g) in &bumped.0 {
             self.completed[p].fetch_max(g, std::sync::atomic::Ordering::SeqCst);
         }
     }
@@ -110,6 +120,10 @@ impl Pages {
         self.page_range(addr, len).map(|p| (p, self.completed[p].load(std::sync::atomic::Ordering::SeqCst))).collect()
     }
 }
+
+/// The generations one release event installed, per page (see [`Pages::bump`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bumped(pub Vec<(usize, u64)>);
 
 /// A handle that remembers the page generations it pinned.
 #[derive(Debug)]
