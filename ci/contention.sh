@@ -8,7 +8,8 @@
 #
 # The pressure:
 #   --jobs J  J copies of the command at a time (default 3 x nproc), copy j
-#             pinned to CPU j mod nproc (or all to CPU C with --cpu C), so
+#             pinned to CPU j mod nproc (or all to CPU C with --cpu C; --cpu
+#             all pins nothing), so
 #             each CPU runs several of the test's own thread sets at once:
 #             every thread is preempted by the others at arbitrary
 #             instructions, for whole scheduler slices. This is what provoked
@@ -49,7 +50,13 @@ done
 out=target/contention
 mkdir -p "$out"
 rm -f "$out/$name".job-* "$out/$name"-fail-*.log
-cpu_of() { if [ -n "$cpu" ]; then echo "$cpu"; else echo $(($1 % ncpu)); fi; }
+cpu_of() {
+  case $cpu in
+    "") echo $(($1 % ncpu)) ;;
+    all) echo "0-$((ncpu - 1))" ;;
+    *) echo "$cpu" ;;
+  esac
+}
 pids=()
 stop_all() {
   for p in "${pids[@]}"; do kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true; done
