@@ -526,6 +526,22 @@ struct Pending {
     regs_at: u64,
     paused: bool,
     blocked: bool,
+    /// The models and the log length when it was sent.
+    snap: (Vec<Model>, usize),
+}
+
+/// A step the models followed.
+#[derive(Clone, Debug)]
+enum Entry {
+    Judge(Op, Ret),
+    Dereg(u64),
+}
+
+fn replay_entry(m: &mut Model, e: &Entry) -> bool {
+    match e {
+        Entry::Judge(op, ret) => m.judge(op, ret).is_ok(),
+        Entry::Dereg(id) => m.observe_deregister(*id).is_ok(),
+    }
 }
 
 struct Hello {
@@ -534,7 +550,10 @@ struct Hello {
     policy: Option<OverlapPolicy>,
     page_size: u64,
     caps: Vec<String>,
-    access_field: bool,
+    /// The access sets the peer can register, smallest first; a request is
+    /// judged as the smallest class that suffices (`access_field: false`: one
+    /// class, every right).
+    access_classes: Option<Vec<Access>>,
     arena: Range,
     limits: Limits,
     eviction: EvictionPolicy,
@@ -547,10 +566,16 @@ struct CaseRun<'a> {
     seq: u64,
     pending: BTreeMap<u64, Pending>,
     page: u64,
-    access_field: bool,
+    access_classes: Option<Vec<Access>>,
     bufs: HashMap<String, (u64, u64)>,
     // model judge
-    model: Option<Model>,
+    /// The model states that follow the peer: one, or several while an
+    /// operation that overlapped others may take effect at any point of its
+    /// interval (a paused acquire, an unmap paused in its hook). Empty once
+    /// the model objected.
+    models: Vec<Model>,
+    /// What the models followed, for re-linearizing an overlapping operation.
+    log: Vec<Entry>,
     declared: bool,
     next_model_id: u64,
     divergence: Option<Finding>,
@@ -562,6 +587,10 @@ struct CaseRun<'a> {
     leases: HashMap<LeaseId, u64>,
     lease_count: HashMap<u64, u32>,
     deregs_buffered: Vec<(u64, usize)>,
+    /// Why the model stopped without a verdict.
+    note: Option<String>,
+    /// While judging a reply: the models and log length when its command was sent.
+    snap: Option<(Vec<Model>, usize)>,
     // L1
     ops_done: usize,
     l1_since: HashMap<u64, (usize, usize)>,
@@ -595,6 +624,25 @@ fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
         .map(|a| a.iter().filter_map(|c| c.as_str().map(String::from)).collect())
         .unwrap_or_default();
     let access_field = o.get("access_field").and_then(Value::as_bool).unwrap_or(true);
+    let mut access_classes = match o.get("access_classes") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|c| {
+                    c.as_str()
+                        .ok_or_else(|| format!("{at}: field `access_classes`: expected strings"))
+                        .and_then(|s| s.parse::<Access>().map_err(|e| format!("{at}: field `access_classes`: {e}")))
+                })
+                .collect::<Result<Vec<Access>, String>>()?,
+        ),
+        Some(x) => return Err(format!("{at}: field `access_classes`: expected a list, found {x}")),
+    };
+    if !access_field {
+        access_classes = Some(vec![ALL_ACCESS]);
+    }
+    if let Some(c) = access_classes.as_mut() {
+        c.sort_by_key(|a| (a.bits().count_ones(), a.bits()));
+    }
     let arena = o.get("arena").and_then(Value::as_object).ok_or_else(|| format!("{at}: the hello reply needs `arena` {{addr, len}}"))?;
     let addr = field_u64(arena, "addr", at).map_err(|e| e.to_string())?.ok_or_else(|| format!("{at}: arena.addr missing"))?;
     let len = field_u64(arena, "len", at).map_err(|e| e.to_string())?.ok_or_else(|| format!("{at}: arena.len missing"))?;
@@ -612,7 +660,7 @@ fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
         None => EvictionPolicy::Lru,
         Some(e) => e.parse().map_err(|e| format!("{at}: field `eviction`: {e}"))?,
     };
-    Ok(Hello { name, version, policy, page_size, caps, access_field, arena, limits, eviction })
+    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction })
 }
 
 /// Runs every case; the adapter's identity comes from the first hello.
@@ -742,9 +790,10 @@ fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hell
         seq: 0,
         pending: BTreeMap::new(),
         page: hello.page_size,
-        access_field: hello.access_field,
+        access_classes: hello.access_classes.clone(),
         bufs,
-        model: Some(Model::new(config)),
+        models: vec![Model::new(config)],
+        log: Vec::new(),
         declared: policy.is_some(),
         next_model_id: 1,
         divergence: None,
@@ -755,6 +804,8 @@ fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hell
         leases: HashMap::new(),
         lease_count: HashMap::new(),
         deregs_buffered: Vec::new(),
+        snap: None,
+        note: None,
         ops_done: 0,
         l1_since: HashMap::new(),
         l1_worst: None,
@@ -780,6 +831,9 @@ fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hell
         }
     }
     r.l1 = run.l1_summary();
+    if let Some(n) = &run.note {
+        r.divergence = Some(n.clone());
+    }
     run.ad.kill();
     (Some(r), Some(hello))
 }
@@ -801,7 +855,13 @@ impl CaseRun<'_> {
             match rec {
                 Record::Continue { thread } => {
                     if !self.pending.values().any(|p| p.thread == *thread && p.paused) {
-                        return Err(stop("protocol", line, format!("case error: thread {thread} is not paused")));
+                        if self.pending.values().any(|p| p.thread == *thread) {
+                            return Err(stop("protocol", line, format!("thread {thread} neither paused nor finished its operation")));
+                        }
+                        // Its operation completed without reaching the pause
+                        // point (a hit registers nothing): nothing to resume.
+                        self.ad.note(format!("  (case line {line}: thread {thread} did not pause; its operation completed)"));
+                        continue;
                     }
                     let seq = self.next_seq();
                     let cmd = json!({"seq": seq, "cmd": "continue", "thread": thread});
@@ -883,7 +943,10 @@ impl CaseRun<'_> {
             Op::Acquire { lease, addr, len, access } => {
                 let abs = self.resolve(buf, addr, len, line)?;
                 let range = Range::new(abs, len).map_err(|e| stop("protocol", line, format!("case error: {e}")))?;
-                let model_access = if self.access_field { access } else { ALL_ACCESS };
+                let model_access = match &self.access_classes {
+                    None => access,
+                    Some(c) => c.iter().copied().find(|k| k.suffices_for(access)).unwrap_or(ALL_ACCESS),
+                };
                 let model_op = Op::Acquire { lease, addr: abs, len, access: model_access };
                 let cmd = json!({"seq": seq, "cmd": "acquire", "thread": thread, "lease": lease,
                     "addr": format!("{abs:#x}"), "len": len, "access": access.to_string(), "pause": pause});
@@ -980,7 +1043,16 @@ impl CaseRun<'_> {
         }
         self.pending.insert(
             seq,
-            Pending { line, thread, kind, events_at: self.event_seq, regs_at: self.reg_order, paused: false, blocked: false },
+            Pending {
+                line,
+                thread,
+                kind,
+                events_at: self.event_seq,
+                regs_at: self.reg_order,
+                paused: false,
+                blocked: false,
+                snap: (self.models.clone(), self.log.len()),
+            },
         );
         let _ = pause;
         self.ad.send(cmd, line).map_err(|e| stop("crash", line, e))
@@ -1050,7 +1122,7 @@ impl CaseRun<'_> {
                     let len = field_u64(o, "len", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `len`")))?;
                     let access = match o.get("access") {
                         Some(Value::String(s)) => s.parse::<Access>().map_err(|e| stop("protocol", line, format!("{at}: field `access`: {e}")))?,
-                        None if !self.access_field => ALL_ACCESS,
+                        None if self.access_classes.as_ref().is_some_and(|c| c.len() == 1) => ALL_ACCESS,
                         _ => return Err(stop("protocol", line, format!("{at}: reg needs `access`"))),
                     };
                     let range = Range::new(addr, len).map_err(|e| stop("protocol", line, format!("{at}: {e}")))?;
@@ -1090,6 +1162,8 @@ impl CaseRun<'_> {
             _ => return Err(stop("protocol", line, format!("{at}: a reply needs `ok`: true or false"))),
         };
         let pl = p.line;
+        // Others completed while it was in flight: it may take effect anywhere since.
+        self.snap = (p.snap.1 < self.log.len()).then(|| p.snap.clone());
         if !ok && o.get("unsupported").and_then(Value::as_bool) == Some(true) {
             return Err(Stop::Unsupported(pl, format!("the adapter does not support case line {pl}: {}", o.get("error").and_then(Value::as_str).unwrap_or(""))));
         }
@@ -1151,6 +1225,9 @@ impl CaseRun<'_> {
                     return Err(stop("protocol", pl, format!("{} failed: {err_text}", model_op.name())));
                 }
                 if model_op == Op::Fork {
+                    // Deregistrations reported before the fork's reply came
+                    // before the fork (a peer may purge its cache then).
+                    self.feed_deregs();
                     // A fork child maps copies: every earlier registration
                     // pinned the parent's frames.
                     self.event_seq += 1;
@@ -1159,6 +1236,7 @@ impl CaseRun<'_> {
                 self.judge_model(&model_op, &Ret::Done, pl);
             }
         }
+        self.snap = None;
         self.ops_done += 1;
         // A continue's reply can overtake the deregistrations of the
         // operation it resumed: those are confirmed after that operation.
@@ -1239,21 +1317,73 @@ impl CaseRun<'_> {
         Ok(())
     }
 
-    /// Judges with the model while it still follows the peer. Returns whether it accepted.
+    /// Judges with the models while they still follow the peer. Returns
+    /// whether one accepted. The operation takes effect at the end of the
+    /// history, or, if others completed while it was in flight (`snap`), at
+    /// any point since it was sent: every such placement the model accepts
+    /// is kept.
     fn judge_model(&mut self, op: &Op, ret: &Ret, line: usize) -> bool {
-        let Some(m) = self.model.as_mut() else { return false };
-        match m.judge(op, ret) {
-            Ok(()) => true,
-            Err(v) => {
-                self.model_objects(v.property, format!("{op} -> {ret}: {}", v.detail), line);
-                false
+        if self.models.is_empty() {
+            return false;
+        }
+        let mut first_err = None;
+        let mut next: Vec<Model> = Vec::new();
+        for m in &self.models {
+            let mut m = m.clone();
+            match m.judge(op, ret) {
+                Ok(()) => next.push(m),
+                Err(v) => {
+                    first_err.get_or_insert(v);
+                }
             }
         }
+        if let Some((snap, at)) = self.snap.clone() {
+            for k in at..self.log.len() {
+                'model: for m in &snap {
+                    let mut m = m.clone();
+                    for e in &self.log[at..k] {
+                        if !replay_entry(&mut m, e) {
+                            continue 'model;
+                        }
+                    }
+                    if m.judge(op, ret).is_err() {
+                        continue;
+                    }
+                    for e in &self.log[k..] {
+                        if !replay_entry(&mut m, e) {
+                            continue 'model;
+                        }
+                    }
+                    if !next.contains(&m) {
+                        next.push(m);
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            let v = first_err.expect("a model rejected");
+            self.model_objects(v.property, format!("{op} -> {ret}: {}", v.detail), line);
+            return false;
+        }
+        next.truncate(64);
+        self.models = next;
+        self.log.push(Entry::Judge(*op, *ret));
+        true
     }
 
     fn model_objects(&mut self, prop: Property, detail: String, line: usize) {
-        self.model = None;
+        self.models.clear();
         let f = Finding { rule: format!("{prop:?}"), line, detail };
+        // A release still in flight (paused after the peer's hook) may already
+        // have taken effect for the peer: the sequential model cannot place
+        // it, so it stops without a verdict; the physical judge goes on.
+        if let Some(p) = self.pending.values().find(|p| matches!(p.kind, PendingKind::Mem { .. }) && (p.paused || p.blocked)) {
+            self.note = Some(format!(
+                "the model stopped at case line {line} ({} {}), with the release of case line {} in flight",
+                f.rule, f.detail, p.line
+            ));
+            return;
+        }
         let c_rule = matches!(prop, Property::C1 | Property::C2 | Property::C3 | Property::C4);
         if c_rule && !self.declared {
             self.divergence = Some(f);
@@ -1281,16 +1411,25 @@ impl CaseRun<'_> {
                     ));
                 }
             }
-            if let Some(model) = self.model.as_mut() {
-                if let Err(v) = model.observe_deregister(m) {
-                    self.model_objects(v.property, v.detail, line);
+            if !self.models.is_empty() {
+                let mut err = None;
+                self.models.retain_mut(|model| match model.observe_deregister(m) {
+                    Ok(()) => true,
+                    Err(v) => {
+                        err.get_or_insert(v);
+                        false
+                    }
+                });
+                match err {
+                    Some(v) if self.models.is_empty() => self.model_objects(v.property, v.detail, line),
+                    _ => self.log.push(Entry::Dereg(m)),
                 }
             }
         }
     }
 
     fn track_l1(&mut self, line: usize) {
-        let Some(model) = &self.model else { return };
+        let Some(model) = self.models.first() else { return };
         for v in model.pending_deregistrations() {
             self.l1_since.entry(v.id).or_insert((self.ops_done, line));
         }
@@ -1306,7 +1445,7 @@ impl CaseRun<'_> {
         if let Some((_, w)) = &self.l1_worst {
             parts.push(w.clone());
         }
-        if !late_end.is_empty() && self.model.is_some() {
+        if !late_end.is_empty() && !self.models.is_empty() {
             parts.push(format!("never deregistered before the end: {}", late_end.join(", ")));
         }
         if parts.is_empty() {
