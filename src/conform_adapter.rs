@@ -32,6 +32,8 @@ use std::time::Duration;
 const PAGE: u64 = 4096;
 /// The arena the cases address: 4 MiB.
 const ARENA: u64 = 4 << 20;
+/// Where the arena goes if it can.
+const ARENA_HINT: u64 = 0x2000_0000_0000;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToyBreak {
@@ -57,6 +59,9 @@ pub enum ToyBreak {
     NoRecheck,
     /// The monitor hook runs before the release (S1.8).
     HookBeforeRelease,
+    /// A release event also invalidates the entries that merely touch it
+    /// (its end taken as inclusive).
+    InclusiveEnd,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,7 +308,13 @@ impl Toy {
         st.events.push((span, n));
         let mut gone = Vec::new();
         for e in st.entries.iter_mut().filter(|e| e.findable) {
-            let hit = if self.is(ToyBreak::HitPartiallyFreed) { span.first <= e.span.first && e.span.first < span.end } else { e.span.overlaps(&span) };
+            let hit = if self.is(ToyBreak::HitPartiallyFreed) {
+                span.first <= e.span.first && e.span.first < span.end
+            } else if self.is(ToyBreak::InclusiveEnd) {
+                span.first <= e.span.end && e.span.first <= span.end
+            } else {
+                e.span.overlaps(&span)
+            };
             if hit {
                 e.findable = false;
                 if e.leases == 0 || self.is(ToyBreak::DeregWhileLeased) {
@@ -573,6 +584,8 @@ fn memory_op(b: &dyn Backend, cmd: &str, c: &Map<String, Value>) -> OpResult {
                         let p = libc::mremap(addr as *mut libc::c_void, len as usize, len as usize, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t);
                         if p == libc::MAP_FAILED {
                             -1
+                        } else if p != t {
+                            return Err((format!("mremap(MREMAP_FIXED) put the pages at {p:p}, not at the target {t:p}"), libc::EFAULT));
                         } else {
                             0
                         }
@@ -665,9 +678,17 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
         max_pinned_bytes: cfg.get("max_pinned_bytes").and_then(Value::as_u64),
         max_unreleased: Some(Limits::DEFAULT_MAX_UNRELEASED),
     };
-    // SAFETY: a fresh private anonymous mapping.
+    // SAFETY: a fresh private anonymous mapping, far below where the kernel
+    // places new mappings (top down), so that the holes the cases make are
+    // not filled by other allocations; NOREPLACE never clobbers anything.
     let arena = unsafe {
-        libc::mmap(std::ptr::null_mut(), ARENA as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        let p = libc::mmap(ARENA_HINT as *mut libc::c_void, ARENA as usize, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_FIXED_NOREPLACE, -1, 0);
+        if p == libc::MAP_FAILED {
+            libc::mmap(std::ptr::null_mut(), ARENA as usize, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+        } else {
+            p
+        }
     };
     if arena == libc::MAP_FAILED {
         emit(&json!({"seq": 0, "ok": false, "error": format!("cannot map the arena: {}", std::io::Error::last_os_error())}));

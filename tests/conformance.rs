@@ -63,6 +63,7 @@ fn broken() -> Vec<(String, String)> {
         "fork-keeps",
         "no-recheck",
         "hook-before-release",
+        "inclusive-end",
     ] {
         v.push((format!("toy-{b}"), format!("{} adapter --toy --break {b}", bin())));
     }

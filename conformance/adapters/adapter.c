@@ -15,6 +15,7 @@
 
 #define PAGE 4096ul
 #define ARENA (4ul << 20)
+#define ARENA_HINT 0x200000000000ul
 #define MAX_THREADS 8
 
 static const struct peer *peer;
@@ -272,8 +273,17 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 	} else if (!strcmp(cmd, "madvise_free")) {
 		r = madvise((void *)addr, len, MADV_FREE);
 	} else if (!strcmp(cmd, "mremap_move")) {
-		void *t = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		r = (t == MAP_FAILED || mremap((void *)addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t) == MAP_FAILED) ? -1 : 0;
+		void *t = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *q;
+		errno = 0;
+		q = t == MAP_FAILED ? MAP_FAILED : mremap((void *)addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+		if (q == MAP_FAILED) {
+			r = -1;
+		} else if (q != t) {
+			/* A hook that drops mremap's fifth argument moves the
+			 * pages somewhere else (UCX 1.13's UCM). */
+			e = EFAULT;
+			snprintf(err, sizeof(err), "mremap(MREMAP_FIXED) put the pages at %p, not at the target %p", q, t);
+		}
 	} else if (!strcmp(cmd, "mremap_shrink")) {
 		r = mremap((void *)addr, len, json_u64(line, "new_len", 0), 0) == MAP_FAILED ? -1 : 0;
 	} else if (!strcmp(cmd, "free")) {
@@ -368,14 +378,10 @@ static void *worker_main(void *arg)
 		cmd = w->cmd;
 		w->cmd = NULL;
 		pthread_mutex_unlock(&w->lock);
-		/* Counted idle before the reply: the runner may send `end` or
-		 * `fork` as soon as it reads it. */
-		pthread_mutex_lock(&inflight_lock);
-		inflight--;
-		pthread_mutex_unlock(&inflight_lock);
 		execute(cmd);
 		free(cmd);
-		continue;
+		/* After the reply: `fork` and `end` wait for this (wait_idle),
+		 * so no worker holds out_lock when the process forks. */
 		pthread_mutex_lock(&inflight_lock);
 		inflight--;
 		pthread_mutex_unlock(&inflight_lock);
@@ -438,7 +444,12 @@ int adapter_main(const struct peer *p)
 		reply_err(seq, 0, err);
 		return 2;
 	}
-	arena = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* Far below where the kernel puts new mappings (top down from
+	 * mmap_base): the holes the cases make are not filled by other
+	 * allocations (ours are all mmap-served). */
+	arena = mmap((void *)ARENA_HINT, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (arena == MAP_FAILED)
+		arena = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (arena == MAP_FAILED) {
 		reply_err(seq, errno, "cannot map the arena");
 		return 2;
