@@ -12,7 +12,7 @@ root="$(cd "$here/../.." && pwd)"
 out="${1:-$root/target/conform-adapters}"
 mkdir -p "$out"
 : > "$out/skipped.txt"
-CF="-O1 -g -Wall -D_GNU_SOURCE"
+CF="-O1 -g -Wall"
 skip() { echo "conformance/adapters/build.sh: skipping $1: $2" >&2; echo "$1: $2" >> "$out/skipped.txt"; }
 
 if [ -f /usr/include/ucs/memory/rcache.h ]; then
