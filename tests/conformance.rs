@@ -8,6 +8,7 @@
 use mrcache_cli::conform::{self, Case, ConformArgs, RunReport, Verdict};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -197,4 +198,28 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown header field `expect`"), "{e}");
+}
+
+#[test]
+fn the_newcomer_python_adapter_written_from_the_protocol_document_passes() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: no python3");
+        return;
+    }
+    let script = root().join("conformance/adapters/newcomer_toy.py");
+    let r = run(format!("python3 {}", script.display()));
+    let bad: Vec<String> = r
+        .results
+        .iter()
+        .filter(|x| !matches!(x.verdict, Verdict::Pass | Verdict::Unsupported))
+        .map(|x| format!("{} {} {}: {}", x.case, x.verdict, x.rule, x.detail))
+        .collect();
+    assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), conform::table(&r));
+    // It declares no pause and no limits: exactly those cases are unsupported.
+    let unsupported: BTreeSet<&str> =
+        r.results.iter().filter(|x| x.verdict == Verdict::Unsupported).map(|x| x.case.as_str()).collect();
+    assert_eq!(
+        unsupported,
+        ["limits-eviction", "limits-leased", "race-hook-before-release", "race-register-vs-unmap"].into_iter().collect()
+    );
 }
