@@ -49,7 +49,8 @@ pub struct ConformArgs {
     /// Directory of cases (`*.jsonl`), or one case file.
     #[arg(long, default_value = "conformance/cases")]
     pub cases: PathBuf,
-    /// Judge under this overlap policy instead of the adapter's declaration.
+    /// Judge under this overlap policy instead of the adapter's declaration
+    /// (for an adapter that declares none, C-rule differences are `diverges`).
     #[arg(long)]
     pub policy: Option<OverlapPolicy>,
     /// Print the results as JSON.
@@ -794,7 +795,9 @@ fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hell
         bufs,
         models: vec![Model::new(config)],
         log: Vec::new(),
-        declared: policy.is_some(),
+        // C rules bind only a peer that declared a policy itself; `--policy`
+        // picks what the model compares an undeclared peer with.
+        declared: hello.policy.is_some(),
         next_model_id: 1,
         divergence: None,
         events: Vec::new(),

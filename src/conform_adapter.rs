@@ -88,6 +88,9 @@ pub struct AdapterArgs {
     /// The rule the toy breaks.
     #[arg(long = "break", requires = "toy")]
     pub brk: Option<ToyBreak>,
+    /// The overlap policy the toy declares (`none`: declares none).
+    #[arg(long, requires = "toy")]
+    pub declare: Option<String>,
 }
 
 // ---------------------------------------------------------------------------
@@ -696,13 +699,24 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
     }
     touch(arena as u64, ARENA);
     let (backend, name, policy, caps): (Arc<dyn Backend>, String, Option<OverlapPolicy>, Vec<&str>) = if args.toy {
-        let declared = if args.brk == Some(ToyBreak::WrongPolicy) { OverlapPolicy::Merge } else { OverlapPolicy::Independent };
+        let declared = match args.declare.as_deref() {
+            Some("none") => None,
+            Some(p) => match p.parse::<OverlapPolicy>() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    emit(&json!({"seq": 0, "ok": false, "error": format!("--declare: {e}")}));
+                    return Ok(2);
+                }
+            },
+            None if args.brk == Some(ToyBreak::WrongPolicy) => Some(OverlapPolicy::Merge),
+            None => Some(OverlapPolicy::Independent),
+        };
         let name = match args.brk {
             Some(b) => format!("toy (breaks {b:?})"),
             None => "toy".into(),
         };
         let toy = Toy { brk: args.brk, limits, st: Mutex::new(ToySt::default()), reg: EmitRegistrar { next: AtomicU64::new(0) } };
-        (Arc::new(toy), name, Some(declared), vec!["flush", "trim", "limits", "fork", "pause", "pause_mem"])
+        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem"])
     } else {
         match Mrcache::start(args.policy, limits, args.fault) {
             Ok(m) => {

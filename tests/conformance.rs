@@ -229,3 +229,25 @@ fn the_newcomer_python_adapter_written_from_the_protocol_document_passes() {
         ["limits-eviction", "limits-leased", "race-hook-before-release", "race-register-vs-unmap"].into_iter().collect()
     );
 }
+
+#[test]
+fn a_peer_without_a_policy_is_judged_on_the_properties_and_its_overlap_reported() {
+    // The toy is `independent` but declares nothing: under the model's
+    // `merge` its overlap choices diverge, and nothing fails.
+    let mut a = args(format!("{} adapter --toy --declare none", bin()));
+    a.policy = Some("merge".parse().expect("a policy"));
+    let r = conform::run(&a).expect("the suite runs");
+    assert_eq!(r.declared_policy, None);
+    assert!(failing(&r).is_empty(), "{}", conform::table(&r));
+    let diverging: BTreeSet<String> =
+        r.results.iter().filter(|x| x.verdict == Verdict::Diverges).map(|x| x.case.clone()).collect();
+    assert!(diverging.contains("overlap-partial") && diverging.contains("overlap-contained"), "{}", conform::table(&r));
+    for x in r.results.iter().filter(|x| x.verdict == Verdict::Diverges) {
+        assert!(x.rule.starts_with('C'), "{x:?}");
+    }
+    // Declared, the same difference fails.
+    let mut a = args(format!("{} adapter --toy", bin()));
+    a.policy = Some("merge".parse().expect("a policy"));
+    let r = conform::run(&a).expect("the suite runs");
+    assert!(failing(&r).contains("overlap-partial"), "{}", conform::table(&r));
+}
