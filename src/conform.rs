@@ -590,6 +590,8 @@ struct CaseRun<'a> {
     deregs_buffered: Vec<(u64, usize)>,
     /// Why the model stopped without a verdict.
     note: Option<String>,
+    /// Replies held back until the acquire that made their registration is judged.
+    deferred: Vec<(u64, String)>,
     /// While judging a reply: the models and log length when its command was sent.
     snap: Option<(Vec<Model>, usize)>,
     // L1
@@ -809,6 +811,7 @@ fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hell
         deregs_buffered: Vec::new(),
         snap: None,
         note: None,
+        deferred: Vec::new(),
         ops_done: 0,
         l1_since: HashMap::new(),
         l1_worst: None,
@@ -1160,6 +1163,22 @@ impl CaseRun<'_> {
         let Some(p) = self.pending.remove(&seq) else {
             return Err(stop("protocol", line, format!("{at}: no command with seq {seq} is outstanding")));
         };
+        // A hit on a registration another acquire, still in flight, made:
+        // that acquire takes effect first; judge this one after it.
+        if let (PendingKind::Acquire { .. }, Some(Value::Bool(true))) = (&p.kind, o.get("ok")) {
+            if let Ok(Some(id)) = field_u64(o, "reg", &at) {
+                let maker_in_flight = self.regs.get(&id).is_some_and(|r| {
+                    r.model_id.is_none()
+                        && r.order <= p.regs_at
+                        && self.pending.values().any(|q| matches!(q.kind, PendingKind::Acquire { .. }) && q.regs_at < r.order)
+                });
+                if maker_in_flight {
+                    self.pending.insert(seq, p);
+                    self.deferred.push((seq, t.to_string()));
+                    return Ok(());
+                }
+            }
+        }
         let ok = match o.get("ok") {
             Some(Value::Bool(b)) => *b,
             _ => return Err(stop("protocol", line, format!("{at}: a reply needs `ok`: true or false"))),
@@ -1241,6 +1260,7 @@ impl CaseRun<'_> {
         }
         self.snap = None;
         self.ops_done += 1;
+        self.resume_deferred(line)?;
         // A continue's reply can overtake the deregistrations of the
         // operation it resumed: those are confirmed after that operation.
         if !matches!(p.kind, PendingKind::Continue) {
@@ -1249,6 +1269,27 @@ impl CaseRun<'_> {
         self.track_l1(pl);
         if let Some(f) = &self.failure {
             return Err(Stop::Fail(f.clone()));
+        }
+        Ok(())
+    }
+
+    /// Judges the held-back replies whose registration's maker is judged now.
+    fn resume_deferred(&mut self, line: usize) -> Result<(), Stop> {
+        let ready: Vec<(u64, String)> = {
+            let pending = &self.pending;
+            let regs = &self.regs;
+            let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred).into_iter().partition(|(seq, text)| {
+                let id = serde_json::from_str::<Value>(text).ok().and_then(|v| v.get("reg").and_then(Value::as_u64));
+                let made = id.and_then(|id| regs.get(&id)).is_none_or(|r| r.model_id.is_some());
+                let others = pending.iter().any(|(s, q)| s != seq && matches!(q.kind, PendingKind::Acquire { .. }));
+                made || !others
+            });
+            self.deferred = wait;
+            ready
+        };
+        for (_, text) in ready {
+            // It is still pending: handled now as if it arrived now.
+            self.handle_line(&text, line)?;
         }
         Ok(())
     }
@@ -1274,7 +1315,10 @@ impl CaseRun<'_> {
             let what = if ev.end == u64::MAX { "a fork (the child maps copies)".to_string() } else { format!("a release of {}", ev.bytes(self.page)) };
             return Err(stop("P2", pl, format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range)));
         }
-        let hit = reg.order <= p.regs_at;
+        // A miss is served by a registration reported while the acquire was
+        // in flight that no other acquire took first (one that another
+        // thread's miss inserted meanwhile serves it as a hit: A8).
+        let hit = reg.order <= p.regs_at || reg.model_id.is_some();
         self.leases.insert(lease, id);
         *self.lease_count.entry(id).or_default() += 1;
         let model_id = match (hit, reg.model_id) {

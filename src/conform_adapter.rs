@@ -55,7 +55,8 @@ pub enum ToyBreak {
     NoLimits,
     /// A fork child keeps the parent's entries.
     ForkKeeps,
-    /// No re-check after the registrar returns (S3.7).
+    /// No re-check after the registrar returns: neither for release events
+    /// (S3.7, A7) nor for an entry another thread inserted (A8).
     NoRecheck,
     /// The monitor hook runs before the release (S1.8).
     HookBeforeRelease,
@@ -379,6 +380,24 @@ impl Backend for Toy {
             let range = span.bytes(PAGE);
             let id = self.reg.register(range, access).map_err(|e| (e.to_string(), e.errno))?;
             let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            // A8: another thread cached a covering entry meanwhile: use it.
+            let now = st.clock + 1;
+            if !self.is(ToyBreak::NoRecheck) {
+                if let Some(e) = st
+                    .entries
+                    .iter_mut()
+                    .find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
+                {
+                    e.leases += 1;
+                    e.last_use = now;
+                    let hit = e.id;
+                    st.clock = now;
+                    st.leases.insert(lease, hit);
+                    drop(st);
+                    let _ = self.reg.deregister(id);
+                    return Ok(json!({"reg": hit, "hit": true}));
+                }
+            }
             let stale = st.events[seen..].iter().any(|(s, _)| s.overlaps(&span));
             if stale && !self.is(ToyBreak::NoRecheck) {
                 drop(st);
