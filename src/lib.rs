@@ -8,6 +8,8 @@
 //!   ([`plot`]).
 
 pub mod check;
+pub mod conform;
+pub mod conform_adapter;
 pub mod cost;
 pub mod fuzz;
 pub mod plot;

@@ -2,7 +2,7 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::{check, cost, fuzz, plot, record, replay, report};
+use mrcache_cli::{check, conform, conform_adapter, cost, fuzz, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -33,6 +33,11 @@ enum Command {
     Check(check::CheckArgs),
     /// Long randomized runs of every test layer: differential, linearizability, stale-DMA oracle.
     Fuzz(fuzz::FuzzArgs),
+    /// Run the conformance cases against a cache behind an adapter (docs/conformance-protocol.md).
+    Conform(conform::ConformArgs),
+    /// A conformance adapter: mrcache itself (uffd monitor), or the toy cache.
+    #[command(hide = true)]
+    Adapter(conform_adapter::AdapterArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
         #[arg(long, default_value_t = 3000)]
@@ -84,6 +89,15 @@ fn main() -> ExitCode {
         Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
         Command::Fuzz(args) => fuzz::run(&args).map(|code| code.clamp(0, 255) as u8),
+        Command::Conform(args) => conform::run(&args).map(|r| {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("the report serialises"));
+            } else {
+                print!("{}", conform::table(&r));
+            }
+            u8::from(r.failed() > 0)
+        }),
+        Command::Adapter(args) => conform_adapter::run(&args),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {
