@@ -2,7 +2,9 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::{check, cost, fuzz, plot, record, replay, report};
+#[cfg(feature = "testkit")]
+use mrcache_cli::fuzz;
+use mrcache_cli::{check, cost, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -32,6 +34,7 @@ enum Command {
     /// Model-check the concurrent algorithm of spec.md §A (stateright).
     Check(check::CheckArgs),
     /// Long randomized runs of every test layer: differential, linearizability, stale-DMA oracle.
+    #[cfg(feature = "testkit")]
     Fuzz(fuzz::FuzzArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         }),
         Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
+        #[cfg(feature = "testkit")]
         Command::Fuzz(args) => fuzz::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
