@@ -55,11 +55,6 @@ impl EntryState {
     pub const INVALID: u64 = 1 << 63;
     #[cfg(any(test, feature = "testkit"))]
     pub const HANDLE_GONE: u64 = 1 << 62;
-    /// The bits `invalidate` may add besides INVALID: none in a production build.
-    #[cfg(any(test, feature = "testkit"))]
-    const EXTRA: u64 = Self::HANDLE_GONE;
-    #[cfg(not(any(test, feature = "testkit")))]
-    const EXTRA: u64 = 0;
     pub const COUNT_MASK: u64 = (1 << 62) - 1;
 
     /// A findable entry with `leases` leases.
@@ -88,7 +83,7 @@ impl EntryState {
         if prev & Self::COUNT_MASK != 1 {
             Released::Held
         } else if prev & Self::INVALID != 0 {
-            Released::Owner { handle_gone: prev & Self::EXTRA != 0 }
+            Released::Owner { handle_gone: Self::handle_gone(prev) }
         } else {
             Released::Unleased
         }
@@ -99,13 +94,35 @@ impl EntryState {
     /// the handle-gone bit (test builds only).
     #[inline]
     pub fn invalidate(&self, extra: u64) -> Invalidated {
-        let prev = self.word.fetch_or(Self::INVALID | (extra & Self::EXTRA), Ordering::AcqRel);
+        let prev = self.word.fetch_or(Self::INVALID | Self::extra(extra), Ordering::AcqRel);
         debug_assert_eq!(prev & Self::INVALID, 0, "entry invalidated twice");
         if prev & Self::COUNT_MASK == 0 {
             Invalidated::Owner
         } else {
             Invalidated::Leased
         }
+    }
+
+    /// Whether the handle-gone bit is set in `word` (never, in a production
+    /// build).
+    #[cfg(any(test, feature = "testkit"))]
+    fn handle_gone(word: u64) -> bool {
+        word & Self::HANDLE_GONE != 0
+    }
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn handle_gone(_word: u64) -> bool {
+        false
+    }
+
+    /// The bits `invalidate` may set besides INVALID: none in a production
+    /// build.
+    #[cfg(any(test, feature = "testkit"))]
+    fn extra(extra: u64) -> u64 {
+        extra & Self::HANDLE_GONE
+    }
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn extra(_extra: u64) -> u64 {
+        0
     }
 
     /// Current lease count (SeqCst, see [`EntryState::release`]).
