@@ -5,6 +5,11 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 # Tests run with the optimised [profile.test] (model checks live in them).
 cargo test --workspace --no-fail-fast
+# The spec citation check again, to show its count of exceptions.
+cargo test -q -p mrcache-checker --test step_ids -- --nocapture citations_are
+# Lints: every target, warnings are errors (impl/ also denies unsafe code
+# without a SAFETY comment, Cargo.toml [lints]).
+cargo clippy -q --workspace --all-targets -- -D warnings
 # Contention smoke (issue 10; the long runs are `bash ci/stress.sh contention`):
 # the unmodified concurrent test, one copy per CPU beside two busy loops on
 # each (where the old P2 oracle failed 3 runs in 386), for 60 s.

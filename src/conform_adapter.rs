@@ -184,13 +184,19 @@ struct Mrcache {
 
 impl Mrcache {
     fn start(policy: OverlapPolicy, limits: Limits, fault: Option<CacheFault>) -> Result<Mrcache, String> {
+        #[cfg_attr(not(feature = "testkit"), allow(unused_mut, reason = "fault switches need the testkit"))]
         let mut cfg = CacheConfig::new(Config { policy, limits, ..Config::default() });
         match fault {
+            #[cfg(feature = "testkit")]
             Some(CacheFault::MonitorOff) => cfg.faults.monitor_off = true,
+            #[cfg(feature = "testkit")]
             Some(CacheFault::SkipSeqRecheck) => cfg.faults.skip_seq_recheck = true,
             // SAFETY: the registrar's handles are plain ids that own nothing,
             // and the adapter never uses a lease's handle after an event.
+            #[cfg(feature = "testkit")]
             Some(CacheFault::DeregLeasedOnInvalidate) => unsafe { cfg.faults.enable_dereg_leased_on_invalidate() },
+            #[cfg(not(feature = "testkit"))]
+            Some(f) => return Err(format!("fault switch {f:?} needs a build with the testkit feature")),
             None => {}
         }
         let cache = Cache::try_new(EmitRegistrar { next: AtomicU64::new(0) }, cfg).map_err(|e| e.to_string())?;

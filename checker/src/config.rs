@@ -2,7 +2,7 @@
 //! overlap policy, the optional nested release events, the limits, and the
 //! mutant (a deliberately broken variant of §A).
 
-use crate::props;
+pub use crate::mutant::Mutant;
 use mrcache_model::OverlapPolicy;
 use mrcache_types::{Access, LeaseId, Op, Range, ReleaseKind, PAGE_SIZE};
 use std::fmt;
@@ -48,227 +48,7 @@ impl fmt::Display for MonitorKind {
     }
 }
 
-/// A deliberately broken variant of the §A algorithm. Each must be caught by
-/// the property [`Mutant::caught_by`] names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Mutant {
-    /// 1. A7 is skipped: a registration is inserted although a release event
-    ///    overlapping it was applied while it was being registered (libfabric,
-    ///    Open MPI: peers.md §3 items 1, 3).
-    NoSeqRecheck,
-    /// 2. H2 blocks on the lock instead of trying it; a release event raised
-    ///    on a thread that holds the lock (the cache freeing its own memory)
-    ///    waits for itself (libfabric memhooks, peers.md Q6).
-    BlockingHook,
-    /// 3. A-D deregisters leased entries at once instead of setting INVALID.
-    DeregLeasedOnInvalidate,
-    /// 4. The uffd monitor reads and applies events without the lock, and A2/A6
-    ///    do not read pending events.
-    AsyncApplyOutsideLock,
-    /// 5. A-D leaves leased entries findable (MVAPICH2 dreg, peers.md §3 item 7).
-    LeasedStaysFindable,
-    /// 6. A-D invalidates only entries that start at the released address.
-    PartialUnmapStartOnly,
-    /// 7. A merge (A9) deregisters the displaced registration although it is leased.
-    MergeDropsLeased,
-    /// 8. Events a hook queued while the lock was busy are not drained by the
-    ///    holder before it unlocks (nor by a fast-path reader after it unlocks):
-    ///    they wait for a later slow path, which may never come (MVAPICH2
-    ///    `delayed_buf_region`, peers.md §3 item 9).
-    QueueNeverDrained,
-    /// 9. The uffd monitor reads events with a blocking read outside the lock,
-    ///    then takes the lock and applies them.
-    AsyncBlockingReadOutsideLock,
-    /// 10. A-H split in two: invalidation sets INVALID, then reads the lease
-    ///     count in a separate step (Open MPI `add_to_gc`, peers.md §3 item 5).
-    HandoffToctou,
-    /// 11. A lookup ignores access rights (libfabric's hit rule, peers.md Q9).
-    HitIgnoresAccess,
-    /// 12. R2 is missing: a release that leaves an evictable entry while the
-    ///     cache is over a limit does not evict (UCX: eviction only on a miss).
-    NoReleaseEviction,
-    /// 13. A6 notes the lease counts without raising the over-limit flag,
-    ///     which A10 raises afterwards, so a release in between is neither
-    ///     noted nor sees the flag, and skips R2.
-    OverLimitFlagLate,
-    /// 14. The monitor is told before the frames change (a hook that runs
-    ///     before munmap, as Open MPI's patcher does; uffd REMOVE, which the
-    ///     kernel delivers before it zaps the pages).
-    NotifyBeforeRelease,
-    /// 15. A9 displaces what A4 planned, without re-planning under the lock:
-    ///     entries inserted or removed while the lock was dropped are missed.
-    StaleMergePlan,
-    /// 16. R1 does not touch the LRU stamp, although S2.2 makes a released
-    ///     entry the most recently used: evictions pick other victims than the
-    ///     contract's.
-    ReleaseNoLruTouch,
-    /// 17. Half of mutant 8: the exclusive holder does not drain before it
-    ///     unlocks (a fast-path reader still does).
-    HolderSkipsDrain,
-    /// 18. The other half: a fast-path reader that unlocks with events queued
-    ///     does not try the lock to drain them (the holder still does).
-    ReaderSkipsDrain,
-    /// 19. R1 decrements first and touches the LRU stamp afterwards: an
-    ///     eviction in between sees an unleased entry with its old stamp.
-    ReleaseTouchAfterDecrement,
-    /// 20. The pressure trim (S5.4) evicts leased entries too: a lease's
-    ///     registration is deregistered under it.
-    TrimEvictsLeased,
-    /// 21. LN5's heavy barrier is a full fence on the revoking thread only (no
-    ///     membarrier): a lane hit's `held + 1` still in its store buffer is
-    ///     not seen by the count read, while its reload of `ptr` ran before
-    ///     the null store (the store-buffering litmus test).
-    LaneNoHeavyBarrier,
-    /// 22. LN1 does not reload `ptr` after its store of `held + 1`: a revoke
-    ///     between LN1's first load and its store is missed.
-    LaneNoRecheck,
-    /// 23. LN5 nulls the slots and runs the heavy barrier but pins nothing.
-    LaneRevokeNoPin,
-    /// 24. LN2 memoizes into a slot that still counts a lane lease: the lease's
-    ///     entry is no longer in any slot, so its revoke pins nothing.
-    LaneReuseBusySlot,
-    /// 25. LN4 reads the slot's count and pin without the lanes mutex: it can
-    ///     run between LN5's count read and its pin, and the pin is never
-    ///     returned.
-    LaneDetachedNoMutex,
-    /// 26. LN1 checks only the invalidation queue's length, which the drain
-    ///     empties when it takes the events, before it revokes (and the uffd
-    ///     monitor reads events, waking the releasing threads, before it
-    ///     revokes): a lane hit between the two returns an entry whose release
-    ///     event has already returned.
-    LaneQueueLenOnly,
-}
-
 impl Mutant {
-    pub const ALL: [Mutant; 26] = [
-        Mutant::NoSeqRecheck,
-        Mutant::BlockingHook,
-        Mutant::DeregLeasedOnInvalidate,
-        Mutant::AsyncApplyOutsideLock,
-        Mutant::LeasedStaysFindable,
-        Mutant::PartialUnmapStartOnly,
-        Mutant::MergeDropsLeased,
-        Mutant::QueueNeverDrained,
-        Mutant::AsyncBlockingReadOutsideLock,
-        Mutant::HandoffToctou,
-        Mutant::HitIgnoresAccess,
-        Mutant::NoReleaseEviction,
-        Mutant::OverLimitFlagLate,
-        Mutant::NotifyBeforeRelease,
-        Mutant::StaleMergePlan,
-        Mutant::ReleaseNoLruTouch,
-        Mutant::HolderSkipsDrain,
-        Mutant::ReaderSkipsDrain,
-        Mutant::ReleaseTouchAfterDecrement,
-        Mutant::TrimEvictsLeased,
-        Mutant::LaneNoHeavyBarrier,
-        Mutant::LaneNoRecheck,
-        Mutant::LaneRevokeNoPin,
-        Mutant::LaneReuseBusySlot,
-        Mutant::LaneDetachedNoMutex,
-        Mutant::LaneQueueLenOnly,
-    ];
-
-    pub fn number(&self) -> usize {
-        Mutant::ALL.iter().position(|m| m == self).expect("listed") + 1
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Mutant::NoSeqRecheck => "no-seq-recheck",
-            Mutant::BlockingHook => "blocking-hook",
-            Mutant::DeregLeasedOnInvalidate => "dereg-leased-on-invalidate",
-            Mutant::AsyncApplyOutsideLock => "async-apply-outside-lock",
-            Mutant::LeasedStaysFindable => "leased-stays-findable",
-            Mutant::PartialUnmapStartOnly => "partial-unmap-start-only",
-            Mutant::MergeDropsLeased => "merge-drops-leased",
-            Mutant::QueueNeverDrained => "queue-never-drained",
-            Mutant::AsyncBlockingReadOutsideLock => "async-blocking-read-outside-lock",
-            Mutant::HandoffToctou => "handoff-toctou",
-            Mutant::HitIgnoresAccess => "hit-ignores-access",
-            Mutant::NoReleaseEviction => "no-release-eviction",
-            Mutant::OverLimitFlagLate => "over-limit-flag-late",
-            Mutant::NotifyBeforeRelease => "notify-before-release",
-            Mutant::StaleMergePlan => "stale-merge-plan",
-            Mutant::ReleaseNoLruTouch => "release-no-lru-touch",
-            Mutant::HolderSkipsDrain => "holder-skips-drain",
-            Mutant::ReaderSkipsDrain => "reader-skips-drain",
-            Mutant::ReleaseTouchAfterDecrement => "release-touch-after-decrement",
-            Mutant::TrimEvictsLeased => "trim-evicts-leased",
-            Mutant::LaneNoHeavyBarrier => "lane-no-heavy-barrier",
-            Mutant::LaneNoRecheck => "lane-no-recheck",
-            Mutant::LaneRevokeNoPin => "lane-revoke-no-pin",
-            Mutant::LaneReuseBusySlot => "lane-reuse-busy-slot",
-            Mutant::LaneDetachedNoMutex => "lane-detached-no-mutex",
-            Mutant::LaneQueueLenOnly => "lane-queue-len-only",
-        }
-    }
-
-    pub fn description(&self) -> &'static str {
-        match self {
-            Mutant::NoSeqRecheck => "A7 skipped: a registration invalidated while it was made is inserted",
-            Mutant::BlockingHook => "H2 blocks on the lock instead of try-locking",
-            Mutant::DeregLeasedOnInvalidate => "A-D deregisters leased entries at once",
-            Mutant::AsyncApplyOutsideLock => "uffd events read and applied outside the lock; A2/A6 do not read",
-            Mutant::LeasedStaysFindable => "A-D leaves leased entries findable (MVAPICH2 dreg)",
-            Mutant::PartialUnmapStartOnly => "A-D invalidates only entries starting at the released address",
-            Mutant::MergeDropsLeased => "a merge deregisters a displaced registration that is leased",
-            Mutant::QueueNeverDrained => "the lock holder never drains events queued while it held the lock",
-            Mutant::AsyncBlockingReadOutsideLock => "uffd monitor reads outside the lock, then locks and applies",
-            Mutant::HandoffToctou => "A-H: set INVALID, then read the lease count in a separate step",
-            Mutant::HitIgnoresAccess => "lookups ignore access rights",
-            Mutant::NoReleaseEviction => "R2 missing: releases never evict",
-            Mutant::OverLimitFlagLate => "A10 raises the over-limit flag after scanning the lease counts",
-            Mutant::NotifyBeforeRelease => "the monitor learns of a release before the frames change",
-            Mutant::StaleMergePlan => "A9 displaces the entries A4 planned, without re-planning",
-            Mutant::ReleaseNoLruTouch => "R1 does not touch the LRU stamp",
-            Mutant::HolderSkipsDrain => "the exclusive holder does not drain the queue before it unlocks",
-            Mutant::ReaderSkipsDrain => "a fast-path reader leaves events queued while it held the lock",
-            Mutant::ReleaseTouchAfterDecrement => "R1 touches the LRU stamp after its decrement",
-            Mutant::TrimEvictsLeased => "the ENOMEM trim evicts leased entries too",
-            Mutant::LaneNoHeavyBarrier => "LN5 fences only the revoking thread (no membarrier)",
-            Mutant::LaneNoRecheck => "LN1 does not reload ptr after storing held + 1",
-            Mutant::LaneRevokeNoPin => "LN5 does not pin slots whose count is above 0",
-            Mutant::LaneReuseBusySlot => "LN2 memoizes into a slot that still counts a lane lease",
-            Mutant::LaneDetachedNoMutex => "LN4 runs without the lanes mutex",
-            Mutant::LaneQueueLenOnly => "LN1 checks only the queue length, emptied before the drain revokes",
-        }
-    }
-
-    /// The properties (names from [`crate::props`]) whose counterexample
-    /// catches this mutant; the first is the one the pinned configuration hits.
-    pub fn caught_by(&self) -> &'static [&'static str] {
-        use props::*;
-        match self {
-            Mutant::NoSeqRecheck => &[P2, LINEARIZABLE],
-            Mutant::BlockingHook => &[P6],
-            Mutant::DeregLeasedOnInvalidate => &[P3],
-            Mutant::AsyncApplyOutsideLock => &[P2],
-            Mutant::LeasedStaysFindable => &[P2],
-            Mutant::PartialUnmapStartOnly => &[P2],
-            Mutant::MergeDropsLeased => &[P3],
-            Mutant::QueueNeverDrained => &[L1],
-            Mutant::AsyncBlockingReadOutsideLock => &[P2],
-            Mutant::HandoffToctou => &[P4],
-            Mutant::HitIgnoresAccess => &[P1],
-            Mutant::NoReleaseEviction => &[P5],
-            Mutant::OverLimitFlagLate => &[P5],
-            Mutant::NotifyBeforeRelease => &[P2],
-            Mutant::StaleMergePlan => &[LINEARIZABLE],
-            Mutant::ReleaseNoLruTouch => &[LINEARIZABLE],
-            Mutant::HolderSkipsDrain => &[L1],
-            Mutant::ReaderSkipsDrain => &[L1],
-            Mutant::ReleaseTouchAfterDecrement => &[LINEARIZABLE],
-            Mutant::TrimEvictsLeased => &[P3],
-            Mutant::LaneNoHeavyBarrier => &[P3],
-            Mutant::LaneNoRecheck => &[P3],
-            Mutant::LaneRevokeNoPin => &[P3],
-            Mutant::LaneReuseBusySlot => &[P3],
-            Mutant::LaneDetachedNoMutex => &[L1],
-            Mutant::LaneQueueLenOnly => &[P2],
-        }
-    }
-
     /// Makes `cfg` able to exhibit the mutant: the monitor, policy, nested
     /// events or limits it needs. Returns what was changed, for messages.
     pub fn adjust(&self, cfg: &mut CheckConfig) -> Vec<String> {
@@ -350,28 +130,6 @@ impl Mutant {
                 | Mutant::LaneDetachedNoMutex
                 | Mutant::LaneQueueLenOnly
         )
-    }
-}
-
-impl std::str::FromStr for Mutant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let wanted = s.trim().replace('_', "-");
-        if let Ok(n) = wanted.parse::<usize>() {
-            if (1..=Mutant::ALL.len()).contains(&n) {
-                return Ok(Mutant::ALL[n - 1]);
-            }
-        }
-        Mutant::ALL.iter().copied().find(|m| m.name() == wanted).ok_or_else(|| {
-            let names: Vec<&str> = Mutant::ALL.iter().map(|m| m.name()).collect();
-            format!("unknown mutant `{s}` (expected a number 1-{} or one of: {})", Mutant::ALL.len(), names.join(", "))
-        })
-    }
-}
-
-impl fmt::Display for Mutant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -495,7 +253,7 @@ impl CheckConfig {
             s += &format!(", max_retries {}", self.max_retries);
         }
         if let Some(m) = self.mutant {
-            s += &format!(", mutant {} ({})", m.number(), m.name());
+            s += &format!(", mutant {}", m.name());
         }
         s
     }
@@ -703,7 +461,7 @@ pub fn lane_drain_scripts() -> Vec<Vec<Op>> {
 }
 
 /// Scripts where T0 holds a lane lease on A (slot 0) when its A1 hit on B
-/// would memoize B (mutant 24 takes the busy slot); T1's munmap of A then
+/// would memoize B (`lane-reuse-busy-slot` takes the busy slot); T1's munmap of A then
 /// revokes A.
 pub fn lane_reuse_scripts() -> Vec<Vec<Op>> {
     vec![

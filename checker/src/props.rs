@@ -13,64 +13,7 @@ use crate::state::{EvPc, Lock, MonPc, Pc, State, MONITOR};
 use mrcache_model::OverlapPolicy;
 use stateright::{Model, Property};
 
-pub const P1: &str = "always: P1 coverage";
-pub const P2: &str = "always: P2 freshness";
-pub const P3: &str = "always: P3 no premature deregistration";
-pub const P4: &str = "always: P4 exactly-once deregistration";
-pub const P5: &str = "always: P5 limits (when no op is in flight)";
-pub const LINEARIZABLE: &str = "always: linearizable w.r.t. mrcache_model::Model (S9; when no op is in flight)";
-pub const P6: &str = "always: P6 no deadlock";
-pub const L1: &str = "always in terminal states: L1 nothing unleased left registered, queue drained";
-pub const S_LEASED_INVALIDATED: &str = "sometimes: a leased entry is invalidated";
-pub const S_MERGE: &str = "sometimes: a merge happens";
-pub const S_UNCACHE: &str = "sometimes: a miss uncaches a contained or containing entry";
-pub const S_EVENT_DURING_REGISTRATION: &str =
-    "sometimes: a release event arrives during a registration (in-flight record stale)";
-pub const S_READ_NOT_APPLIED: &str =
-    "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
-pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
-pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
-pub const S_LANE_HIT: &str = "sometimes: a lane hit (LN1)";
-pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (LN5)";
-pub const S_LANE_UNDO_PINNED: &str =
-    "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (LN1, LN4)";
-
-/// Every property name the checker may use, `always` ones first.
-pub const ALL: [&str; 18] = [
-    P1,
-    P2,
-    P3,
-    P4,
-    P5,
-    LINEARIZABLE,
-    P6,
-    L1,
-    S_LEASED_INVALIDATED,
-    S_MERGE,
-    S_UNCACHE,
-    S_EVENT_DURING_REGISTRATION,
-    S_READ_NOT_APPLIED,
-    S_HOOK_DEFERRED,
-    S_TRIM_EVICTS,
-    S_LANE_HIT,
-    S_LANE_PIN,
-    S_LANE_UNDO_PINNED,
-];
-
-/// The spec ID a property checks (`""` for `sometimes` reachability goals).
-pub fn spec_id(name: &str) -> &'static str {
-    match name {
-        P1 => "P1",
-        P2 => "P2",
-        P3 => "P3",
-        P4 => "P4",
-        P5 => "P5",
-        LINEARIZABLE => "S9",
-        P6 => "P6",
-        L1 => "L1",
-        _ => "",
-    }
-}
+pub use crate::names::*;
 
 /// The properties for a configuration: P5 only with limits; the merge goal only
 /// under `merge`, the uncache goal only under `no-merge-uncache-contained`;
@@ -94,6 +37,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
     }
     v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || s.lin.serialized_history().is_some()));
+    //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
     v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
     v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {

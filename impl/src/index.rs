@@ -62,6 +62,7 @@ pub struct Slot<T> {
 
 /// Sorted-array interval index with a max-end segment tree (see module docs).
 #[derive(Clone, Debug)]
+//= spec.md#S1.5
 pub struct IntervalIndex<T> {
     starts: Vec<u64>,
     slots: Vec<Slot<T>>,

@@ -15,7 +15,7 @@ pub struct Lease<'c, R: Registrar> {
     /// The generation the entry belongs to (see "Fork" in the cache docs).
     shared: &'c Shared<R>,
     entry: EntryPtr<R>,
-    /// The lane slot whose count holds this lease (L1), or `None` for a
+    /// The lane slot whose count holds this lease (LN1), or `None` for a
     /// state-word lease.
     lane: Option<LaneRef<R>>,
     hit: bool,
@@ -27,6 +27,7 @@ pub struct Lease<'c, R: Registrar> {
 // `Sync` cache; releasing it from another thread is allowed (R1 needs no
 // lock, R2 takes it like any operation).
 unsafe impl<R: Registrar> Send for Lease<'_, R> {}
+// SAFETY: as for `Send` above.
 unsafe impl<R: Registrar> Sync for Lease<'_, R> {}
 
 impl<'c, R: Registrar> Lease<'c, R> {

@@ -82,7 +82,7 @@ use crate::error::Error;
 use crate::index::{IntervalIndex, Slot};
 use crate::registrar::{Keys, Registrar};
 use crate::sync::{thread_local, AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard};
-use mrcache_model::{Config, EvictionPolicy, OverlapPolicy};
+use mrcache_types::config::{per_page_cost_ns, Config, EvictionPolicy, OverlapPolicy};
 use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure, ReleaseKind, Stats};
 use serde::{Deserialize, Serialize};
 use stats::{add, get, inc, Counters, Hot, HotCounters};
@@ -96,14 +96,16 @@ use std::sync::{OnceLock, PoisonError, TryLockError};
 /// Default bound on attempts of one miss (spec.md#S3.7).
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
 /// Default bound on the invalidation queue (spec.md#L2).
-pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_model::Limits::DEFAULT_MAX_UNRELEASED;
+pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_types::config::Limits::DEFAULT_MAX_UNRELEASED;
 
 // ---------------------------------------------------------------------------
 // Configuration
 
 /// Fault switches that mirror the checker's mutants: each breaks one rule of
 /// the algorithm on purpose, so that tests can show their oracle catches it.
-/// Runtime flags, all off by default. Never set them in production.
+/// Runtime flags, all off by default. Only in test builds (`cfg(test)` or
+/// feature `testkit`): a production build has none.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Faults {
     /// A7 skipped: a registration invalidated while the registrar ran is
@@ -123,6 +125,7 @@ pub struct Faults {
     dereg_leased_on_invalidate: bool,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Faults {
     /// Makes release events deregister leased entries immediately (P3 mutant).
     /// The last release then frees the entry without deregistering it again.
@@ -164,6 +167,7 @@ pub struct CacheConfig {
     pub lane_slots: u32,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
+    #[cfg(any(test, feature = "testkit"))]
     pub faults: Faults,
 }
 
@@ -198,6 +202,7 @@ impl CacheConfig {
             max_retries: DEFAULT_MAX_RETRIES,
             lanes: true,
             lane_slots: LANE_SLOTS,
+            #[cfg(any(test, feature = "testkit"))]
             faults: Faults::default(),
         }
     }
@@ -309,6 +314,7 @@ impl<R: Registrar> Copy for EntryPtr<R> {}
 // holders. Its mutable parts are atomics; `R::Handle: Send + Sync`; it is
 // freed exactly once, by the owner the state word designates.
 unsafe impl<R: Registrar> Send for EntryPtr<R> {}
+// SAFETY: as for `Send` above.
 unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 
 impl<R: Registrar> EntryPtr<R> {
@@ -453,6 +459,7 @@ enum Dereg<R: Registrar> {
     /// A registration that was never cached (A7, A8): deregister, uncounted.
     Discard(R::Handle),
     /// The P3 fault: a leased entry's handle, deregistered early (counted).
+    #[cfg(any(test, feature = "testkit"))]
     Early(R::Handle, u64),
 }
 
@@ -481,6 +488,7 @@ impl<'c, R: Registrar> DeregList<'c, R> {
                     inc(&self.cache.counters.discarded_registrations);
                     self.cache.call_deregister(h);
                 }
+                #[cfg(any(test, feature = "testkit"))]
                 Dereg::Early(h, bytes) => {
                     inc(&self.cache.counters.early_deregistrations);
                     self.cache.call_deregister(h);
@@ -987,7 +995,7 @@ impl<R: Registrar> Cache<R> {
             let stale = record.is_some_and(|r| r.stale);
             let replanned = self.config.contract.policy != OverlapPolicy::Independent
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
-            if (stale || replanned) && !self.config.faults.skip_seq_recheck {
+            if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
                 self.settle_over_limit(shared, &st);
                 drop(st);
                 deregs.items.push(Dereg::Discard(handle));
@@ -1206,7 +1214,11 @@ impl<R: Registrar> Cache<R> {
         }
         st.cached_bytes -= entry.view.len;
         shared.cached.fetch_sub(1, Std::Relaxed);
+        #[cfg(any(test, feature = "testkit"))]
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
+        #[cfg(not(any(test, feature = "testkit")))]
+        let _ = invalidation;
+        #[cfg(any(test, feature = "testkit"))]
         if early {
             // P3 mutant: take the handle while the entry is surely alive (in
             // the index, lock held), then hand the entry to its last release,
@@ -1260,7 +1272,7 @@ impl<R: Registrar> Cache<R> {
             let mut events = Vec::new();
             src.read_pending(&mut events);
             add(&self.counters.release_events, events.len() as u64);
-            if !self.config.faults.monitor_off {
+            if !fault!(self.config, monitor_off) {
                 spans.extend(events.iter().map(|ev| ev.range.pages(self.page_size)));
             }
         }
@@ -1531,6 +1543,7 @@ impl<R: Registrar> Cache<R> {
         }
         // SAFETY: the pin was a lease on `p`; we own it now.
         let e = EntryPtr(unsafe { NonNull::new_unchecked(p) });
+        // SAFETY: the pin's lease keeps the entry alive until this release.
         match unsafe { e.get() }.state.release() {
             Released::Held => {}
             Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
@@ -1596,7 +1609,7 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: the handoff made us the only owner; created by Box::leak.
         let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
         let Entry { handle, view, .. } = *boxed;
-        if self.config.faults.leak_deregistration {
+        if fault!(self.config, leak_deregistration) {
             // P4 fault: the registration is never deregistered.
             std::mem::forget(ManuallyDrop::into_inner(handle));
             return;
@@ -1651,7 +1664,7 @@ impl<R: Registrar> Cache<R> {
         let shared = self.shared_slow();
         inc(&self.counters.release_events);
         let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
-        if self.config.faults.monitor_off {
+        if fault!(self.config, monitor_off) {
             return Ok(());
         }
         let span = range.pages(self.page_size);
@@ -1690,7 +1703,7 @@ impl<R: Registrar> Cache<R> {
         let _draining = Draining::new(shared);
         read(&mut events);
         add(&self.counters.release_events, events.len() as u64);
-        if !self.config.faults.monitor_off {
+        if !fault!(self.config, monitor_off) {
             for ev in &events {
                 self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
             }
@@ -1850,28 +1863,5 @@ impl<R: Registrar> Drop for Cache<R> {
         // SAFETY: the current generation, created by Box::into_raw; no lease
         // can outlive the cache, so nothing refers to it any more.
         drop(unsafe { Box::from_raw(p) });
-    }
-}
-
-/// `cost/pages` of S6.3 (`mrcache_model::per_page_cost_ns`), computed without
-/// overflow for any span.
-fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
-    let bytes = pages as u128 * page_size as u128;
-    let v = (16_000 + bytes * 6 / 100) / pages.max(1) as u128;
-    u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cost_matches_the_model() {
-        // mrcache_model's config::per_page_cost_ns: (16_000 + bytes * 6 / 100) / pages.
-        for pages in [1u64, 2, 3, 16, 255, 1 << 20] {
-            let bytes = pages * 4096;
-            assert_eq!(per_page_cost_ns(pages, 4096), (16_000 + bytes * 6 / 100) / pages);
-        }
-        assert_eq!(per_page_cost_ns(1 << 52, 4096), 245);
     }
 }
