@@ -3,8 +3,9 @@
 #   libibverbs-dev librdmacm-dev libclang-dev clang pkg-config: the verbs registrar (rdma-sys, bindgen)
 #   chromium: the explorer's headless browser test
 #   openmpi-bin libopenmpi-dev: `mrcache record` (the PMPI recorder is built against mpi.h; tests/record.rs runs mpirun)
+#   libucx-dev: bench/ucx/run.sh's UCX arm (ucs_rcache, linked -lucs -lucm)
 set -euo pipefail
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
