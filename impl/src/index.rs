@@ -74,28 +74,39 @@ pub struct Slot<T> {
     pub value: T,
 }
 
+/// An entry's end page and the prefix maximum of the ends up to it, side by
+/// side: a hit reads both from one cache line.
+#[derive(Clone, Copy, Debug, Default)]
+struct EndMax {
+    end: u64,
+    /// Max of the ends of this entry / child and every one before it in the node.
+    pmax: u64,
+}
+
+/// `repr(C)`: the count and the slots' pointer share the first cache line
+/// with the first pages.
 #[derive(Clone, Debug)]
+#[repr(C)]
 struct Leaf<T, const ROOM: usize> {
     n: usize,
-    starts: [u64; ROOM],
-    ends: [u64; ROOM],
-    /// `pmax[i]` = max of `ends[0..=i]`.
-    pmax: [u64; ROOM],
     slots: Vec<Slot<T>>,
+    starts: [u64; ROOM],
+    ep: [EndMax; ROOM],
 }
 
 #[derive(Clone, Debug)]
+#[repr(C)]
 struct Inner<const ROOM: usize> {
     n: usize,
-    /// Per child: a lower bound on its keys `(first page, id)`; every key of
-    /// child `i` is below child `i + 1`'s bound.
+    /// Per child: a lower bound on its keys `(first page, id)` (with
+    /// `lo_id`); every key of child `i` is below child `i + 1`'s bound.
     lo_start: [u64; ROOM],
-    lo_id: [u64; ROOM],
-    /// Per child: the largest end page in it; `pmax[i]` = max of `max_end[0..=i]`.
-    max_end: [u64; ROOM],
-    pmax: [u64; ROOM],
-    /// Node numbers: leaves if this node is at level 1, inner nodes else.
+    /// Per child: the largest end page in it (`em.end`) and the prefix
+    /// maximum of those (`em.pmax`), and its node number (leaves if this node
+    /// is at level 1, inner nodes else).
+    em: [EndMax; ROOM],
     child: [u32; ROOM],
+    lo_id: [u64; ROOM],
 }
 
 /// The B+-tree interval index (see module docs).
@@ -122,14 +133,14 @@ struct Removed<T> {
 
 impl<T, const ROOM: usize> Leaf<T, ROOM> {
     fn new() -> Self {
-        Leaf { n: 0, starts: [0; ROOM], ends: [0; ROOM], pmax: [0; ROOM], slots: Vec::with_capacity(ROOM) }
+        Leaf { n: 0, slots: Vec::with_capacity(ROOM), starts: [0; ROOM], ep: [EndMax::default(); ROOM] }
     }
 
     fn refresh_from(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.pmax[from - 1] };
+        let mut m = if from == 0 { 0 } else { self.ep[from - 1].pmax };
         for i in from..self.n {
-            m = m.max(self.ends[i]);
-            self.pmax[i] = m;
+            m = m.max(self.ep[i].end);
+            self.ep[i].pmax = m;
         }
     }
 
@@ -137,7 +148,7 @@ impl<T, const ROOM: usize> Leaf<T, ROOM> {
         if self.n == 0 {
             0
         } else {
-            self.pmax[self.n - 1]
+            self.ep[self.n - 1].pmax
         }
     }
 
@@ -148,14 +159,14 @@ impl<T, const ROOM: usize> Leaf<T, ROOM> {
 
 impl<const ROOM: usize> Inner<ROOM> {
     fn new() -> Self {
-        Inner { n: 0, lo_start: [0; ROOM], lo_id: [0; ROOM], max_end: [0; ROOM], pmax: [0; ROOM], child: [0; ROOM] }
+        Inner { n: 0, lo_start: [0; ROOM], em: [EndMax::default(); ROOM], child: [0; ROOM], lo_id: [0; ROOM] }
     }
 
     fn refresh_from(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.pmax[from - 1] };
+        let mut m = if from == 0 { 0 } else { self.em[from - 1].pmax };
         for i in from..self.n {
-            m = m.max(self.max_end[i]);
-            self.pmax[i] = m;
+            m = m.max(self.em[i].end);
+            self.em[i].pmax = m;
         }
     }
 
@@ -163,7 +174,7 @@ impl<const ROOM: usize> Inner<ROOM> {
         if self.n == 0 {
             0
         } else {
-            self.pmax[self.n - 1]
+            self.em[self.n - 1].pmax
         }
     }
 
@@ -181,11 +192,11 @@ impl<const ROOM: usize> Inner<ROOM> {
         let n = self.n;
         self.lo_start.copy_within(i..n, i + 1);
         self.lo_id.copy_within(i..n, i + 1);
-        self.max_end.copy_within(i..n, i + 1);
+        self.em.copy_within(i..n, i + 1);
         self.child.copy_within(i..n, i + 1);
         self.lo_start[i] = lo.0;
         self.lo_id[i] = lo.1;
-        self.max_end[i] = max_end;
+        self.em[i].end = max_end;
         self.child[i] = child;
         self.n += 1;
     }
@@ -194,7 +205,7 @@ impl<const ROOM: usize> Inner<ROOM> {
         let n = self.n;
         self.lo_start.copy_within(i + 1..n, i);
         self.lo_id.copy_within(i + 1..n, i);
-        self.max_end.copy_within(i + 1..n, i);
+        self.em.copy_within(i + 1..n, i);
         self.child.copy_within(i + 1..n, i);
         self.n -= 1;
     }
@@ -308,9 +319,9 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 pos -= 1;
             }
             leaf.starts.copy_within(pos..n, pos + 1);
-            leaf.ends.copy_within(pos..n, pos + 1);
+            leaf.ep.copy_within(pos..n, pos + 1);
             leaf.starts[pos] = key.0;
-            leaf.ends[pos] = slot.end;
+            leaf.ep[pos].end = slot.end;
             leaf.slots.insert(pos, slot);
             leaf.n += 1;
             leaf.refresh_from(pos);
@@ -322,7 +333,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             let mut right = Leaf::new();
             let rn = n - at;
             right.starts[..rn].copy_from_slice(&leaf.starts[at..n]);
-            right.ends[..rn].copy_from_slice(&leaf.ends[at..n]);
+            right.ep[..rn].copy_from_slice(&leaf.ep[at..n]);
             right.slots.extend(leaf.slots.drain(at..));
             right.n = rn;
             leaf.n = at;
@@ -343,15 +354,15 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         let split = self.insert_in(child, level - 1, key, slot);
         let Some((lo, max_end, new)) = split else {
             let inner = &mut self.inners[node as usize];
-            if end > inner.max_end[ci] {
-                inner.max_end[ci] = end;
+            if end > inner.em[ci].end {
+                inner.em[ci].end = end;
                 inner.refresh_from(ci);
             }
             return None;
         };
         let child_max = self.node_max_end(child, level - 1);
         let inner = &mut self.inners[node as usize];
-        inner.max_end[ci] = child_max;
+        inner.em[ci].end = child_max;
         inner.insert_at(ci + 1, lo, max_end, new);
         inner.refresh_from(ci);
         if inner.n <= Self::FAN {
@@ -363,7 +374,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         let rn = n - at;
         right.lo_start[..rn].copy_from_slice(&inner.lo_start[at..n]);
         right.lo_id[..rn].copy_from_slice(&inner.lo_id[at..n]);
-        right.max_end[..rn].copy_from_slice(&inner.max_end[at..n]);
+        right.em[..rn].copy_from_slice(&inner.em[at..n]);
         right.child[..rn].copy_from_slice(&inner.child[at..n]);
         right.n = rn;
         inner.n = at;
@@ -407,7 +418,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 return None;
             }
             leaf.starts.copy_within(pos + 1..n, pos);
-            leaf.ends.copy_within(pos + 1..n, pos);
+            leaf.ep.copy_within(pos + 1..n, pos);
             let slot = leaf.slots.remove(pos);
             leaf.n -= 1;
             leaf.refresh_from(pos);
@@ -425,7 +436,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 self.free_inners.push(child);
             }
         } else {
-            inner.max_end[ci] = r.max_end;
+            inner.em[ci].end = r.max_end;
         }
         let inner = &mut self.inners[node as usize];
         inner.refresh_from(ci);
@@ -494,7 +505,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             for (start, slot) in it.by_ref().take(per) {
                 let i = leaf.n;
                 leaf.starts[i] = start;
-                leaf.ends[i] = slot.end;
+                leaf.ep[i].end = slot.end;
                 leaf.slots.push(slot);
                 leaf.n += 1;
             }
@@ -543,9 +554,9 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         if level == 0 {
             let leaf = &self.leaves[node as usize];
             let mut i = leaf.starts[..leaf.n].partition_point(|&s| s <= max_start);
-            while i > 0 && leaf.pmax[i - 1] >= min_end {
+            while i > 0 && leaf.ep[i - 1].pmax >= min_end {
                 i -= 1;
-                if leaf.ends[i] >= min_end {
+                if leaf.ep[i].end >= min_end {
                     f(leaf.starts[i], &leaf.slots[i]);
                 }
             }
@@ -553,9 +564,9 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         }
         let inner = &self.inners[node as usize];
         let mut i = inner.lo_start[..inner.n].partition_point(|&s| s <= max_start);
-        while i > 0 && inner.pmax[i - 1] >= min_end {
+        while i > 0 && inner.em[i - 1].pmax >= min_end {
             i -= 1;
-            if inner.max_end[i] >= min_end {
+            if inner.em[i].end >= min_end {
                 self.visit_in(inner.child[i], level - 1, max_start, min_end, f);
             }
         }
@@ -565,6 +576,40 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     /// contains `span` and whose access suffices for `access` (spec.md#S2.1).
     #[inline]
     pub fn covering(&self, span: PageSpan, access: Access) -> Option<&Slot<T>> {
+        // The usual case, one loop: a single descent while, at every node,
+        // only the last candidate child (or entry) can reach `span.end`.
+        let (f, g) = (span.first, span.end);
+        let (mut node, mut level) = (self.root as usize, self.height);
+        while level > 0 {
+            let inner = &self.inners[node];
+            let c = match inner.lo_start[..inner.n].partition_point(|&s| s <= f) {
+                0 => return None,
+                i => i - 1,
+            };
+            if c > 0 && inner.em[c - 1].pmax >= g {
+                return self.covering_walk(span, access);
+            }
+            if inner.em[c].end < g {
+                return None;
+            }
+            node = inner.child[c] as usize;
+            level -= 1;
+        }
+        let leaf = &self.leaves[node];
+        let c = match leaf.starts[..leaf.n].partition_point(|&s| s <= f) {
+            0 => return None,
+            i => i - 1,
+        };
+        if c > 0 && leaf.ep[c - 1].pmax >= g {
+            return self.covering_walk(span, access);
+        }
+        let s = &leaf.slots[c];
+        (leaf.ep[c].end >= g && s.access.suffices_for(access)).then_some(s)
+    }
+
+    /// [`Self::covering`] when several entries may cover: the full walk.
+    #[inline(never)]
+    fn covering_walk(&self, span: PageSpan, access: Access) -> Option<&Slot<T>> {
         let mut best: Option<&Slot<T>> = None;
         self.visit(span.first, span.end, &mut |_, s| {
             if s.access.suffices_for(access) && best.is_none_or(|b| s.id < b.id) {
@@ -592,7 +637,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     pub fn iter(&self) -> impl Iterator<Item = (PageSpan, &Slot<T>)> {
         self.leaf_order().into_iter().flat_map(move |l| {
             let leaf = &self.leaves[l as usize];
-            (0..leaf.n).map(move |i| (PageSpan { first: leaf.starts[i], end: leaf.ends[i] }, &leaf.slots[i]))
+            (0..leaf.n).map(move |i| (PageSpan { first: leaf.starts[i], end: leaf.ep[i].end }, &leaf.slots[i]))
         })
     }
 }
