@@ -3,6 +3,7 @@
 # same workloads on the same address sequences, in one run: every workload
 # runs on both sides in turn (which side goes first alternates by round), for
 # ROUNDS rounds (default 5); summarize.py prints medians and mrcache/UCX ratios
+# (of process CPU time per operation; wall-clock ratios beside them)
 # and exits non-zero when a target of issue 12 is missed.
 #
 #   bash bench/ucx/run.sh                 # full run (a few minutes)

@@ -84,11 +84,23 @@ static ucs_rcache_t *new_rcache(unsigned long max_regions)
     return rc;
 }
 
-static double now(void)
+/* A point in time: wall clock and the CPU time of the whole process (all
+ * threads, user and system). On a shared machine the CPU time is the
+ * steadier figure: it does not count the time other processes run. */
+struct mark { double wall, cpu; };
+
+static struct mark now(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
+    struct timespec w, c;
+    clock_gettime(CLOCK_MONOTONIC, &w);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c);
+    return (struct mark){ w.tv_sec * 1e9 + w.tv_nsec, c.tv_sec * 1e9 + c.tv_nsec };
+}
+
+/* Prints "<name> ns=<wall per op> cpu=<cpu per op><extra>". */
+static void report(const char *name, struct mark a, struct mark b, double ops, const char *extra)
+{
+    printf("%s ns=%.2f cpu=%.2f%s\n", name, (b.wall - a.wall) / ops, (b.cpu - a.cpu) / ops, extra ? extra : "");
 }
 
 /* Address space only (never touched): the registrar does not pin. */
@@ -133,9 +145,9 @@ static void hit64k(long iters)
     ucs_rcache_t *rc = new_rcache(ULONG_MAX);
     uintptr_t buf = reserve(64 * KIB);
     get_put(rc, buf, 64 * KIB);
-    double t = now();
+    struct mark t = now();
     for (long k = 0; k < iters; k++) get_put(rc, buf, 64 * KIB);
-    printf("hit64k ns=%.2f\n", (now() - t) / iters);
+    report("hit64k", t, now(), iters, NULL);
     ucs_rcache_destroy(rc);
 }
 
@@ -146,13 +158,15 @@ static void hit(uint32_t n, long iters, int seq)
     for (uint32_t i = 0; i < n; i++) get_put(rc, base + (size_t)i * REGION, REGION);
     struct rng g = { SEED };
     uint32_t i = 0;
-    double t = now();
+    struct mark t = now();
     for (long k = 0; k < iters; k++) {
         uint32_t j = seq ? i : below(&g, n);
         if (++i == n) i = 0;
         get_put(rc, base + (size_t)j * REGION, REGION);
     }
-    printf("hit%s/%u ns=%.2f\n", seq ? "-seq" : "", n, (now() - t) / iters);
+    char name[64];
+    snprintf(name, sizeof(name), "hit%s/%u", seq ? "-seq" : "", n);
+    report(name, t, now(), iters, NULL);
     ucs_rcache_destroy(rc);
 }
 
@@ -162,14 +176,18 @@ static void fill(uint32_t n)
     long rss0 = rss_bytes();
     ucs_rcache_t *rc = new_rcache(ULONG_MAX);
     uintptr_t base = reserve((size_t)(n + extra) * REGION);
-    double t0 = now();
+    struct mark t0 = now();
     for (uint32_t i = 0; i < n; i++) get_put(rc, base + (size_t)i * REGION, REGION);
-    double t1 = now();
+    struct mark t1 = now();
     long rss1 = rss_bytes();
+    struct mark t2 = now();
     for (uint32_t i = n; i < n + extra; i++) get_put(rc, base + (size_t)i * REGION, REGION);
-    double t2 = now();
-    printf("fill/%u ns=%.1f\n", n, (t1 - t0) / n);
-    printf("marginal/%u ns=%.1f\n", n, (t2 - t1) / extra);
+    struct mark t3 = now();
+    char name[64];
+    snprintf(name, sizeof(name), "fill/%u", n);
+    report(name, t0, t1, n, NULL);
+    snprintf(name, sizeof(name), "marginal/%u", n);
+    report(name, t2, t3, extra, NULL);
     printf("rss/%u bytes=%.1f\n", n, (double)(rss1 - rss0) / n);
     if (n_reg != n + extra) { fprintf(stderr, "ucx_arm: fill registered %lu\n", n_reg); exit(2); }
     ucs_rcache_destroy(rc);
@@ -182,9 +200,11 @@ static void evict(uint32_t n, unsigned long max, long iters)
     long k;
     for (k = 0; k < (long)max; k++) get_put(rc, base + (size_t)(k % n) * REGION, REGION);
     unsigned long r0 = n_reg, d0 = n_dereg;
-    double t = now();
+    struct mark t = now();
     for (; k < (long)max + iters; k++) get_put(rc, base + (size_t)(k % n) * REGION, REGION);
-    printf("evict/%u/%lu ns=%.1f\n", n, max, (now() - t) / iters);
+    char name[64];
+    snprintf(name, sizeof(name), "evict/%u/%lu", n, max);
+    report(name, t, now(), iters, NULL);
     if (n_reg - r0 != (unsigned long)iters || n_dereg - d0 < (unsigned long)iters - max) {
         fprintf(stderr, "ucx_arm: evict: %lu registrations, %lu deregistrations\n", n_reg - r0, n_dereg - d0);
         exit(2);
@@ -217,9 +237,11 @@ static void hit2t(uint32_t n, long iters)
         pthread_create(&th[t], NULL, hit_worker, &w[t]);
     }
     pthread_barrier_wait(&go);
-    double t0 = now();
+    struct mark t0 = now();
     for (int t = 0; t < 2; t++) pthread_join(th[t], NULL);
-    printf("hit2t/%u ns=%.2f\n", n, (now() - t0) / iters);
+    struct mark t1 = now();
+    /* Wall time per get+put per thread; CPU time per get+put. */
+    printf("hit2t/%u ns=%.2f cpu=%.2f\n", n, (t1.wall - t0.wall) / iters, (t1.cpu - t0.cpu) / (2.0 * iters));
     ucs_rcache_destroy(rc);
 }
 
@@ -227,15 +249,19 @@ static void overlap(uint32_t n, long iters)
 {
     ucs_rcache_t *rc = new_rcache(ULONG_MAX);
     uintptr_t base = reserve((size_t)(n + 1) * REGION);
-    double t0 = now();
+    struct mark t0 = now();
     for (uint32_t i = 0; i < n; i++) get_put(rc, base + (size_t)i * REGION, 2 * REGION);
-    double t1 = now();
+    struct mark t1 = now();
     struct rng g = { SEED };
-    double t2 = now();
+    struct mark t2 = now();
     for (long k = 0; k < iters; k++) get_put(rc, base + (size_t)below(&g, n) * REGION, 2 * REGION);
-    double t3 = now();
-    printf("overlap-fill/%u ns=%.1f regs=%lu\n", n, (t1 - t0) / n, n_reg);
-    printf("overlap-hit/%u ns=%.2f\n", n, (t3 - t2) / iters);
+    struct mark t3 = now();
+    char name[64], extra[64];
+    snprintf(name, sizeof(name), "overlap-fill/%u", n);
+    snprintf(extra, sizeof(extra), " regs=%lu", n_reg);
+    report(name, t0, t1, n, extra);
+    snprintf(name, sizeof(name), "overlap-hit/%u", n);
+    report(name, t2, t3, iters, NULL);
     ucs_rcache_destroy(rc);
 }
 
@@ -247,17 +273,21 @@ static void unmap(uint32_t n, long iters)
     /* Pages no entry touches, one mapping each. */
     uintptr_t *spare = malloc(iters * sizeof(*spare));
     for (long k = 0; k < iters; k++) spare[k] = reserve(4096);
-    double t0 = now();
+    struct mark t0 = now();
     for (long k = 0; k < iters; k++) munmap((void *)spare[k], 4096);
-    double t1 = now();
+    struct mark t1 = now();
     unsigned long d0 = n_dereg;
-    double t2 = now();
+    struct mark t2 = now();
     for (long k = 0; k < iters; k++) munmap((void *)(base + (size_t)k * REGION), 4096);
-    double t3 = now();
+    struct mark t3 = now();
     /* UCX may have queued some (hook without the lock): one get drains. */
     get_put(rc, base + (size_t)(n - 1) * REGION, REGION);
-    printf("unmap-none/%u ns=%.1f\n", n, (t1 - t0) / iters);
-    printf("unmap-one/%u ns=%.1f deregs=%lu\n", n, (t3 - t2) / iters, n_dereg - d0);
+    char name[64], extra[64];
+    snprintf(name, sizeof(name), "unmap-none/%u", n);
+    report(name, t0, t1, iters, NULL);
+    snprintf(name, sizeof(name), "unmap-one/%u", n);
+    snprintf(extra, sizeof(extra), " deregs=%lu", n_dereg - d0);
+    report(name, t2, t3, iters, extra);
     free(spare);
     ucs_rcache_destroy(rc);
 }

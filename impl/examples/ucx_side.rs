@@ -74,8 +74,26 @@ fn get_put(c: &Cache<CountingRegistrar>, addr: u64, len: u64) {
     c.acquire(black_box(addr), len, RW).unwrap().release();
 }
 
-fn per(t: Instant, n: u64) -> f64 {
-    t.elapsed().as_nanos() as f64 / n as f64
+/// A point in time: wall clock and the CPU time of the whole process (all
+/// threads, user and system), as the C arm takes them. On a shared machine
+/// the CPU time is the steadier figure.
+#[derive(Clone, Copy)]
+struct Mark {
+    wall: Instant,
+    cpu: f64,
+}
+
+fn now() -> Mark {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Mark { wall: Instant::now(), cpu: ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64 }
+}
+
+/// `<name> ns=<wall per op> cpu=<cpu per op><extra>`.
+fn report(name: &str, a: Mark, b: Mark, ops: u64, extra: &str) {
+    let wall = (b.wall - a.wall).as_nanos() as f64 / ops as f64;
+    println!("{name} ns={wall:.2} cpu={:.2}{extra}", (b.cpu - a.cpu) / ops as f64);
 }
 
 fn arg(a: &[String], i: usize) -> u64 {
@@ -90,11 +108,11 @@ fn main() {
             let c = cache(None);
             let buf = reserve(64 * KIB);
             get_put(&c, buf, 64 * KIB);
-            let t = Instant::now();
+            let t = now();
             for _ in 0..iters {
                 get_put(&c, buf, 64 * KIB);
             }
-            println!("hit64k ns={:.2}", per(t, iters));
+            report("hit64k", t, now(), iters, "");
         }
         "hit" => {
             let (n, iters) = (arg(&a, 2) as u32, arg(&a, 3));
@@ -106,7 +124,7 @@ fn main() {
             }
             let mut g = Rng(SEED);
             let mut i = 0u32;
-            let t = Instant::now();
+            let t = now();
             for _ in 0..iters {
                 let j = if seq { i } else { g.below(n) };
                 i += 1;
@@ -115,7 +133,7 @@ fn main() {
                 }
                 get_put(&c, base + j as u64 * REGION, REGION);
             }
-            println!("hit{}/{n} ns={:.2}", if seq { "-seq" } else { "" }, per(t, iters));
+            report(&format!("hit{}/{n}", if seq { "-seq" } else { "" }), t, now(), iters, "");
             assert_eq!(c.registrar().registered.load(Ordering::Relaxed), n as u64, "a hit missed");
         }
         "fill" => {
@@ -124,19 +142,19 @@ fn main() {
             let rss0 = rss_bytes();
             let c = cache(None);
             let base = reserve((n + extra) * REGION);
-            let t0 = Instant::now();
+            let t0 = now();
             for i in 0..n {
                 get_put(&c, base + i * REGION, REGION);
             }
-            let fill = per(t0, n);
+            let t1 = now();
             let rss1 = rss_bytes();
-            let t1 = Instant::now();
+            let t2 = now();
             for i in n..n + extra {
                 get_put(&c, base + i * REGION, REGION);
             }
-            let marginal = per(t1, extra);
-            println!("fill/{n} ns={fill:.1}");
-            println!("marginal/{n} ns={marginal:.1}");
+            let t3 = now();
+            report(&format!("fill/{n}"), t0, t1, n, "");
+            report(&format!("marginal/{n}"), t2, t3, extra, "");
             println!("rss/{n} bytes={:.1}", (rss1 - rss0) as f64 / n as f64);
             assert_eq!(c.registrar().registered.load(Ordering::Relaxed), n + extra);
         }
@@ -148,11 +166,11 @@ fn main() {
                 get_put(&c, base + (k % n) * REGION, REGION);
             }
             let r0 = c.registrar().registered.load(Ordering::Relaxed);
-            let t = Instant::now();
+            let t = now();
             for k in max..max + iters {
                 get_put(&c, base + (k % n) * REGION, REGION);
             }
-            println!("evict/{n}/{max} ns={:.1}", per(t, iters));
+            report(&format!("evict/{n}/{max}"), t, now(), iters, "");
             assert_eq!(c.registrar().registered.load(Ordering::Relaxed) - r0, iters, "an eviction case hit");
         }
         "hit2t" => {
@@ -176,28 +194,31 @@ fn main() {
                     });
                 }
                 go.wait();
-                Instant::now()
+                now()
             });
-            println!("hit2t/{n} ns={:.2}", per(t, iters));
+            let t1 = now();
+            // Wall time per get+put per thread; CPU time per get+put.
+            let wall = (t1.wall - t.wall).as_nanos() as f64 / iters as f64;
+            println!("hit2t/{n} ns={wall:.2} cpu={:.2}", (t1.cpu - t.cpu) / (2 * iters) as f64);
         }
         "overlap" => {
             let (n, iters) = (arg(&a, 2) as u32, arg(&a, 3));
             let c = cache(None);
             let base = reserve((n as u64 + 1) * REGION);
-            let t0 = Instant::now();
+            let t0 = now();
             for i in 0..n as u64 {
                 get_put(&c, base + i * REGION, 2 * REGION);
             }
-            let fill = per(t0, n as u64);
+            let t1 = now();
             let mut g = Rng(SEED);
-            let t1 = Instant::now();
+            let t2 = now();
             for _ in 0..iters {
                 get_put(&c, base + g.below(n) as u64 * REGION, 2 * REGION);
             }
-            let hit = per(t1, iters);
+            let t3 = now();
             let regs = c.registrar().registered.load(Ordering::Relaxed);
-            println!("overlap-fill/{n} ns={fill:.1} regs={regs}");
-            println!("overlap-hit/{n} ns={hit:.2}");
+            report(&format!("overlap-fill/{n}"), t0, t1, n as u64, &format!(" regs={regs}"));
+            report(&format!("overlap-hit/{n}"), t2, t3, iters, "");
             assert_eq!(regs, n as u64, "overlapping entries were not all cached");
         }
         w @ ("unmap" | "unmap-uffd") => {
@@ -217,34 +238,34 @@ fn main() {
                     c.invalidate(addr, 4096, ReleaseKind::Munmap).unwrap();
                 }
             };
-            let t0 = Instant::now();
+            let t0 = now();
             for &p in &spare {
                 munmap(p);
             }
-            let none = per(t0, iters);
-            let t1 = Instant::now();
+            let t1 = now();
+            let t2 = now();
             for k in 0..iters {
                 munmap(base + k * REGION);
             }
-            let one = per(t1, iters);
+            let t3 = now();
             // The uffd monitor applies events after munmap returns: wait for them.
             let deadline = Instant::now() + std::time::Duration::from_secs(10);
             while c.registrar().deregistered.load(Ordering::Relaxed) < iters && Instant::now() < deadline {
                 std::thread::yield_now();
             }
             let deregs = c.registrar().deregistered.load(Ordering::Relaxed);
-            println!("{w}-none/{n} ns={none:.1}");
-            println!("{w}-one/{n} ns={one:.1} deregs={deregs}");
+            report(&format!("{w}-none/{n}"), t0, t1, iters, "");
+            report(&format!("{w}-one/{n}"), t2, t3, iters, &format!(" deregs={deregs}"));
             assert_eq!(deregs, iters, "a munmap did not invalidate its entry");
             if !uffd {
                 // The syscall alone, for reference.
                 let bare: Vec<u64> = (0..iters).map(|_| reserve(4096)).collect();
-                let t = Instant::now();
+                let t = now();
                 for &p in &bare {
                     // SAFETY: as above.
                     assert_eq!(unsafe { libc::munmap(p as *mut libc::c_void, 4096) }, 0);
                 }
-                println!("munmap-bare ns={:.1}", per(t, iters));
+                report("munmap-bare", t, now(), iters, "");
             }
         }
         _ => {
