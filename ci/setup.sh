@@ -4,7 +4,7 @@
 #   chromium: the explorer's headless browser test
 #   openmpi-bin libopenmpi-dev: `mrcache record` (the PMPI recorder is built against mpi.h; tests/record.rs runs mpirun),
 #     and the Open MPI grdma conformance adapter (conformance/adapters/ompi.c)
-#   libucx-dev: the UCX ucs_rcache conformance adapter (conformance/adapters/ucx.c)
+#   libucx-dev: the UCX ucs_rcache conformance adapter (conformance/adapters/ucx.c) and bench/ucx/run.sh's UCX arm
 set -euo pipefail
 pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev)
 missing=()
