@@ -121,7 +121,8 @@ impl InvalidationQueue {
         out.reserve(self.cap);
         let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let n = q.events.len();
-        out.extend(q.events.drain(..));
+        // Moves the events; the buffer keeps its capacity (nothing is freed here).
+        out.append(&mut q.events);
         q.hull = None;
         self.len.store(0, Ordering::Release);
         n
