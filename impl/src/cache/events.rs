@@ -42,6 +42,9 @@ pub(super) struct Draining<'a>(pub(super) &'a AtomicU64);
 
 impl<'a> Draining<'a> {
     pub(super) fn new<R: Registrar>(shared: &'a Shared<R>) -> Self {
+        // SeqCst: raised before any event leaves the queue or the monitor. The
+        // uffd read after it publishes nothing to LN1 by itself (the released
+        // thread is woken by the kernel), so the raise is a full barrier.
         shared.draining.fetch_add(1, Ordering::SeqCst);
         Draining(&shared.draining)
     }
@@ -49,6 +52,8 @@ impl<'a> Draining<'a> {
 
 impl Drop for Draining<'_> {
     fn drop(&mut self) {
+        // Release: the applied events (removals, revokes) happen before an
+        // LN1 whose Acquire load then reads 0.
         self.0.fetch_sub(1, Ordering::Release);
     }
 }

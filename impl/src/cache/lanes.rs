@@ -201,13 +201,20 @@ impl<R: Registrar> LaneSlot<R> {
         }
     }
 
-    /// Outstanding leases: `held − remote` (remote read first, acquire, so
-    /// that the owner's increments before a transferred lease are seen).
+    /// Outstanding leases: `held − remote` (remote read first, so that the
+    /// owner's increments before a transferred lease are seen).
     pub(super) fn count(&self) -> u64 {
+        // SeqCst, not just Acquire: these are the loads of LN6's store-buffering
+        // pair (LN1: store `held`, load `ptr`; LN5: store `ptr`, load the
+        // count), whose barriers loom models with sequentially consistent
+        // accesses.
         let remote = self.remote.load(Ordering::SeqCst);
         self.held.load(Ordering::SeqCst).wrapping_sub(remote)
     }
 
+    /// Every access is SeqCst: written only under the lanes mutex (LN4, LN5),
+    /// which orders them; SeqCst keeps them in the one order in which loom
+    /// checks LN6 against the counts.
     pub(super) fn pin(&self) -> &AtomicPtr<Entry<R>> {
         &self.pin
     }
