@@ -172,6 +172,7 @@
 
 pub mod algo;
 pub mod config;
+pub mod mutant;
 pub mod pinned;
 pub mod props;
 pub mod report;

@@ -269,6 +269,15 @@ impl Ctx<'_> {
         }
     }
 
+    //= spec.md#A2
+    pub(super) fn a2(&mut self, t: usize) {
+        note!(self, "A2: T{t} takes the lock exclusive and drains");
+        self.lock_exclusive(t as Actor);
+        self.drain_queue(t as Actor);
+        self.read_and_apply_uffd(t as Actor);
+        self.thread_mut(t).pc = Pc::A3;
+    }
+
     pub(super) fn a3(&mut self, t: usize) {
         let (req, access) = (self.acq(t).req, self.acq(t).access);
         //= spec.md#A3
@@ -314,6 +323,19 @@ impl Ctx<'_> {
             self.s.registrar_free_left = false;
             self.start_event(t, ReleaseKind::Munmap, Span::new(p, p + 1), Origin::Registrar);
         }
+    }
+
+    //= spec.md#A6
+    pub(super) fn a6(&mut self, t: usize) {
+        note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries if the insert could exceed a limit, and drains");
+        self.lock_exclusive(t as Actor);
+        let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
+        if self.m.could_exceed_limits(self.s, bytes) {
+            self.note_unleased(t);
+        }
+        self.drain_queue(t as Actor);
+        self.read_and_apply_uffd(t as Actor);
+        self.thread_mut(t).pc = Pc::A7;
     }
 
     pub(super) fn a7(&mut self, t: usize, alt: bool) {

@@ -5,7 +5,6 @@
 //! are explored. See the crate docs for the step mapping.
 
 use crate::config::{compile_scripts, CacheFrees, CheckConfig, MonitorKind, Mutant, ScriptOp, MAX_PAGES};
-use crate::props;
 use crate::state::*;
 use lanes::revoke_label;
 use mrcache_model::Model as RefModel;
@@ -85,12 +84,13 @@ macro_rules! note {
     };
 }
 
-
 mod acquire;
+mod dereg;
 mod events;
 mod evict;
 mod fork;
 mod lanes;
+mod properties;
 mod release;
 mod tso;
 
@@ -449,12 +449,6 @@ impl Ctx<'_> {
         note!(self, "registrar: deregister #{h} ({})", reg_line(h, &self.s.regs[h as usize]));
     }
 
-    pub(super) fn perform_dereg(&mut self, a: Actor) {
-        for h in std::mem::take(self.dereg_list(a)) {
-            self.deregister(h);
-        }
-    }
-
     pub(super) fn lock_shared(&mut self) {
         self.s.lock = match self.s.lock {
             Lock::Free => Lock::Shared(1),
@@ -487,23 +481,6 @@ impl Ctx<'_> {
         self.s.threads[t].prelocked
     }
 
-    //= spec.md#H2
-    //= spec.md#A11
-    /// Unlock (exclusive), then perform the dereg list. The holder first drains
-    /// what hooks queued while it held the lock: H2's "the holder ... drains".
-    /// Without it (mutant `queue-never-drained`), an event queued while the lock was busy waits for
-    /// a later slow path, which may never come (L1).
-    pub(super) fn unlock_exclusive(&mut self, a: Actor) {
-        assert_eq!(self.s.lock, Lock::Exclusive(a), "{} unlocks a lock it does not hold", actor_name(a));
-        let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::HolderSkipsDrain);
-        if !skip && (!self.s.queue.is_empty() || !self.popped_mut(a).is_empty()) {
-            note!(self, "{} drains the queue before it unlocks (events queued while it held the lock)", actor_name(a));
-            self.drain_queue(a);
-        }
-        self.s.lock = Lock::Free;
-        self.perform_dereg(a);
-    }
-
     pub(super) fn thread_step(&mut self, t: usize, alt: bool) {
         if self.m.cfg.lanes {
             if self.s.threads[t].revoke.is_some() {
@@ -529,28 +506,10 @@ impl Ctx<'_> {
         match self.s.threads[t].pc {
             Pc::Idle => self.start_op(t),
             Pc::A1Look => self.a1_lookup(t),
-            Pc::A2 => {
-                //= spec.md#A2
-                note!(self, "A2: T{t} takes the lock exclusive and drains");
-                self.lock_exclusive(t as Actor);
-                self.drain_queue(t as Actor);
-                self.read_and_apply_uffd(t as Actor);
-                self.thread_mut(t).pc = Pc::A3;
-            }
+            Pc::A2 => self.a2(t),
             Pc::A3 => self.a3(t),
             Pc::A5 => self.a5(t, alt),
-            Pc::A6 => {
-                //= spec.md#A6
-                note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries if the insert could exceed a limit, and drains");
-                self.lock_exclusive(t as Actor);
-                let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
-                if self.m.could_exceed_limits(self.s, bytes) {
-                    self.note_unleased(t);
-                }
-                self.drain_queue(t as Actor);
-                self.read_and_apply_uffd(t as Actor);
-                self.thread_mut(t).pc = Pc::A7;
-            }
+            Pc::A6 => self.a6(t),
             Pc::A7 => self.a7(t, alt),
             Pc::A10 => self.a10(t),
             Pc::A10b => self.a10b(t),
@@ -591,12 +550,7 @@ impl Ctx<'_> {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
                 self.thread_mut(t).acq =
                     Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
-                if let Some((slot, h)) = self.m.ln1_slot(self.s, t, span, access) {
-                    //= spec.md#LN1
-                    //# if the queue is empty and a slot of this thread's lane has exactly
-                    //# the request's key (page span, access) and a non-null `ptr`
-                    note!(self, "LN1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
-                    self.thread_mut(t).pc = Pc::LN1Store { slot, h };
+                if self.ln1_start(t, span, access) {
                     return;
                 }
                 self.a1_enter(t);
@@ -657,7 +611,7 @@ impl Model for AlgoModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        props::properties(self)
+        properties::properties(self)
     }
 
     fn format_action(&self, a: &Action) -> String {
