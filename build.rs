@@ -1,4 +1,5 @@
-//! Builds the PMPI recorder (`recorder/pmpi_shim.c`) into
+//! Builds the PMPI recorder (`recorder/pmpi_shim.c`, which includes the parts
+//! in `recorder/pmpi/`) into
 //! `$OUT_DIR/libmrcache_pmpi.so`, which `mrcache record` embeds.
 //!
 //! The shim needs Open MPI's `mpi.h`. Without it the build still succeeds, and
@@ -13,6 +14,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(mrcache_pmpi)");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=recorder/pmpi_shim.c");
+    println!("cargo:rerun-if-changed=recorder/pmpi");
     println!("cargo:rerun-if-env-changed=MPICC");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let so = out.join("libmrcache_pmpi.so");

@@ -2,9 +2,11 @@
 # Installs the system packages mrcache needs (Debian). Idempotent and quiet.
 #   libibverbs-dev librdmacm-dev libclang-dev clang pkg-config: the verbs registrar (rdma-sys, bindgen)
 #   chromium: the explorer's headless browser test
-#   openmpi-bin libopenmpi-dev: `mrcache record` (the PMPI recorder is built against mpi.h; tests/record.rs runs mpirun)
+#   openmpi-bin libopenmpi-dev: `mrcache record` (the PMPI recorder is built against mpi.h; tests/record.rs runs mpirun),
+#     and the Open MPI grdma conformance adapter (conformance/adapters/ompi.c)
+#   libucx-dev: the UCX ucs_rcache conformance adapter (conformance/adapters/ucx.c) and bench/ucx/run.sh's UCX arm
 set -euo pipefail
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

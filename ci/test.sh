@@ -5,6 +5,21 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 # Tests run with the optimised [profile.test] (model checks live in them).
 cargo test --workspace --no-fail-fast
+# The spec citation check again, to show its count of exceptions.
+cargo test -q -p mrcache-checker --test step_ids -- --nocapture citations_are
+# Lints: every target, warnings are errors (impl/ also denies unsafe code
+# without a SAFETY comment, Cargo.toml [lints]).
+cargo clippy -q --workspace --all-targets -- -D warnings
+# Contention smoke (issue 10; the long runs are `bash ci/stress.sh contention`):
+# the unmodified concurrent test, one copy per CPU beside two busy loops on
+# each (where the old P2 oracle failed 3 runs in 386), for 60 s.
+concurrent=$(cargo test -q -p mrcache --test concurrent --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="concurrent": print(m["executable"])')
+MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds 60 --name smoke -- \
+  "$concurrent" --exact four_threads_with_limits
 # The verbs registrar builds and its device-free tests run.
 cargo test -p mrcache --features verbs --lib registrar::verbs
 # loom: the lease handoff, the invalidation queue and the sequence retry.

@@ -36,7 +36,7 @@ pub struct CheckArgs {
     /// Monitor: sync (hook in the releasing thread) or async (userfaultfd).
     #[arg(long, default_value = "sync", value_name = "sync|async")]
     pub monitor: MonitorKind,
-    /// Check a broken variant of the algorithm (a name or number; see --list-mutants).
+    /// Check a broken variant of the algorithm (a name; see --list-mutants).
     /// Options the mutant needs (monitor, policy, limits, nested frees) are turned on.
     #[arg(long, value_name = "M")]
     pub mutant: Option<Mutant>,
@@ -177,10 +177,10 @@ fn load_scripts(path: &PathBuf) -> anyhow::Result<Vec<Vec<Op>>> {
 }
 
 fn list_mutants() {
-    println!("{:>3}  {:<34} {:<10} what", "#", "mutant", "caught by");
+    println!("{:<34} {:<10} what", "mutant", "caught by");
     for m in Mutant::ALL {
         let ids: Vec<&str> = m.caught_by().iter().map(|p| mrcache_checker::props::spec_id(p)).collect();
-        println!("{:>3}  {:<34} {:<10} {}", m.number(), m.name(), ids.join(" or "), m.description());
+        println!("{:<34} {:<10} {}", m.name(), ids.join(" or "), m.description());
     }
 }
 

@@ -163,19 +163,14 @@ struct Buffer {
 
 impl Buffer {
     fn map(len: u64) -> Result<Buffer> {
+        let addr = mrcache::mem::map_anon(len, 0)
+            .map_err(|e| anyhow!("cannot map {} MiB to measure registration: {e}", len >> 20))?;
         let len = len as usize;
-        // SAFETY: a fresh private anonymous mapping; nothing else is touched.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            bail!("cannot map {} MiB to measure registration: {}", len >> 20, std::io::Error::last_os_error());
-        }
         // Touch every page: registering memory that is in use, as MPI does,
         // not the first-touch faults.
-        // SAFETY: `p` is our own writable mapping of `len` bytes.
-        unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, len) };
-        Ok(Buffer { addr: p as u64, len })
+        // SAFETY: `addr` is our own writable mapping of `len` bytes.
+        unsafe { std::ptr::write_bytes(addr as *mut u8, 1, len) };
+        Ok(Buffer { addr, len })
     }
 }
 

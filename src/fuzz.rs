@@ -435,6 +435,16 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn mutants_are_the_caches_fault_switches() {
+        use clap::ValueEnum;
+        for m in Mutant::value_variants() {
+            let name = m.to_possible_value().unwrap().get_name().to_string();
+            let switch = mrcache::types::mutants::fault_switch(&name).unwrap_or_else(|| panic!("{name}: no such fault switch"));
+            assert!(format!("{:?}", faults_of(Some(*m))).contains(&format!("{}: true", switch.field)));
+        }
+    }
+
     // The dma layer is left to impl/tests/dma_oracle.rs and ci/stress.sh: it
     // churns holes into memory, and the other tests of this binary create
     // threads (stacks, signal stacks) at any time, which could land in them.

@@ -2,7 +2,9 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
-use mrcache_cli::{check, cost, fuzz, plot, record, replay, report};
+#[cfg(feature = "testkit")]
+use mrcache_cli::fuzz;
+use mrcache_cli::{check, conform, conform_adapter, cost, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -32,7 +34,13 @@ enum Command {
     /// Model-check the concurrent algorithm of spec.md §A (stateright).
     Check(check::CheckArgs),
     /// Long randomized runs of every test layer: differential, linearizability, stale-DMA oracle.
+    #[cfg(feature = "testkit")]
     Fuzz(fuzz::FuzzArgs),
+    /// Run the conformance cases against a cache behind an adapter (docs/conformance-protocol.md).
+    Conform(conform::ConformArgs),
+    /// A conformance adapter: mrcache itself (uffd monitor), or the toy cache.
+    #[command(hide = true)]
+    Adapter(conform_adapter::AdapterArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
         #[arg(long, default_value_t = 3000)]
@@ -83,7 +91,17 @@ fn main() -> ExitCode {
         }),
         Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
+        #[cfg(feature = "testkit")]
         Command::Fuzz(args) => fuzz::run(&args).map(|code| code.clamp(0, 255) as u8),
+        Command::Conform(args) => conform::run(&args).map(|r| {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("the report serialises"));
+            } else {
+                print!("{}", conform::table(&r));
+            }
+            u8::from(r.failed() > 0)
+        }),
+        Command::Adapter(args) => conform_adapter::run(&args),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {

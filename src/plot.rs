@@ -105,8 +105,28 @@ fn title(t: &TraceReport, what: &str) -> String {
 
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// A chart's mesh, in one style on every chart: set the descriptions, then
+/// `.draw()`.
+macro_rules! mesh {
+    ($chart:expr) => {
+        $chart.configure_mesh().light_line_style(LIGHT).bold_line_style(BOLD).label_style(LABEL_FONT).axis_desc_style(DESC_FONT)
+    };
+}
+
+/// One overlap policy's line, labelled for the legend.
+macro_rules! policy_line {
+    ($chart:expr, $policy:expr, $points:expr) => {{
+        let (c, w) = (policy_color($policy), policy_width($policy));
+        $chart
+            .draw_series(LineSeries::new($points, c.stroke_width(w)))
+            .map_err(err)?
+            .label($policy.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+    }};
+}
+
 /// The legend, in one style on every chart.
-fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, at: SeriesLabelPosition) -> Result<()> {
+fn legend<'a, 'b: 'a, C: CoordTranslate>(chart: &mut ChartContext<'a, SVGBackend<'b>, C>, at: SeriesLabelPosition) -> Result<()> {
     chart
         .configure_series_labels()
         .label_font(LABEL_FONT)
@@ -146,12 +166,7 @@ fn category_chart(
             String::new()
         }
     };
-    chart
-        .configure_mesh()
-        .light_line_style(LIGHT)
-        .bold_line_style(BOLD)
-        .label_style(LABEL_FONT)
-        .axis_desc_style(DESC_FONT)
+    mesh!(chart)
         .x_desc(x_desc)
         .y_desc("hit rate (%)")
         .x_labels(n)
@@ -177,13 +192,8 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..x_max(&t.series), 0f64..y_max)
         .map_err(err)?;
-    chart.configure_mesh()
-        .light_line_style(LIGHT)
-        .bold_line_style(BOLD)
-        .label_style(LABEL_FONT)
-        .axis_desc_style(DESC_FONT).x_desc(x_desc(&t.series)).y_desc("pinned (MiB)").draw().map_err(err)?;
+    mesh!(chart).x_desc(x_desc(&t.series)).y_desc("pinned (MiB)").draw().map_err(err)?;
     for s in &t.series {
-        let (c, w) = (policy_color(s.policy), policy_width(s.policy));
         // Steps: pinned bytes hold until the next sample.
         let mut pts = Vec::with_capacity(2 * s.points.len());
         for (i, p) in s.points.iter().enumerate() {
@@ -192,11 +202,7 @@ fn pinned(t: &TraceReport, path: &Path) -> Result<()> {
             }
             pts.push((x_of(p), mib(p.pinned_bytes)));
         }
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(w)))
-            .map_err(err)?
-            .label(s.policy.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+        policy_line!(chart, s.policy, pts);
     }
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(err)?;
@@ -219,12 +225,7 @@ fn hits(t: &TraceReport, path: &Path) -> Result<()> {
                 .y_label_area_size(65)
                 .build_cartesian_2d(0f64..x_max(&t.series), $y)
                 .map_err(err)?;
-            chart
-                .configure_mesh()
-                .light_line_style(LIGHT)
-                .bold_line_style(BOLD)
-                .label_style(LABEL_FONT)
-                .axis_desc_style(DESC_FONT)
+            mesh!(chart)
                 .x_desc(x_desc(&t.series))
                 .y_desc($what)
                 .x_labels(5)
@@ -232,21 +233,9 @@ fn hits(t: &TraceReport, path: &Path) -> Result<()> {
                 .draw()
                 .map_err(err)?;
             for s in &t.series {
-                let (c, w) = (policy_color(s.policy), policy_width(s.policy));
-                chart
-                    .draw_series(LineSeries::new(s.points.iter().map(|p| (x_of(p), get(p))), c.stroke_width(w)))
-                    .map_err(err)?
-                    .label(s.policy.name())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+                policy_line!(chart, s.policy, s.points.iter().map(|p| (x_of(p), get(p))));
             }
-            chart
-                .configure_series_labels()
-                .label_font(LABEL_FONT)
-                .position($pos)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(err)?;
+            legend(&mut chart, $pos)?;
         }};
     }
     let hits_max = max_of(|p| p.hits).max(4.5) * 1.1;

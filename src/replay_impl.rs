@@ -78,21 +78,9 @@ struct Arena {
 impl Arena {
     fn map(len: u64) -> Result<Arena> {
         let len = usize::try_from(len.max(4096)).map_err(|_| anyhow!("arena of {len} bytes is too large"))?;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            bail!("cannot map a {} MiB replay arena: {}", len >> 20, std::io::Error::last_os_error());
-        }
-        Ok(Arena { base: p as u64, len })
+        let base = mrcache::mem::map_anon(len as u64, libc::MAP_NORESERVE)
+            .map_err(|e| anyhow!("cannot map a {} MiB replay arena: {e}", len >> 20))?;
+        Ok(Arena { base, len })
     }
 
     /// Replaces `[addr, addr+len)` (page-rounded) by fresh pages: the frames

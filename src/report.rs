@@ -248,6 +248,31 @@ pub fn run(args: &ReportArgs) -> Result<Report> {
 /// Bumps the progress bar every this many records.
 const PROGRESS_STEP: usize = 4096;
 
+/// One replay's share of the progress bar, in records.
+struct Records<'b> {
+    bar: &'b ProgressBar,
+    done: usize,
+}
+
+impl<'b> Records<'b> {
+    fn new(bar: &'b ProgressBar) -> Self {
+        Records { bar, done: 0 }
+    }
+
+    /// Record `i` was replayed: bumps the bar every [`PROGRESS_STEP`] records.
+    fn at(&mut self, i: usize) {
+        if i - self.done >= PROGRESS_STEP {
+            self.bar.inc((i - self.done) as u64);
+            self.done = i;
+        }
+    }
+
+    /// The replay of `total` records ended.
+    fn finish(self, total: usize) {
+        self.bar.inc((total - self.done) as u64);
+    }
+}
+
 fn model_run(
     name: &str,
     trace: &Trace,
@@ -258,7 +283,7 @@ fn model_run(
 ) -> Result<Run> {
     let mask = replay::skip_mask(trace, threshold);
     let every = (trace.records.len() / SERIES_POINTS).max(1);
-    let mut done = 0usize;
+    let mut progress = Records::new(bar);
     let mut next_sample = 0usize;
     let mut observe = |i: usize, m: &Model| {
         if let Some(points) = sample.as_deref_mut() {
@@ -269,13 +294,10 @@ fn model_run(
                 points.push(Point { index: i, t_s, pinned_bytes: s.pinned_bytes, hits: s.hits, misses: s.misses });
             }
         }
-        if i - done >= PROGRESS_STEP {
-            bar.inc((i - done) as u64);
-            done = i;
-        }
+        progress.at(i);
     };
     let report = replay::replay_model_with(name, trace, cfg, false, mask.as_deref(), &mut observe)?;
-    bar.inc((trace.records.len() - done) as u64);
+    progress.finish(trace.records.len());
     Ok(Run {
         policy: cfg.policy,
         eviction: cfg.eviction,
@@ -332,7 +354,7 @@ fn trace_report(
     let check_cfg = config(trace, OverlapPolicy::Merge, EvictionPolicy::Lru, Some(16 << 20));
     bar.set_message(format!("{label} cache (merge, 16 MiB)"));
     let mask = replay::skip_mask(trace, sweep);
-    let mut done = 0usize;
+    let mut progress = Records::new(bar);
     let cache = crate::replay_impl::replay_masked(
         trace,
         &name,
@@ -340,14 +362,9 @@ fn trace_report(
         crate::replay_impl::RegistrarKind::Counting,
         crate::replay_impl::MonitorKind::Explicit,
         mask.as_deref(),
-        &mut |i| {
-            if i - done >= PROGRESS_STEP {
-                bar.inc((i - done) as u64);
-                done = i;
-            }
-        },
+        &mut |i| progress.at(i),
     )?;
-    bar.inc((trace.records.len() - done) as u64);
+    progress.finish(trace.records.len());
     let model = replay::replay_model_with(&name, trace, check_cfg, false, mask.as_deref(), &mut |_, _| {})?.stats;
     if cache != model {
         anyhow::bail!(

@@ -48,7 +48,6 @@ impl fmt::Display for MonitorKind {
     }
 }
 
-
 impl Mutant {
     /// Makes `cfg` able to exhibit the mutant: the monitor, policy, nested
     /// events or limits it needs. Returns what was changed, for messages.
@@ -120,7 +119,6 @@ impl Mutant {
         changed
     }
 }
-
 
 /// Where the cache's own memory lives when it frees it under its lock (A9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -242,7 +240,7 @@ impl CheckConfig {
             s += &format!(", max_retries {}", self.max_retries);
         }
         if let Some(m) = self.mutant {
-            s += &format!(", mutant {} ({})", m.number(), m.name());
+            s += &format!(", mutant {}", m.name());
         }
         s
     }
@@ -450,7 +448,7 @@ pub fn lane_drain_scripts() -> Vec<Vec<Op>> {
 }
 
 /// Scripts where T0 holds a lane lease on A (slot 0) when its A1 hit on B
-/// would memoize B (mutant 24 takes the busy slot); T1's munmap of A then
+/// would memoize B (`lane-reuse-busy-slot` takes the busy slot); T1's munmap of A then
 /// revokes A.
 pub fn lane_reuse_scripts() -> Vec<Vec<Op>> {
     vec![

@@ -141,7 +141,7 @@
 //!    reads the flag after its decrement (mutant `over-limit-flag-late` breaks P5 otherwise).
 //! 5. *R1 touches the LRU stamp* of a findable entry (S2.2), *before* its
 //!    decrement: an eviction between a decrement and a later touch sees an
-//!    unleased entry with a stale stamp (mutants 16 and 19 break
+//!    unleased entry with a stale stamp (`release-no-lru-touch` and `release-touch-after-decrement` break
 //!    linearizability under limits).
 //!
 //! A8 returns `hit: true` and skips A10 (it inserts nothing). The LRU clock is
@@ -149,14 +149,15 @@
 //!
 //! # Not modeled
 //!
-//! Registrar failures (E5, the ENOMEM/EAGAIN pressure path of A5), fork:
-//! step F1 is out of scope (a fork child is single-threaded until it calls in,
-//! and the reference model covers S2.6),
-//! the bounded queue of L2 (queues stay tiny), `chunk_pages` (always 1),
-//! cost-aware eviction, and `flush`.
+//! Registrar failures *are* modeled (`CheckConfig::registrar_failures`,
+//! [`Action::RegistrarFails`]: ENOMEM first, which takes A5's trim, then
+//! ENOMEM or EINVAL, which return E5). Not modeled: fork (step F1 is out of
+//! scope: a fork child is single-threaded until it calls in, and the
+//! reference model covers S2.6), the bounded queue of L2 (queues stay tiny),
+//! `chunk_pages` (always 1), cost-aware eviction, and `flush`. The F1 tag
+//! below only keeps this crate's list of §A steps complete.
 //!
 //= spec.md#F1
-//# (not modeled: see "Not modeled" above)
 //!
 //! # API
 //!
@@ -165,8 +166,9 @@
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
-//! [`step_ids_in_spec`] / [`missing_step_ids`] check that every §A step is
-//! tagged in code; [`explore`] serves stateright's Explorer.
+//! [`stepids`] checks the spec citations of the whole repository (quotes
+//! verbatim, every numbered item cited by code and a test) and that every
+//! §A step is tagged in both encodings; [`explore`] serves stateright's Explorer.
 
 #![forbid(unsafe_code)]
 
@@ -181,7 +183,8 @@ pub mod state;
 pub mod stepids;
 
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
-pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Mutant, Span};
+pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
+pub use mutant::Mutant;
 pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};

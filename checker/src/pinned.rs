@@ -62,7 +62,7 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // Two registrar failures: ENOMEM (the trim of S5.4), then ENOMEM on
         // another acquire or EINVAL after the trim (E5); max_regions 1.
         "2x3+pressure" => CheckConfig { registrar_failures: 2, max_regions: Some(1), ..base(2, 3) },
-        // The LRU order decides the victim (mutants 16 and 19).
+        // The LRU order decides the victim (`release-no-lru-touch` and `release-touch-after-decrement`).
         "lru" => CheckConfig { scripts: Some(crate::config::lru_scripts()), max_regions: Some(2), ..base(2, 3) },
         // The lanes (LN1–LN6) under x86-TSO: a lane hit, a revoke that pins
         // it, an undo after a pin; with a limit (A6 revokes every slot); and

@@ -64,10 +64,10 @@ pub enum Pc {
     /// A7, then A8 or A9.
     A7,
     A10,
-    /// Second half of A10 (the scan in the correct order, the flag in mutant 13).
+    /// Second half of A10 (the scan in the correct order, the flag in `over-limit-flag-late`).
     A10b,
     A11,
-    /// Mutant 19: the LRU touch of a release, after its decrement.
+    /// `release-touch-after-decrement`: the LRU touch of a release, after its decrement.
     R1Touch(Handle, bool),
     R2,
     /// Lanes: LN1's store of `held + 1` into the store buffer (the slot and
@@ -218,7 +218,7 @@ pub struct Thread {
     pub held: Vec<(LeaseId, Handle)>,
     /// The current operation's dereg list.
     pub dereg: Vec<Handle>,
-    /// Mutant 10: entries marked INVALID whose count is still to be read.
+    /// `handoff-toctou`: entries marked INVALID whose count is still to be read.
     pub toctou: Vec<Handle>,
     /// Asleep in the kernel until its uffd event is read.
     pub waiting: bool,
@@ -245,7 +245,7 @@ pub enum MonPc {
     Idle,
     /// Polled readable (M1); waiting for the lock.
     Lock,
-    /// Ready to read (holding the lock, except in mutants 4 and 9).
+    /// Ready to read (holding the lock, except in `async-apply-outside-lock` and `async-blocking-read-outside-lock`).
     Read,
     /// Holding events it read, not yet applied.
     Apply,

@@ -1,8 +1,413 @@
-//! Traceability: every step of spec.md's §A table must be tagged in code with
-//! a comment line `//= spec.md#<ID>`. The checker's test scans `checker/src`; the same
-//! functions serve the implementation's test.
+//! Spec citations, checked (in the spirit of s2n-quic's duvet).
+//!
+//! Code cites spec.md with a line `//= spec.md#<ID>`, optionally followed by
+//! `//#` lines that quote the item. [`check`] reads spec.md, every source file
+//! of the repository and the exception list (`spec-citations.txt`), and
+//! reports, as [`Problem`]s:
+//!
+//! - a cited ID that is not an item of spec.md;
+//! - a quote that is not verbatim text of the item it cites (line breaks,
+//!   runs of spaces and markdown emphasis aside);
+//! - a numbered item (S, P, L, C, E, A, LN, H, M, R, F, T) cited by no code
+//!   that implements it or by no test that checks it, unless the exception
+//!   list names it, with a reason of its own;
+//! - an exception that is stale (the item is cited after all), unknown or
+//!   without its own reason.
+//!
+//! A citation counts for a test if it is in a test file (a `tests` directory
+//! or `tests.rs`) or after the file's `#[cfg(test)]`; for code otherwise.
+//! Every step of the §A table is also cited by both encodings of §A
+//! ([`missing_step_ids`], in checker/src and impl/src).
 
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A numbered item of spec.md and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub id: String,
+    /// The item's text as spec.md writes it (a bullet with its continuation
+    /// lines, a table row, a C-rule, or a section title).
+    pub text: String,
+    /// Whether code and a test must cite it: every numbered item, and the
+    /// sections that have none (S8, S9). Sections with numbered items are
+    /// valid targets but need no citation of their own.
+    pub required: bool,
+}
+
+/// One `//= spec.md#<ID>` citation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Citation {
+    pub file: String,
+    pub line: usize,
+    pub id: String,
+    /// The `//#` lines that follow, joined by spaces.
+    pub quote: Option<String>,
+    pub test: bool,
+}
+
+/// What is missing for an item (an exception's kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Missing {
+    Code,
+    Test,
+    Both,
+}
+
+/// One entry of the exception list: an item that is not cited by code, by a
+/// test or by either, and why; or a quote that is knowingly not verbatim yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Exception {
+    Uncited { id: String, missing: Missing, reason: String },
+    Quote { file: String, id: String, reason: String },
+}
+
+/// What the check found wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    UnknownId { file: String, line: usize, id: String },
+    NotVerbatim { file: String, line: usize, id: String, quote: String },
+    Uncited { id: String, missing: Missing },
+    BadException { entry: String, why: String },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::UnknownId { file, line, id } => write!(f, "{file}:{line}: spec.md has no item {id}"),
+            Problem::NotVerbatim { file, line, id, quote } => {
+                write!(f, "{file}:{line}: the quote is not spec.md's text of {id}: \"{quote}\"")
+            }
+            Problem::Uncited { id, missing } => {
+                let what = match missing {
+                    Missing::Code => "no code",
+                    Missing::Test => "no test",
+                    Missing::Both => "no code and no test",
+                };
+                write!(f, "{id}: cited by {what}, and not listed as an exception")
+            }
+            Problem::BadException { entry, why } => write!(f, "exception `{entry}`: {why}"),
+        }
+    }
+}
+
+/// What [`check`] found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub citations: usize,
+    pub quotes: usize,
+    pub items: usize,
+    pub exceptions: usize,
+    pub problems: Vec<Problem>,
+}
+
+fn is_id(s: &str) -> bool {
+    let mut parts = s.splitn(2, '.');
+    let head = parts.next().unwrap_or("");
+    let letters: String = head.chars().take_while(|c| c.is_ascii_uppercase()).collect();
+    let rest = &head[letters.len()..];
+    if letters.is_empty() {
+        return false;
+    }
+    let head_ok = (rest.is_empty() && matches!(letters.as_str(), "A" | "T"))
+        || (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()))
+        || (letters == "A" && matches!(rest, "-D" | "-H"))
+        || (letters == "S" && rest.len() > 1 && rest.ends_with('a') && rest[..rest.len() - 1].chars().all(|c| c.is_ascii_digit()));
+    head_ok && parts.next().is_none_or(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The items of spec.md, in order.
+pub fn spec_items(spec: &str) -> Vec<Item> {
+    let mut items: Vec<Item> = Vec::new();
+    // (index in items, whether the section has numbered items)
+    let mut section: Option<usize> = None;
+    let mut bullet: Option<usize> = None;
+    let mut numbered_in_section = false;
+    let close_section = |items: &mut Vec<Item>, section: Option<usize>, numbered: bool| {
+        if let Some(i) = section {
+            items[i].required = !numbered && items[i].id.starts_with('S');
+        }
+    };
+    for line in spec.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            close_section(&mut items, section, numbered_in_section);
+            bullet = None;
+            numbered_in_section = false;
+            let id = h.split_whitespace().next().unwrap_or("");
+            section = None;
+            if is_id(id) {
+                section = Some(items.len());
+                items.push(Item { id: id.to_string(), text: h.to_string(), required: false });
+            }
+            continue;
+        }
+        if let Some(b) = line.strip_prefix("- **") {
+            let id = b.split([' ', '*']).next().unwrap_or("").trim_end_matches('.');
+            bullet = None;
+            if is_id(id) {
+                numbered_in_section = true;
+                bullet = Some(items.len());
+                items.push(Item { id: id.to_string(), text: line[2..].to_string(), required: true });
+            }
+            continue;
+        }
+        if let Some(i) = bullet {
+            if line.starts_with("  ") && !line.trim().is_empty() {
+                items[i].text.push(' ');
+                items[i].text.push_str(line.trim());
+                continue;
+            }
+            bullet = None;
+        }
+        if let Some(row) = line.trim().strip_prefix("| ") {
+            let cells: Vec<&str> = row.trim_end_matches('|').split(" | ").map(str::trim).collect();
+            // A row names an item only where it is defined first (the peers'
+            // table of S9a reuses P1..L1 as row titles).
+            if cells.len() >= 2 && is_id(cells[0]) && cells[0] != "A" && cells[0] != "T" && !items.iter().any(|i| i.id == cells[0]) {
+                numbered_in_section = true;
+                items.push(Item { id: cells[0].to_string(), text: cells[1..].join(" | "), required: true });
+            }
+            continue;
+        }
+        // C-rules: "**C1** text; **C2** text; ..." in one paragraph.
+        let mut rest = line;
+        while let Some(start) = rest.find("**C") {
+            let after = &rest[start + 2..];
+            let Some(end) = after.find("**") else { break };
+            let id = &after[..end];
+            if !is_id(id) {
+                break;
+            }
+            numbered_in_section = true;
+            let body = &after[end + 2..];
+            let next = body.find("**C").unwrap_or(body.len());
+            items.push(Item { id: id.to_string(), text: body[..next].to_string(), required: true });
+            rest = &body[next..];
+        }
+    }
+    // A C-rule's text may continue on the next lines: take the paragraph.
+    let flat = flatten(spec);
+    for it in items.iter_mut().filter(|i| i.id.starts_with('C') && i.id[1..].chars().all(|c| c.is_ascii_digit())) {
+        let tag = format!("**{}** ", it.id);
+        if let Some(p) = flat.find(&tag) {
+            let body = &flat[p + tag.len()..];
+            let end = [body.find("**C"), body.find("\n\n")].into_iter().flatten().min().unwrap_or(body.len());
+            it.text = body[..end].replace('\n', " ");
+        }
+    }
+    close_section(&mut items, section, numbered_in_section);
+    items
+}
+
+/// spec.md with each paragraph's lines kept, but blank lines marking ends.
+fn flatten(spec: &str) -> String {
+    spec.lines().map(|l| if l.trim().is_empty() { "\n" } else { l }).collect::<Vec<_>>().join("\n")
+}
+
+/// Text as compared: markdown emphasis and code marks dropped, every run of
+/// white space one space.
+pub fn normalize(text: &str) -> String {
+    text.replace(['*', '`'], "").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether `quote` is verbatim text of `item`.
+pub fn quote_matches(item: &Item, quote: &str) -> bool {
+    let q = normalize(quote);
+    !q.is_empty() && normalize(&item.text).contains(&q)
+}
+
+/// The citations in one file.
+pub fn citations_in(file: &str, source: &str) -> Vec<Citation> {
+    let test_file = Path::new(file).components().any(|c| c.as_os_str() == "tests") || file.ends_with("tests.rs");
+    let lines: Vec<&str> = source.lines().collect();
+    let mut out = Vec::new();
+    let mut in_tests = false;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            in_tests = true;
+        }
+        let Some(id) = t.strip_prefix("//= spec.md#") else { continue };
+        let id = id.split_whitespace().next().unwrap_or("").to_string();
+        let quote: Vec<&str> = lines[i + 1..]
+            .iter()
+            .map(|l| l.trim_start())
+            .take_while(|l| l.starts_with("//#"))
+            .map(|l| l.trim_start_matches("//#").trim())
+            .collect();
+        let quote = (!quote.is_empty()).then(|| quote.join(" "));
+        out.push(Citation { file: file.to_string(), line: i + 1, id, quote, test: test_file || in_tests });
+    }
+    out
+}
+
+/// The source files the check reads: `.rs`, `.c` and `.h` under `dirs` of
+/// `root`, recursively, sorted.
+pub fn source_files(root: &Path, dirs: &[&str]) -> std::io::Result<Vec<PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let p = e?.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "target") {
+                    walk(&p, out)?;
+                }
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "c" || x == "h") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for d in dirs {
+        let dir = root.join(d);
+        if dir.is_dir() {
+            walk(&dir, &mut out)?;
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Parses the exception list: `<ID> <code|test|code+test>: <reason>` or
+/// `quote <file> <ID>: <reason>`; `#` starts a comment line.
+pub fn parse_exceptions(text: &str) -> Result<Vec<Exception>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (head, reason) = line.split_once(':').ok_or_else(|| format!("line {}: no `: reason`", n + 1))?;
+        let reason = reason.trim().to_string();
+        let words: Vec<&str> = head.split_whitespace().collect();
+        out.push(match words.as_slice() {
+            ["quote", file, id] => Exception::Quote { file: file.to_string(), id: id.to_string(), reason },
+            [id, kind] => {
+                let missing = match *kind {
+                    "code" => Missing::Code,
+                    "test" => Missing::Test,
+                    "code+test" => Missing::Both,
+                    _ => return Err(format!("line {}: `{kind}` is not code, test or code+test", n + 1)),
+                };
+                Exception::Uncited { id: id.to_string(), missing, reason }
+            }
+            _ => return Err(format!("line {}: expected `ID code|test|code+test: reason`", n + 1)),
+        });
+    }
+    Ok(out)
+}
+
+/// Checks `citations` against `items` and `exceptions`.
+pub fn check_citations(items: &[Item], citations: &[Citation], exceptions: &[Exception]) -> Report {
+    let by_id: BTreeMap<&str, &Item> = items.iter().map(|i| (i.id.as_str(), i)).collect();
+    let mut problems = Vec::new();
+    let mut reasons = BTreeSet::new();
+    let mut excused_quotes = BTreeSet::new();
+    let mut uncited_ok: BTreeMap<&str, Missing> = BTreeMap::new();
+    for e in exceptions {
+        let (entry, id, reason) = match e {
+            Exception::Uncited { id, missing, reason } => {
+                uncited_ok.insert(id, *missing);
+                (id.clone(), id, reason)
+            }
+            Exception::Quote { file, id, reason } => {
+                excused_quotes.insert((file.as_str(), id.as_str()));
+                (format!("quote {file} {id}"), id, reason)
+            }
+        };
+        if !by_id.contains_key(id.as_str()) {
+            problems.push(Problem::BadException { entry: entry.clone(), why: "spec.md has no such item".into() });
+        }
+        if reason.len() < 10 || !reasons.insert(reason.as_str()) {
+            problems.push(Problem::BadException { entry, why: "each exception needs a reason of its own".into() });
+        }
+    }
+    let mut code = BTreeSet::new();
+    let mut test = BTreeSet::new();
+    let mut used_quote_exceptions = BTreeSet::new();
+    for c in citations {
+        let Some(item) = by_id.get(c.id.as_str()) else {
+            problems.push(Problem::UnknownId { file: c.file.clone(), line: c.line, id: c.id.clone() });
+            continue;
+        };
+        if c.test {
+            test.insert(c.id.as_str());
+        } else {
+            code.insert(c.id.as_str());
+        }
+        if let Some(q) = &c.quote {
+            if !quote_matches(item, q) {
+                if excused_quotes.contains(&(c.file.as_str(), c.id.as_str())) {
+                    used_quote_exceptions.insert((c.file.as_str(), c.id.as_str()));
+                } else {
+                    problems.push(Problem::NotVerbatim { file: c.file.clone(), line: c.line, id: c.id.clone(), quote: q.clone() });
+                }
+            }
+        }
+    }
+    for (file, id) in &excused_quotes {
+        if !used_quote_exceptions.contains(&(*file, *id)) {
+            problems.push(Problem::BadException {
+                entry: format!("quote {file} {id}"),
+                why: "every such quote is verbatim now: remove the exception".into(),
+            });
+        }
+    }
+    for item in items.iter().filter(|i| i.required) {
+        let id = item.id.as_str();
+        let missing = match (code.contains(id), test.contains(id)) {
+            (true, true) => None,
+            (false, true) => Some(Missing::Code),
+            (true, false) => Some(Missing::Test),
+            (false, false) => Some(Missing::Both),
+        };
+        match (missing, uncited_ok.get(id)) {
+            (None, None) => {}
+            (Some(m), Some(&ok)) if m == ok => {}
+            (Some(m), None) => problems.push(Problem::Uncited { id: id.to_string(), missing: m }),
+            (m, Some(_)) => problems.push(Problem::BadException {
+                entry: id.to_string(),
+                why: match m {
+                    None => "cited by code and a test now: remove the exception".into(),
+                    Some(m) => format!("what is missing is {m:?}, not what the exception says"),
+                },
+            }),
+        }
+    }
+    for id in uncited_ok.keys() {
+        if by_id.get(id).is_some_and(|i| !i.required) {
+            problems.push(Problem::BadException { entry: id.to_string(), why: "a section title needs no citation".into() });
+        }
+    }
+    Report {
+        citations: citations.len(),
+        quotes: citations.iter().filter(|c| c.quote.is_some()).count(),
+        items: items.iter().filter(|i| i.required).count(),
+        exceptions: exceptions.len(),
+        problems,
+    }
+}
+
+/// The directories whose sources may cite spec.md.
+pub const SOURCE_DIRS: [&str; 7] = ["types", "model", "impl", "checker", "src", "tests", "recorder"];
+
+/// The exception list, next to spec.md.
+pub const EXCEPTIONS_FILE: &str = "spec-citations.txt";
+
+/// Runs the whole check on the repository at `root`.
+pub fn check(root: &Path) -> Result<Report, String> {
+    let spec = std::fs::read_to_string(root.join("spec.md")).map_err(|e| format!("spec.md: {e}"))?;
+    let exceptions = std::fs::read_to_string(root.join(EXCEPTIONS_FILE)).map_err(|e| format!("{EXCEPTIONS_FILE}: {e}"))?;
+    let exceptions = parse_exceptions(&exceptions).map_err(|e| format!("{EXCEPTIONS_FILE}: {e}"))?;
+    let mut citations = Vec::new();
+    for p in source_files(root, &SOURCE_DIRS).map_err(|e| e.to_string())? {
+        let source = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let rel = p.strip_prefix(root).unwrap_or(&p).to_string_lossy().into_owned();
+        citations.extend(citations_in(&rel, &source));
+    }
+    Ok(check_citations(&spec_items(&spec), &citations, &exceptions))
+}
 
 /// The step IDs of the table in spec.md's "## A" section, in table order.
 pub fn step_ids_in_spec(spec: &str) -> Vec<String> {
@@ -47,13 +452,8 @@ pub fn missing_step_ids(spec: &str, source: &str) -> Vec<String> {
 /// The text of every `.rs` file under `dir` (recursively), concatenated.
 pub fn read_rust_sources(dir: &Path) -> std::io::Result<String> {
     let mut out = String::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let p = e.path();
-        if p.is_dir() {
-            out += &read_rust_sources(&p)?;
-        } else if p.extension().is_some_and(|x| x == "rs") {
+    for p in source_files(dir, &["."])? {
+        if p.extension().is_some_and(|x| x == "rs") {
             out += &std::fs::read_to_string(&p)?;
             out.push('\n');
         }
@@ -65,14 +465,78 @@ pub fn read_rust_sources(dir: &Path) -> std::io::Result<String> {
 mod tests {
     use super::*;
 
+    // Tags are built at run time so that this file holds none itself.
+    fn tag(id: &str) -> String {
+        format!("//= {}#{id}\n", "spec.md")
+    }
+
+    const SPEC: &str = "## S1 Vocabulary\n\n- **S1.1 Page.** The unit of pinning,\n  numbered `k`.\n- **P1 coverage.** A granted lease's registration *covers* the request.\n\n\
+        C-rules: **C1** hit iff a findable entry\ncovers; **C2** a miss registers.\n\n## S8 Stats\n\nThe schema.\n\n\
+        ## A The concurrent algorithm\n\n| step | what |\n|---|---|\n| A1 | x |\n| A10 | y |\n| A-D | z |\n## T Trace\n| T1 | no |\n";
+
+    #[test]
+    fn parses_the_items() {
+        let items = spec_items(SPEC);
+        let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["S1", "S1.1", "P1", "C1", "C2", "S8", "A", "A1", "A10", "A-D", "T", "T1"]);
+        let req: Vec<&str> = items.iter().filter(|i| i.required).map(|i| i.id.as_str()).collect();
+        assert_eq!(req, ["S1.1", "P1", "C1", "C2", "S8", "A1", "A10", "A-D", "T1"]);
+        assert_eq!(normalize(&items[1].text), "S1.1 Page. The unit of pinning, numbered k.");
+        assert_eq!(normalize(&items[3].text), "hit iff a findable entry covers;");
+    }
+
     #[test]
     fn parses_the_table_and_respects_id_boundaries() {
-        // Built at run time so that this file holds no tag itself.
-        let tag = |id: &str| format!("//= {}#{id}\n", "spec.md");
-        let spec = "## S1 x\n| A9 | no |\n## A The concurrent algorithm\n\n| step | what |\n|---|---|\n| A1 | x |\n| A10 | y |\n| A-D | z |\n## T Trace\n| T1 | no |\n";
-        assert_eq!(step_ids_in_spec(spec), vec!["A1", "A10", "A-D"]);
-        assert_eq!(missing_step_ids(spec, &(tag("A10") + &tag("A-D"))), vec!["A1"]);
-        assert!(missing_step_ids(spec, &(tag("A1") + &tag("A10") + &tag("A-D"))).is_empty());
+        assert_eq!(step_ids_in_spec(SPEC), vec!["A1", "A10", "A-D"]);
+        assert_eq!(missing_step_ids(SPEC, &(tag("A10") + &tag("A-D"))), vec!["A1"]);
+        assert!(missing_step_ids(SPEC, &(tag("A1") + &tag("A10") + &tag("A-D"))).is_empty());
         assert!(!has_tag(&tag("A-DX"), "A-D"));
+    }
+
+    fn run(code: &str, test: &str, exceptions: &str) -> Report {
+        let mut c = citations_in("impl/src/x.rs", code);
+        c.extend(citations_in("impl/tests/x.rs", test));
+        check_citations(&spec_items(SPEC), &c, &parse_exceptions(exceptions).unwrap())
+    }
+
+    const ALL: [&str; 9] = ["S1.1", "P1", "C1", "C2", "S8", "A1", "A10", "A-D", "T1"];
+
+    #[test]
+    fn a_verbatim_quote_passes_and_a_paraphrase_fails() {
+        let all: String = ALL.iter().map(|i| tag(i)).collect();
+        let verbatim = tag("P1") + "//# A granted lease's registration covers\n//# the request.\n";
+        assert_eq!(run(&(all.clone() + &verbatim), &all, "").problems, vec![]);
+        let paraphrase = tag("P1") + "//# A granted lease's registration contains the request.\n";
+        let r = run(&(all.clone() + &paraphrase), &all, "");
+        assert!(matches!(&r.problems[..], [Problem::NotVerbatim { id, .. }] if id == "P1"), "{:?}", r.problems);
+        // Text of another item is no quote of this one.
+        let elsewhere = tag("P1") + "//# The unit of pinning\n";
+        assert_eq!(run(&(all.clone() + &elsewhere), &all, "").problems.len(), 1);
+    }
+
+    #[test]
+    fn unknown_ids_and_uncited_items_fail_unless_excused() {
+        let all: String = ALL.iter().map(|i| tag(i)).collect();
+        let r = run(&(all.clone() + &tag("P9")), &all, "");
+        assert!(matches!(&r.problems[..], [Problem::UnknownId { id, .. }] if id == "P9"), "{:?}", r.problems);
+        let no_s8: String = ALL.iter().filter(|i| **i != "S8").map(|i| tag(i)).collect();
+        let r = run(&all, &no_s8, "");
+        assert_eq!(r.problems, vec![Problem::Uncited { id: "S8".into(), missing: Missing::Test }]);
+        let r = run(&all, &no_s8, "S8 test: the schema is checked field by field elsewhere\n");
+        assert_eq!((r.problems.len(), r.exceptions), (0, 1));
+        // Stale, wrong or reason-sharing exceptions fail.
+        assert_eq!(run(&all, &all, "S8 test: the schema is checked field by field elsewhere\n").problems.len(), 1);
+        assert_eq!(run(&all, &no_s8, "S8 code: the schema is checked field by field elsewhere\n").problems.len(), 1);
+        let two = "S8 test: same reason for both of them\nT1 code+test: same reason for both of them\n";
+        let no_t1: String = ALL.iter().filter(|i| **i != "S8" && **i != "T1").map(|i| tag(i)).collect();
+        let code_no_t1: String = ALL.iter().filter(|i| **i != "T1").map(|i| tag(i)).collect();
+        assert_eq!(run(&code_no_t1, &no_t1, two).problems.len(), 1);
+    }
+
+    #[test]
+    fn citations_after_cfg_test_count_for_tests() {
+        let src = tag("P1") + "#[cfg(test)]\nmod tests {\n" + &tag("C1") + "}\n";
+        let c = citations_in("types/src/lib.rs", &src);
+        assert_eq!(c.iter().map(|c| (c.id.as_str(), c.test)).collect::<Vec<_>>(), [("P1", false), ("C1", true)]);
     }
 }

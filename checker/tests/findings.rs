@@ -27,8 +27,9 @@ fn freeing_watched_memory_under_the_lock_deadlocks_with_uffd() {
 /// spec.md#S7.4 says REMOVE "has no such window: it is queued before the pages
 /// are dropped". Being told before the frames change is a window of its own:
 /// a registration that starts after the event was applied and pins before the
-/// zap is cached stale (mutant 14 under the async monitor).
+/// zap is cached stale (`notify-before-release` under the async monitor).
 #[test]
+//= spec.md#S7.4
 fn an_event_delivered_before_the_release_breaks_freshness_with_uffd_too() {
     let cfg = CheckConfig::new(2, 3, OverlapPolicy::Independent, MonitorKind::Async)
         .with_mutant(Mutant::NotifyBeforeRelease);

@@ -37,15 +37,7 @@ pub enum PagemapError {
     Read { vpn: u64, source: std::io::Error },
 }
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        mrcache_types::PAGE_SIZE
-    }
-}
+use crate::mem::page_size;
 
 /// The frame behind each page of `range`: `Some(pfn)` if present, else `None`.
 pub fn pfns(range: Range) -> Result<Vec<Option<u64>>, PagemapError> {

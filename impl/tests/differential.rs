@@ -84,6 +84,7 @@ fn seed_thread_scenario() {
 }
 
 #[test]
+//= spec.md#S5.5
 fn overlapping_sub_registrations_and_access_upgrades() {
     all_configs(&[
         acq(1, 0, 4 * P),
@@ -144,6 +145,7 @@ fn eviction_orders() {
 }
 
 #[test]
+//= spec.md#S2.4
 fn over_limit_with_everything_leased_then_released() {
     // R2: all entries leased while over a limit; evicted at the last release.
     let mut ops = Vec::new();
@@ -269,6 +271,8 @@ fn no_divergence(name: &str, found: Option<Found>) {
 }
 
 #[test]
+//= spec.md#S2.7
+//= spec.md#S8
 fn swarm_cases_agree_with_the_model() {
     no_divergence("swarm", gen::search("swarm", cases(), 120, Faults::default(), None));
 }
@@ -345,4 +349,19 @@ fn catches_dereg_leased_on_invalidate() {
     let found = catches("dereg-leased", faults, None, 3);
     assert!(found.divergence.message.contains("P3"), "{}", found.divergence);
     replays_on_the_real_cache(&found);
+}
+
+/// The fault switches are the shared list's (`mrcache_types::mutants`), one
+/// field each.
+#[test]
+fn fault_switches_are_the_shared_list() {
+    let debug = format!("{:?}", Faults::default());
+    let fields: Vec<&str> = debug
+        .trim_start_matches("Faults {")
+        .trim_end_matches('}')
+        .split(',')
+        .map(|f| f.split(':').next().unwrap().trim())
+        .collect();
+    let listed: Vec<&str> = mrcache::types::mutants::FAULT_SWITCHES.iter().map(|f| f.field).collect();
+    assert_eq!(fields, listed);
 }

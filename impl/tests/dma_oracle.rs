@@ -291,8 +291,12 @@ fn s7_4_windows_measured() {
                 "explicit hook after the release: no stale acquire after madvise returned"
             );
         }
-        if monitor == MonitorKind::Uffd {
+        if monitor == MonitorKind::Uffd && !contention() {
             // munmap blocks until the monitor reads its event: a wide window.
+            // Whether the acquiring thread runs inside it is up to the
+            // scheduler: a coverage figure, asserted on a quiet machine only
+            // (under contention it was 0 in 1 of 8 runs: the monitor read
+            // the event before the acquirer got a CPU).
             assert!(r.unmap_window_acquires > 0, "the race reached the munmap window");
         }
     }

@@ -278,7 +278,9 @@ mod bad_input {
     const P: u64 = 4096;
     const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
 
-    use mrcache::testkit::mem::map_anon as map;
+    fn map(len: u64) -> u64 {
+        mrcache::mem::map_anon(len, 0).unwrap()
+    }
 
     /// len 0 (E1), a wrapping range (E2), an unmapped address (E5 fault from
     /// the io_uring registrar), a lease name in use (E3), a release of a

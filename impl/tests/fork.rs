@@ -40,6 +40,7 @@ fn child(cache: &Cache<CountingRegistrar>, held: mrcache::Lease<'_, CountingRegi
 }
 
 #[test]
+//= spec.md#F1
 fn fork_child_forgets_without_deregistering() {
     let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
     let held = cache.acquire(0, P, RR).unwrap(); // id 1, leased

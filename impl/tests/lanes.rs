@@ -21,7 +21,7 @@ fn deregs(c: &Cache<CountingRegistrar>) -> u64 {
     c.registrar().deregistered.load(Ordering::SeqCst)
 }
 
-/// Miss, then an A1 hit that memoizes (L2): the next acquire is a lane hit.
+/// Miss, then an A1 hit that memoizes (LN2): the next acquire is a lane hit.
 fn warm(c: &Cache<CountingRegistrar>, addr: u64) {
     drop(c.acquire(addr, LEN, Access::LOCAL_WRITE).unwrap());
     drop(c.acquire(addr, LEN, Access::LOCAL_WRITE).unwrap());
@@ -63,7 +63,7 @@ fn invalidate_pins_a_lane_lease_and_its_release_deregisters_once() {
     assert!(!again.hit());
     drop(again);
     drop(l);
-    assert_eq!(deregs(&c), 1, "the last release (L4: the pin) deregisters");
+    assert_eq!(deregs(&c), 1, "the last release (LN4: the pin) deregisters");
     assert_eq!(c.diagnostics().pinned_slots, 0);
     drop(c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap());
     c.flush();

@@ -341,7 +341,7 @@ fn lane_hit_vs_invalidation() {
         let lane_hits = cache.diagnostics().lane_hits;
         let l = cache.acquire(0, P, RR).unwrap();
         if cache.diagnostics().lane_hits > lane_hits {
-            // L1 won: the revoke pinned the slot, so nothing is deregistered yet.
+            // LN1 won: the revoke pinned the slot, so nothing is deregistered yet.
             assert!(l.hit());
             assert_eq!(cache.registrar().deregistered.load(std::sync::atomic::Ordering::SeqCst), 0, "P3");
             assert_eq!(l.view(), view);

@@ -18,6 +18,7 @@ fn cache() -> &'static Cache<CountingRegistrar> {
 }
 
 #[test]
+//= spec.md#S7.2
 fn a_dropped_buffer_leaves_the_cache() {
     let c = cache();
     let buf = vec![7u8; 1 << 20];

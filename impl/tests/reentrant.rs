@@ -154,6 +154,7 @@ fn hook_while_holding_the_lock_does_not_block() {
 }
 
 #[test]
+//= spec.md#L2
 fn full_queue_collapses_into_a_hull() {
     // max_unreleased = 2 (spec.md#L2): a hook that finds the queue full
     // replaces it by one event covering the hull; it never waits.

@@ -132,8 +132,8 @@ fn regression_traces_are_well_formed() {
     for path in paths {
         let t = load(&path);
         assert!(
-            matches!(t.header.source.as_str(), "proptest" | "fuzz"),
-            "{}: regression traces come from the searches",
+            matches!(t.header.source.as_str(), "proptest" | "fuzz" | "hand-written"),
+            "{}: regression traces come from the searches, or are a root-caused failure written by hand",
             path.display()
         );
         assert!(t.header.command.as_deref().is_some_and(|c| c.starts_with("mrcache replay")), "{}", path.display());

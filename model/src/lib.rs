@@ -21,10 +21,9 @@
 
 #![forbid(unsafe_code)]
 
-mod config;
 pub mod props;
 
-pub use config::{Config, EvictionPolicy, Limits, OverlapPolicy};
+pub use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};
 pub use props::{Property, Violation};
 
 use mrcache_types::{
@@ -233,16 +232,23 @@ impl Model {
                 let Some(r) = self.regs.get(&reg.id) else {
                     let (prop, why) = match self.retired.get(&reg.id) {
                         Some(DeregReason::Invalidated) => {
+                            //= spec.md#P2
                             (Property::P2, "a release event invalidated it: its frames are stale")
                         }
+                        //= spec.md#P3
                         Some(DeregReason::LastLease) => (Property::P3, "it was deregistered"),
+                        //= spec.md#C1
                         Some(DeregReason::Forgotten) => (Property::C1, "a fork forgot it"),
+                        //= spec.md#P5
                         Some(DeregReason::Evicted) => (Property::P5, "the limits evicted it"),
+                        //= spec.md#C3
                         Some(DeregReason::Pressure) => (Property::C3, "registrar pressure evicted it"),
                         Some(DeregReason::Merged | DeregReason::Uncached) => {
+                            //= spec.md#C2
                             (Property::C2, "the overlap policy removed it")
                         }
                         Some(DeregReason::Flushed) => (Property::C1, "a flush removed it"),
+                        //= spec.md#P1
                         None => (Property::P1, "it was never created"),
                     };
                     return Err(Violation::new(prop, format!("hit on R{}, but {why}", reg.id)));
@@ -279,6 +285,7 @@ impl Model {
                 Ok(Choice { pressure, ..Choice::default() })
             }
             Ret::Failed { error: OpError::RetriesExhausted } if !self.concurrent => Err(Violation::new(
+                //= spec.md#C4
                 Property::C4,
                 "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
             )),
@@ -336,6 +343,7 @@ impl Model {
                 format!("{} deregistered while still cached and not due for eviction", self.view(r)),
             )),
             None if id < self.next_id => {
+                //= spec.md#P4
                 Err(Violation::new(Property::P4, format!("R{id} deregistered a second time")))
             }
             None => Err(Violation::new(Property::P4, format!("R{id} deregistered but never registered"))),
@@ -348,10 +356,12 @@ impl Model {
         self.awaiting_dereg.values().copied().collect()
     }
 
+    //= spec.md#S5.5
     fn lookup(&self, span: PageSpan, access: Access) -> Option<RegId> {
         //= spec.md#S2.1
-        //# A hit is served by the oldest findable entry that covers the request's
-        //# pages with sufficient access.
+        //# if a findable entry covers the request's pages with sufficient access,
+        //# the lease is taken on it; the canonical choice is the oldest (lowest id)
+        //# such entry
         self.regs
             .values()
             .find(|r| r.findable && r.span.contains(&span) && r.access.suffices_for(access))
@@ -393,7 +403,7 @@ impl Model {
         let page_size = self.config.page_size;
         let r = self.regs.get_mut(&id).expect("touch of a live registration");
         r.last_use = now;
-        r.priority = floor + config::per_page_cost_ns(r.span.count(), page_size);
+        r.priority = floor + mrcache_types::config::per_page_cost_ns(r.span.count(), page_size);
     }
 
     //= spec.md#S2.1
@@ -522,6 +532,7 @@ impl Model {
 
     /// Takes an entry out of the lookup; deregisters it now if unleased, else
     /// when its last lease is released (spec.md#S3.2).
+    //= spec.md#S3.2
     fn uncache(&mut self, id: RegId, reason: DeregReason) {
         self.retired.insert(id, reason);
         let r = self.regs.get_mut(&id).expect("uncache of a live registration");
@@ -566,6 +577,8 @@ impl Model {
     }
 
     //= spec.md#S2.3
+    //= spec.md#S5.2
+    //= spec.md#S5.3
     fn release_event(&mut self, addr: u64, len: u64) -> Ret {
         self.stats.release_events += 1;
         let range = match Range::new(addr, len) {

@@ -73,6 +73,12 @@ fn seed_history() -> Vec<(Op, Ret)> {
 }
 
 #[test]
+//= spec.md#S2.1
+//= spec.md#S2.2
+//= spec.md#S2.3
+//= spec.md#S1.3
+//= spec.md#S5.1
+//= spec.md#S5.2
 fn model_step_matches_the_seed_history() {
     let mut m = Model::new(indep());
     for (op, ret) in seed_history() {
@@ -84,6 +90,8 @@ fn model_step_matches_the_seed_history() {
 }
 
 #[test]
+//= spec.md#P1
+//= spec.md#S1.4
 fn p1_coverage() {
     // Accepted: a hit on a registration that covers the request.
     judge(indep(), &seed_history()).unwrap();
@@ -97,6 +105,9 @@ fn p1_coverage() {
 }
 
 #[test]
+//= spec.md#P2
+//= spec.md#S5.3
+//= spec.md#S1.5
 fn p2_freshness_partial_free_while_leased() {
     let h = vec![
         (acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)),
@@ -120,6 +131,7 @@ fn p2_freshness_partial_free_while_leased() {
 }
 
 #[test]
+//= spec.md#P3
 fn p3_no_premature_deregistration() {
     let mut m = Model::new(indep());
     m.judge(&acq(1, 0x1000, 0x3000), &miss(1, 0x1000, 0x3000)).unwrap();
@@ -134,6 +146,8 @@ fn p3_no_premature_deregistration() {
 }
 
 #[test]
+//= spec.md#P4
+//= spec.md#S3.2
 fn p4_exactly_once_deregistration() {
     let mut m = Model::new(indep());
     m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
@@ -149,6 +163,8 @@ fn limited(max_regions: u64) -> Config {
 }
 
 #[test]
+//= spec.md#P5
+//= spec.md#S6.4
 fn p5_limits_evict_lru_unleased() {
     let h = vec![
         (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
@@ -172,6 +188,7 @@ fn p5_limits_evict_lru_unleased() {
 }
 
 #[test]
+//= spec.md#S6.3
 fn cost_aware_eviction_keeps_small_expensive_entries() {
     let cfg = Config { eviction: EvictionPolicy::CostAware, ..limited(2) };
     let mut m = Model::new(cfg);
@@ -186,6 +203,7 @@ fn cost_aware_eviction_keeps_small_expensive_entries() {
 }
 
 #[test]
+//= spec.md#L1
 fn l1_deregistration_is_due_when_the_op_returns() {
     let mut m = Model::new(indep());
     m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
@@ -199,6 +217,7 @@ fn l1_deregistration_is_due_when_the_op_returns() {
 }
 
 #[test]
+//= spec.md#C1
 fn c1_hit_when_possible() {
     rejects(indep(), &[(acq(1, 0x1000, 0x3000), miss(1, 0x1000, 0x3000)), (acq(2, 0x2000, 0x1000), miss(2, 0x2000, 0x1000))], Property::C1);
     // A registrar failure on a would-be hit is equally wrong.
@@ -207,6 +226,8 @@ fn c1_hit_when_possible() {
 }
 
 #[test]
+//= spec.md#C2
+//= spec.md#S6.1
 fn c2_overlap_policies() {
     let first = (acq(1, 0x0, 0x10000), miss(1, 0x0, 0x10000));
     let second = acq(2, 0x8000, 0x10000);
@@ -227,6 +248,7 @@ fn c2_overlap_policies() {
 }
 
 #[test]
+//= spec.md#S6.2
 fn c2_alignment_widens_to_chunks() {
     let cfg = Config { chunk_pages: 4, ..Config::default() };
     judge(cfg, &[(acq(1, 0x5100, 100), miss(1, 0x4000, 0x4000))]).unwrap();
@@ -234,6 +256,7 @@ fn c2_alignment_widens_to_chunks() {
 }
 
 #[test]
+//= spec.md#C3
 fn c3_no_spontaneous_eviction() {
     let mut m = Model::new(indep());
     m.judge(&acq(1, 0x1000, 0x1000), &miss(1, 0x1000, 0x1000)).unwrap();
@@ -242,6 +265,8 @@ fn c3_no_spontaneous_eviction() {
 }
 
 #[test]
+//= spec.md#S5.4
+//= spec.md#E5
 fn c3_pressure_evicts_unleased_then_retries() {
     let mut m = Model::new(indep());
     m.step(&acq(1, 0x1000, 0x1000));
@@ -267,6 +292,12 @@ fn c3_pressure_evicts_unleased_then_retries() {
 }
 
 #[test]
+//= spec.md#C4
+//= spec.md#E1
+//= spec.md#E2
+//= spec.md#E3
+//= spec.md#E4
+//= spec.md#S1.6
 fn c4_errors_for_bad_input() {
     let mut m = Model::new(indep());
     assert_eq!(m.step(&acq(1, 0x1000, 0)), Ret::Failed { error: OpError::EmptyRange });
@@ -282,6 +313,7 @@ fn c4_errors_for_bad_input() {
 }
 
 #[test]
+//= spec.md#S2.6
 fn fork_forgets_without_deregistering() {
     let mut m = Model::new(indep());
     m.step(&acq(1, 0x1000, 0x1000));
@@ -297,6 +329,7 @@ fn fork_forgets_without_deregistering() {
 }
 
 #[test]
+//= spec.md#S2.5
 fn flush_defers_leased_entries() {
     let mut m = Model::new(indep());
     m.step(&acq(1, 0x1000, 0x1000));
@@ -308,6 +341,7 @@ fn flush_defers_leased_entries() {
 }
 
 #[test]
+//= spec.md#S3.7
 fn register_vs_invalidate_written_sequentially() {
     // The sequential reading of the race: the release event is ordered before
     // the acquire's insertion, so the acquire must not return the pre-event
@@ -321,6 +355,7 @@ fn register_vs_invalidate_written_sequentially() {
 }
 
 #[test]
+//= spec.md#S9
 fn sequential_spec_shape() {
     use stateright::semantics::SequentialSpec;
     let mut m = Model::new(indep());
@@ -397,6 +432,7 @@ fn no_merge_uncache_contained_keeps_the_displaced_rights() {
 }
 
 #[test]
+//= spec.md#S2.8
 fn trim_evicts_only_unleased_entries() {
     let mut m = Model::new(indep());
     m.step(&acq(1, 0x1000, 0x1000));
@@ -446,6 +482,7 @@ fn logged_trims_split_the_pressure_path() {
 }
 
 #[test]
+//= spec.md#E6
 fn c4_retries_exhausted_only_in_concurrent_histories() {
     let e6 = Ret::Failed { error: OpError::RetriesExhausted };
     rejects(indep(), &[(acq(1, 0x1000, 0x1000), e6)], Property::C4);

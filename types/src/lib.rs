@@ -11,6 +11,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod config;
+#[cfg(any(test, feature = "testkit"))]
+pub mod mutants;
 pub mod trace;
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +21,7 @@ use std::fmt;
 
 /// A caller-chosen name for a lease (spec.md#S1.6). Traces and tests name
 /// leases so that a later `release` can refer to them.
+//= spec.md#S1.6
 pub type LeaseId = u64;
 
 /// Default page size (x86-64 base pages).
@@ -66,8 +70,8 @@ impl Range {
     }
 
     //= spec.md#S1.2
-    //# The pages of a range are those from `floor(addr / P)` up to
-    //# `ceil((addr + len) / P)` (exclusive).
+    //# Its *pages* are `floor(addr/P)` up to `ceil((addr+len)/P)`, exclusive:
+    //# partial pages round *outwards*.
     #[inline]
     pub fn pages(&self, page_size: u64) -> PageSpan {
         if page_size.is_power_of_two() {
@@ -98,6 +102,7 @@ impl fmt::Display for Range {
 
 /// A half-open span of page numbers `[first, end)`; `end > first`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+//= spec.md#S1.1
 pub struct PageSpan {
     pub first: u64,
     pub end: u64,
@@ -371,6 +376,7 @@ impl fmt::Display for Op {
 /// access. Never an lkey or a slot (spec.md#S1.3): two caches agree on a
 /// `RegView` whatever their backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+//= spec.md#S1.3
 pub struct RegView {
     /// Creation order among cached registrations, from 1 (spec.md#S1.3).
     pub id: u64,
@@ -406,22 +412,28 @@ pub enum RegistrarFailure {
 #[non_exhaustive]
 pub enum OpError {
     #[error("E1 empty range: len is 0")]
+    //= spec.md#E1
     EmptyRange,
     #[error("E2 range wraps or ends beyond the address space limit 2^63")]
+    //= spec.md#E2
     WrappingRange,
     #[error("E3 lease L{lease} is already held")]
+    //= spec.md#E3
     LeaseInUse { lease: LeaseId },
     #[error("E4 lease L{lease} is not held")]
+    //= spec.md#E4
     UnknownLease { lease: LeaseId },
     /// `pressure`: the first attempt failed with ENOMEM/EAGAIN, so the cache
     /// evicted every unleased entry before its one retry (S5.4).
     #[error("E5 registrar failed: {failure:?}{}", if *pressure { " (after evicting every unleased entry and retrying)" } else { "" })]
+    //= spec.md#E5
     Registrar {
         failure: RegistrarFailure,
         #[serde(default)]
         pressure: bool,
     },
     #[error("E6 registration invalidated on every retry")]
+    //= spec.md#E6
     RetriesExhausted,
 }
 
@@ -439,6 +451,7 @@ impl From<RangeError> for OpError {
 /// Deregistration timing is deliberately absent (spec.md#S2.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "ret", rename_all = "snake_case")]
+//= spec.md#S2.7
 pub enum Ret {
     /// A lease was granted on `reg`. `hit`: an existing cache entry served it.
     /// `pressure`: the registrar first failed with ENOMEM/EAGAIN and the cache
@@ -469,6 +482,7 @@ impl fmt::Display for Ret {
 /// so a sequential replay through the model and through the impl can be
 /// compared field by field.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+//= spec.md#S8
 pub struct Stats {
     pub acquires: u64,
     pub hits: u64,
@@ -548,6 +562,7 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#S1.2
     fn range_rejects_empty_and_wrapping() {
         assert_eq!(Range::new(0x1000, 0), Err(RangeError::Empty { addr: 0x1000 }));
         assert_eq!(Range::new(u64::MAX, 2), Err(RangeError::Wraps { addr: u64::MAX, len: 2 }));
@@ -557,6 +572,7 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#S1.1
     fn page_rounding_is_outward() {
         let r = Range::new(100, 4900).unwrap();
         assert_eq!(r.pages(4096), PageSpan { first: 0, end: 2 });

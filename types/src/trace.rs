@@ -324,6 +324,8 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#T1
+    //= spec.md#T2
     fn parses_and_round_trips() {
         let t = parse(
             r#"{"op":"acquire","lease":1,"addr":"0x1000","len":"0x3000","access":"remote_read"}
@@ -355,6 +357,7 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#T3
     fn rejects_wrapping_range_and_unknown_lease() {
         let e = parse(r#"{"op":"acquire","lease":1,"addr":"0xfffffffffffff000","len":"0x2000","access":"remote_read"}"#)
             .unwrap_err();
@@ -370,6 +373,7 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#T4
     fn relocation_keeps_offsets_overlaps_and_alignment() {
         let a = Access::REMOTE_READ;
         let ops = [

@@ -14,9 +14,6 @@ pub(super) fn revoke_label(r: Option<&Revoke>) -> String {
     }
 }
 
-/// What a dry run of a step found it would take out of the index (LN5 must
-/// revoke those slots first).
-
 impl AlgoModel {
     /// LN1's first check: no release event is pending (queued, or taken or
     /// read and not applied yet; mutant `lane-queue-len-only`: only the queue's length).

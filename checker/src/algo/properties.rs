@@ -30,6 +30,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
     }
     v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || s.lin.serialized_history().is_some()));
+    //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
     v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
     v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {

@@ -4,7 +4,7 @@ use super::entry::indexed;
 use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
-use super::entry::{Entry, EntryPtr, per_page_cost_ns};
+use super::entry::{Entry, EntryPtr};
 use super::evict::Noted;
 use super::generation::{Shared, State};
 use super::lease::Lease;
@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
-use mrcache_model::OverlapPolicy;
+use mrcache_types::config::{per_page_cost_ns, OverlapPolicy};
 use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure};
 use std::mem::ManuallyDrop;
 use std::sync::PoisonError;
@@ -203,7 +203,7 @@ impl<R: Registrar> Cache<R> {
             let stale = record.is_some_and(|r| r.stale);
             let replanned = self.config.contract.policy != OverlapPolicy::Independent
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
-            if (stale || replanned) && !self.config.faults.skip_seq_recheck {
+            if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
                 self.settle_over_limit(shared, &st);
                 drop(st);
                 deregs.items.push(Dereg::Discard(handle));

@@ -3,17 +3,19 @@
 
 use super::lanes::LANE_SLOTS;
 use crate::error::Error;
-use mrcache_model::{Config, OverlapPolicy};
+use mrcache_types::config::{Config, OverlapPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Default bound on attempts of one miss (spec.md#S3.7).
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
 /// Default bound on the invalidation queue (spec.md#L2).
-pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_model::Limits::DEFAULT_MAX_UNRELEASED;
+pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_types::config::Limits::DEFAULT_MAX_UNRELEASED;
 
 /// Fault switches that mirror the checker's mutants: each breaks one rule of
 /// the algorithm on purpose, so that tests can show their oracle catches it.
-/// Runtime flags, all off by default. Never set them in production.
+/// Runtime flags, all off by default. Only in test builds (`cfg(test)` or
+/// feature `testkit`): a production build has none.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Faults {
     /// A7 skipped: a registration invalidated while the registrar ran is
@@ -33,6 +35,7 @@ pub struct Faults {
     pub(super) dereg_leased_on_invalidate: bool,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Faults {
     /// Makes release events deregister leased entries immediately (P3 mutant).
     /// The last release then frees the entry without deregistering it again.
@@ -74,6 +77,7 @@ pub struct CacheConfig {
     pub lane_slots: u32,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
+    #[cfg(any(test, feature = "testkit"))]
     pub faults: Faults,
 }
 
@@ -108,6 +112,7 @@ impl CacheConfig {
             max_retries: DEFAULT_MAX_RETRIES,
             lanes: true,
             lane_slots: LANE_SLOTS,
+            #[cfg(any(test, feature = "testkit"))]
             faults: Faults::default(),
         }
     }

@@ -44,6 +44,7 @@ impl<R: Registrar> Copy for EntryPtr<R> {}
 // holders. Its mutable parts are atomics; `R::Handle: Send + Sync`; it is
 // freed exactly once, by the owner the state word designates.
 unsafe impl<R: Registrar> Send for EntryPtr<R> {}
+// SAFETY: as for `Send` above.
 unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 
 // Every reference to an entry is made here, by one of three accessors whose
@@ -61,7 +62,7 @@ unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 /// The entry of an index slot, alive while the slot is borrowed: the borrow
 /// comes from the index, which the cache lock guards.
 #[inline]
-pub(super) fn indexed<'g, R: Registrar>(slot: &'g Slot<EntryPtr<R>>) -> &'g Entry<R> {
+pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
     // SAFETY: an `EntryPtr` is made only by A9 (`EntryPtr::new`) and by the
     // lanes from a live entry; a slot holds one while the entry is findable,
     // and the entry is freed only after its slot has left the index under
@@ -116,7 +117,7 @@ impl<R: Registrar> Cache<R> {
         // SAFETY: the handoff made us the only owner; created by Box::leak.
         let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
         let Entry { handle, view, .. } = *boxed;
-        if self.config.faults.leak_deregistration {
+        if fault!(self.config, leak_deregistration) {
             // P4 fault: the registration is never deregistered.
             std::mem::forget(ManuallyDrop::into_inner(handle));
             return;
@@ -139,28 +140,5 @@ impl<R: Registrar> Cache<R> {
         inc(&self.counters.deregistrations);
         shared.live_regs.fetch_sub(1, Ordering::Relaxed);
         shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
-    }
-}
-
-/// `cost/pages` of S6.3 (`mrcache_model::per_page_cost_ns`), computed without
-/// overflow for any span.
-pub(super) fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
-    let bytes = pages as u128 * page_size as u128;
-    let v = (16_000 + bytes * 6 / 100) / pages.max(1) as u128;
-    u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cost_matches_the_model() {
-        // mrcache_model's config::per_page_cost_ns: (16_000 + bytes * 6 / 100) / pages.
-        for pages in [1u64, 2, 3, 16, 255, 1 << 20] {
-            let bytes = pages * 4096;
-            assert_eq!(per_page_cost_ns(pages, 4096), (16_000 + bytes * 6 / 100) / pages);
-        }
-        assert_eq!(per_page_cost_ns(1 << 52, 4096), 245);
     }
 }

@@ -5,7 +5,9 @@ use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::EntryPtr;
 use super::generation::{Shared, State, held_by_this_thread};
-use super::state::{EntryState, Invalidated};
+#[cfg(any(test, feature = "testkit"))]
+use super::state::EntryState;
+use super::state::Invalidated;
 use super::stats::{add, inc};
 use crate::error::Error;
 use crate::index::Slot;
@@ -100,7 +102,11 @@ impl<R: Registrar> Cache<R> {
         }
         st.cached_bytes -= entry.view.len;
         shared.cached.fetch_sub(1, Ordering::Relaxed);
+        #[cfg(any(test, feature = "testkit"))]
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
+        #[cfg(not(any(test, feature = "testkit")))]
+        let _ = invalidation;
+        #[cfg(any(test, feature = "testkit"))]
         if early {
             // P3 mutant: take the handle while the entry is surely alive (in
             // the index, lock held), then hand the entry to its last release,
@@ -154,7 +160,7 @@ impl<R: Registrar> Cache<R> {
             let mut events = Vec::new();
             src.read_pending(&mut events);
             add(&self.counters.release_events, events.len() as u64);
-            if !self.config.faults.monitor_off {
+            if !fault!(self.config, monitor_off) {
                 spans.extend(events.iter().map(|ev| ev.range.pages(self.page_size)));
             }
         }
@@ -207,7 +213,7 @@ impl<R: Registrar> Cache<R> {
         let shared = self.shared_slow();
         inc(&self.counters.release_events);
         let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
-        if self.config.faults.monitor_off {
+        if fault!(self.config, monitor_off) {
             return Ok(());
         }
         let span = range.pages(self.page_size);
@@ -246,7 +252,7 @@ impl<R: Registrar> Cache<R> {
         let _draining = Draining::new(shared);
         read(&mut events);
         add(&self.counters.release_events, events.len() as u64);
-        if !self.config.faults.monitor_off {
+        if !fault!(self.config, monitor_off) {
             for ev in &events {
                 self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
             }

@@ -9,7 +9,7 @@ use super::generation::{Shared, State};
 use super::stats::inc;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
-use mrcache_model::EvictionPolicy;
+use mrcache_types::config::EvictionPolicy;
 
 /// Ids of the entries an eviction pass may take (see [`Cache::note_unleased`]).
 #[derive(Default)]

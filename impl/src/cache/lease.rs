@@ -28,6 +28,7 @@ pub struct Lease<'c, R: Registrar> {
 // `Sync` cache; releasing it from another thread is allowed (R1 needs no
 // lock, R2 takes it like any operation).
 unsafe impl<R: Registrar> Send for Lease<'_, R> {}
+// SAFETY: as for `Send` above.
 unsafe impl<R: Registrar> Sync for Lease<'_, R> {}
 
 impl<'c, R: Registrar> Lease<'c, R> {

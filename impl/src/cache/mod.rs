@@ -82,7 +82,9 @@ mod release;
 mod state;
 mod stats;
 
-pub use config::{CacheConfig, Faults, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
+pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
+#[cfg(any(test, feature = "testkit"))]
+pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent};
 pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
 pub use lease::Lease;

@@ -13,7 +13,9 @@
 //!   A hook waits at most for another thread's push or take to finish.
 //! - **Bounded** (spec.md#L2). A push that finds the buffer full replaces its
 //!   contents by one event covering their hull and the new span:
-//!   conservative (it may invalidate more, never less) and non-blocking.
+//!   conservative (it may invalidate more, never less) and non-blocking. The
+//!   hull of the buffered events is kept as they are pushed, so that
+//!   collapse costs `O(1)`, not a pass over the buffer.
 //!   Replacement happens inside the critical section, so the length never
 //!   reads 0 while an event is held outside the buffer: no window in which a
 //!   lookup could miss a queued event.
@@ -42,9 +44,15 @@ pub enum Pushed {
     Merged,
 }
 
+/// The buffered events and their hull (`None` when empty).
+struct Buffered {
+    events: Vec<PageSpan>,
+    hull: Option<PageSpan>,
+}
+
 /// The bounded queue of pending release events (as page spans).
 pub struct InvalidationQueue {
-    events: Mutex<Vec<PageSpan>>,
+    events: Mutex<Buffered>,
     len: AtomicUsize,
     cap: usize,
 }
@@ -60,7 +68,11 @@ impl InvalidationQueue {
     /// [`MAX_QUEUE_CAPACITY`]), preallocated.
     pub fn with_capacity(capacity: usize) -> Self {
         let cap = capacity.clamp(1, MAX_QUEUE_CAPACITY);
-        InvalidationQueue { events: Mutex::new(Vec::with_capacity(cap)), len: AtomicUsize::new(0), cap }
+        InvalidationQueue {
+            events: Mutex::new(Buffered { events: Vec::with_capacity(cap), hull: None }),
+            len: AtomicUsize::new(0),
+            cap,
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -72,16 +84,18 @@ impl InvalidationQueue {
     /// Queues an event; never waits for the cache lock and never allocates.
     pub fn push(&self, span: PageSpan) -> Pushed {
         let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let pushed = if q.len() < self.cap {
-            q.push(span); // within the reserved capacity: no reallocation
-            Pushed::Queued(q.len())
+        let hull = q.hull.map_or(span, |h| h.union(&span));
+        q.hull = Some(hull);
+        let pushed = if q.events.len() < self.cap {
+            q.events.push(span); // within the reserved capacity: no reallocation
+            Pushed::Queued(q.events.len())
         } else {
-            let hull = q.iter().fold(span, |h, s| h.union(s));
-            q.clear();
-            q.push(hull);
+            // O(1): the hull is kept as events are pushed.
+            q.events.clear();
+            q.events.push(hull);
             Pushed::Merged
         };
-        self.len.store(q.len(), Ordering::Release);
+        self.len.store(q.events.len(), Ordering::Release);
         pushed
     }
 
@@ -106,8 +120,9 @@ impl InvalidationQueue {
         // Allocate before locking: nothing may free memory inside.
         out.reserve(self.cap);
         let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = q.len();
-        out.extend(q.drain(..));
+        let n = q.events.len();
+        out.append(&mut q.events);
+        q.hull = None;
         self.len.store(0, Ordering::Release);
         n
     }

@@ -1,9 +1,9 @@
 //! The per-entry state word: lease count and INVALID bit (spec.md#A-H).
 //!
 //! One `AtomicU64` per entry. Bits 0..62 count leases, bit 63 is INVALID (the
-//! entry left the index), bit 62 is HANDLE_GONE (only the
-//! `dereg_leased_on_invalidate` fault sets it: the handle was already
-//! deregistered). Two operations race on it without the cache lock:
+//! entry left the index), bit 62 is the handle-gone bit (only the P3 fault
+//! switch sets it: the handle was already deregistered; it exists in test
+//! builds only). Two operations race on it without the cache lock:
 //!
 //! - a release ([`EntryState::release`], spec.md#R1) decrements; it owns the
 //!   deregistration iff it took the count from 1 to 0 with INVALID set;
@@ -25,6 +25,7 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// Lease count + INVALID bit of one cache entry (spec.md#A-H).
 #[derive(Debug)]
+//= spec.md#S5.1
 pub struct EntryState {
     word: AtomicU64,
 }
@@ -52,6 +53,7 @@ pub enum Invalidated {
 
 impl EntryState {
     pub const INVALID: u64 = 1 << 63;
+    #[cfg(any(test, feature = "testkit"))]
     pub const HANDLE_GONE: u64 = 1 << 62;
     pub const COUNT_MASK: u64 = (1 << 62) - 1;
 
@@ -81,7 +83,7 @@ impl EntryState {
         if prev & Self::COUNT_MASK != 1 {
             Released::Held
         } else if prev & Self::INVALID != 0 {
-            Released::Owner { handle_gone: prev & Self::HANDLE_GONE != 0 }
+            Released::Owner { handle_gone: Self::handle_gone(prev) }
         } else {
             Released::Unleased
         }
@@ -89,16 +91,38 @@ impl EntryState {
 
     //= spec.md#A-H
     /// Marks the entry INVALID (it left the index). `extra` may add
-    /// [`Self::HANDLE_GONE`].
+    /// the handle-gone bit (test builds only).
     #[inline]
     pub fn invalidate(&self, extra: u64) -> Invalidated {
-        let prev = self.word.fetch_or(Self::INVALID | (extra & Self::HANDLE_GONE), Ordering::AcqRel);
+        let prev = self.word.fetch_or(Self::INVALID | Self::extra(extra), Ordering::AcqRel);
         debug_assert_eq!(prev & Self::INVALID, 0, "entry invalidated twice");
         if prev & Self::COUNT_MASK == 0 {
             Invalidated::Owner
         } else {
             Invalidated::Leased
         }
+    }
+
+    /// Whether the handle-gone bit is set in `word` (never, in a production
+    /// build).
+    #[cfg(any(test, feature = "testkit"))]
+    fn handle_gone(word: u64) -> bool {
+        word & Self::HANDLE_GONE != 0
+    }
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn handle_gone(_word: u64) -> bool {
+        false
+    }
+
+    /// The bits `invalidate` may set besides INVALID: none in a production
+    /// build.
+    #[cfg(any(test, feature = "testkit"))]
+    fn extra(extra: u64) -> u64 {
+        extra & Self::HANDLE_GONE
+    }
+    #[cfg(not(any(test, feature = "testkit")))]
+    fn extra(_extra: u64) -> u64 {
+        0
     }
 
     /// Current lease count (SeqCst, see [`EntryState::release`]).

@@ -101,6 +101,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for MonitoredAlloc<A> {
         unsafe { self.inner.alloc_zeroed(layout) }
     }
 
+    //= spec.md#S1.8
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
         unsafe { self.inner.dealloc(ptr, layout) };

@@ -65,6 +65,7 @@ impl EventSource for UffdEvents {
 }
 
 /// The monitor thread of one cache. Dropping it stops and joins the thread.
+//= spec.md#S7.3
 pub struct MonitorThread {
     stop: Arc<AtomicBool>,
     rounds: Arc<AtomicU64>,
@@ -129,10 +130,11 @@ mod tests {
     use mrcache_types::Access;
 
     fn map(len: usize) -> u64 {
-        crate::testkit::mem::map_anon(len as u64)
+        crate::mem::map_anon(len as u64, 0).unwrap()
     }
 
     #[test]
+    //= spec.md#S7.3
     fn munmap_invalidates_through_the_monitor_thread() {
         let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
         let _monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");

@@ -45,6 +45,7 @@ impl RegistrarError {
 /// `deregister(handle)` is called, or an error and no side effect. Both may be
 /// called from any thread, concurrently. A registrar may trigger release
 /// events of its own (spec.md#S3.6); the cache tolerates that.
+//= spec.md#S1.9
 pub trait Registrar: Send + Sync + 'static {
     type Handle: Send + Sync + 'static;
 

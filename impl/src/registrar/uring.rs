@@ -5,8 +5,9 @@
 //! pages with `FOLL_LONGTERM`, exactly like `ibv_reg_mr`: from then on, I/O
 //! through the buffer's index goes to the *pinned frames*, not to whatever the
 //! virtual address maps now. So this backend reproduces the hazard a
-//! registration cache exists to handle (measured here, see
-//! `/work/shared/research/measured-here.md`): after `munmap` + `mmap` at the
+//! registration cache exists to handle (measured on this machine: the test
+//! `stale_registration_writes_old_frames` below and the example
+//! `impl/examples/stale_dma.rs` show it): after `munmap` + `mmap` at the
 //! same address, [`UringRegistrar::dma_write`] through the old registration
 //! lands in the OLD frames and the application never sees it.
 //!
@@ -435,7 +436,7 @@ mod tests {
 
     impl Anon {
         fn new(len: u64) -> Anon {
-            Anon { addr: crate::testkit::mem::map_anon(len), len }
+            Anon { addr: crate::mem::map_anon(len, 0).unwrap(), len }
         }
         fn range(&self) -> Range {
             Range::new(self.addr, self.len).unwrap()
@@ -497,6 +498,7 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#S1.9
     fn register_deregister_round_trip_pins_and_unpins() {
         let _g = serial();
         let reg = UringRegistrar::new(4).unwrap();

@@ -20,9 +20,6 @@
 //! No RDMA NIC? Soft-RoCE gives a software device on any Ethernet interface:
 //! `modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0`.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-
 use super::{Keys, Registrar, RegistrarError};
 use mrcache_types::{Access, Range};
 use rdma_sys::{ibv_access_flags, ibv_context, ibv_device, ibv_mr, ibv_pd};

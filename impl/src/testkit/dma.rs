@@ -252,15 +252,7 @@ type DmaCache = Cache<TestRegistrar<UringRegistrar>>;
 
 const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
+use crate::mem::page_size;
 
 /// Anonymous private read-write pages at `addr` (`MAP_FIXED` replaces what
 /// is there; `MAP_FIXED_NOREPLACE` fails if anything is). `Err(errno)`.
@@ -303,14 +295,8 @@ struct Arena {
 impl Arena {
     fn new(slots: u64, slot_bytes: u64, scratch: u32) -> Result<Arena, String> {
         let len = slots * slot_bytes;
-        // SAFETY: a fresh anonymous mapping at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len as usize, RW_PROT, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("arena mmap of {len} bytes: {}", std::io::Error::last_os_error()));
-        }
-        let mut arena = Arena { base: p as u64, len, scratch: Vec::new(), slot_bytes };
+        let base = crate::mem::map_anon(len, 0).map_err(|e| format!("arena mmap of {len} bytes: {e}"))?;
+        let mut arena = Arena { base, len, scratch: Vec::new(), slot_bytes };
         for _ in 0..scratch {
             // SAFETY: as above; PROT_NONE reservations for mremap targets.
             let s = unsafe {
@@ -802,7 +788,7 @@ struct Churned {
 
 /// Performs one churn (see [`Churned`]).
 fn churn(kind: Churn, slot_addr: u64, slot_bytes: u64, addr: u64, len: u64, scratch: u64) -> Churned {
-    // SAFETY (all calls below): the ranges are page-aligned parts of the
+    // SAFETY: (all calls below) the ranges are page-aligned parts of the
     // arena slot whose lock the caller holds (no lease, no reference into
     // it) or of this churner's own scratch reservation. Every hole made is
     // refilled at once with MAP_FIXED_NOREPLACE, which never replaces a

@@ -203,7 +203,7 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
     let mut cc = CacheConfig::new(hc.config);
     cc.faults = hc.faults;
     // A quarter of the histories without lanes: every hit is then A1.
-    cc.lanes = seed % 4 != 0;
+    cc.lanes = !seed.is_multiple_of(4);
     let registrar = TestRegistrar::new(CountingRegistrar::default()).logging(false).with_random_faults(
         Rng::new(seed).split(0xfa17).next_u64(),
         hc.registrar_faults,

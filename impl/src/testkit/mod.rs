@@ -15,8 +15,8 @@
 //!
 //! Plus [`registrar::TestRegistrar`] (logging, seeded fault injection, a hook
 //! that runs inside `register`, PFN capture), [`gen`] (swarm op generation
-//! for long runs), [`mem`] (anonymous mappings) and [`watchdog`] (no test
-//! may hang).
+//! for long runs) and [`watchdog`] (no test may hang). Anonymous mappings
+//! come from [`crate::mem`].
 //!
 //! Never enable this feature in production builds: it exists to break and
 //! observe the cache.
@@ -25,7 +25,6 @@ pub mod dma;
 pub mod env;
 pub mod gen;
 pub mod lin;
-pub mod mem;
 pub mod registrar;
 pub mod rng;
 pub mod watchdog;

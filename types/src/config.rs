@@ -1,4 +1,5 @@
-//! The policy parameters of the one contract (spec.md#S6).
+//! The policy parameters of the one contract (spec.md#S6): what the reference
+//! model and the cache are both configured with.
 
 use serde::{Deserialize, Serialize};
 
@@ -99,7 +100,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             policy: OverlapPolicy::Independent,
-            page_size: mrcache_types::PAGE_SIZE,
+            page_size: crate::PAGE_SIZE,
             chunk_pages: 1,
             eviction: EvictionPolicy::Lru,
             limits: Limits { max_unreleased: Some(Limits::DEFAULT_MAX_UNRELEASED), ..Limits::default() },
@@ -134,4 +135,19 @@ pub fn per_page_cost_ns(pages: u64, page_size: u64) -> u64 {
     let bytes = u128::from(pages) * u128::from(page_size);
     let cost = (16_000 + bytes * 6 / 100) / u128::from(pages.max(1));
     u64::try_from(cost).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_never_overflows() {
+        for pages in [1u64, 2, 3, 16, 255, 1 << 20] {
+            let bytes = pages * 4096;
+            assert_eq!(per_page_cost_ns(pages, 4096), (16_000 + bytes * 6 / 100) / pages);
+        }
+        assert_eq!(per_page_cost_ns(1 << 52, 4096), 245);
+        assert_eq!(per_page_cost_ns(0, 4096), 16_000);
+    }
 }

@@ -1,0 +1,513 @@
+/* Protocol plumbing for the C conformance adapters; see adapter.h and
+ * docs/conformance-protocol.md. Written for this project. */
+#define _GNU_SOURCE
+#include "adapter.h"
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PAGE 4096ul
+#define ARENA (4ul << 20)
+#define ARENA_HINT 0x200000000000ul
+#define MAX_THREADS 8
+
+static const struct peer *peer;
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t next_reg_id;
+static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static __thread int cur_thread;
+static __thread int cur_pause;
+
+static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
+static int continued[MAX_THREADS];
+
+static void emit(const char *s)
+{
+	pthread_mutex_lock(&out_lock);
+	fputs(s, stdout);
+	fputc('\n', stdout);
+	fflush(stdout);
+	pthread_mutex_unlock(&out_lock);
+}
+
+void adapter_log(const char *fmt, ...)
+{
+	char msg[512], line[700];
+	size_t i, j = 0;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	for (i = 0; msg[i] && j < sizeof(msg) - 2; i++) {
+		char c = msg[i];
+		if (c == '"' || c == '\\' || (unsigned char)c < 0x20)
+			c = ' ';
+		msg[j++] = c;
+	}
+	msg[j] = 0;
+	snprintf(line, sizeof(line), "{\"ev\":\"log\",\"text\":\"%s\"}", msg);
+	emit(line);
+}
+
+const char *access_name(unsigned a, char *buf, size_t n)
+{
+	static const char *names[] = { "local_write", "remote_read", "remote_write", "remote_atomic" };
+	size_t used = 0;
+	int i;
+
+	buf[0] = 0;
+	if (!a) {
+		snprintf(buf, n, "local_read");
+		return buf;
+	}
+	for (i = 0; i < 4; i++)
+		if (a & (1u << i))
+			used += snprintf(buf + used, n - used, "%s%s", used ? "+" : "", names[i]);
+	return buf;
+}
+
+static unsigned parse_access(const char *s)
+{
+	unsigned a = 0;
+	char tmp[128], *tok, *save;
+
+	snprintf(tmp, sizeof(tmp), "%s", s);
+	for (tok = strtok_r(tmp, "+", &save); tok; tok = strtok_r(NULL, "+", &save)) {
+		if (!strcmp(tok, "local_write")) a |= ACC_LOCAL_WRITE;
+		else if (!strcmp(tok, "remote_read")) a |= ACC_REMOTE_READ;
+		else if (!strcmp(tok, "remote_write")) a |= ACC_REMOTE_WRITE;
+		else if (!strcmp(tok, "remote_atomic")) a |= ACC_REMOTE_ATOMIC;
+		else if (!strcmp(tok, "rw")) a |= ACC_LOCAL_WRITE | ACC_REMOTE_READ | ACC_REMOTE_WRITE;
+	}
+	return a;
+}
+
+/* The raw value of "key" in a flat JSON line (strings without quotes). */
+static int json_get(const char *line, const char *key, char *out, size_t n)
+{
+	char pat[64];
+	const char *p;
+	size_t i = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	p = strstr(line, pat);
+	if (!p)
+		return -1;
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':')
+		p++;
+	if (*p == '"') {
+		p++;
+		while (*p && *p != '"' && i + 1 < n)
+			out[i++] = *p++;
+	} else {
+		while (*p && *p != ',' && *p != '}' && *p != ' ' && i + 1 < n)
+			out[i++] = *p++;
+	}
+	out[i] = 0;
+	return 0;
+}
+
+static uint64_t json_u64(const char *line, const char *key, uint64_t dflt)
+{
+	char v[64];
+
+	if (json_get(line, key, v, sizeof(v)) || !strcmp(v, "null"))
+		return dflt;
+	return strtoull(v, NULL, strncmp(v, "0x", 2) ? 10 : 16);
+}
+
+static void pause_here(void)
+{
+	char line[80];
+
+	if (!cur_pause)
+		return;
+	cur_pause = 0;
+	snprintf(line, sizeof(line), "{\"ev\":\"paused\",\"thread\":%d}", cur_thread);
+	emit(line);
+	pthread_mutex_lock(&pause_lock);
+	while (!continued[cur_thread])
+		pthread_cond_wait(&pause_cv, &pause_lock);
+	continued[cur_thread] = 0;
+	pthread_mutex_unlock(&pause_lock);
+}
+
+static __thread int in_acquire;
+
+uint64_t adapter_reg(uint64_t addr, uint64_t len, unsigned access)
+{
+	char line[256], acc[96];
+	uint64_t id;
+
+	pthread_mutex_lock(&id_lock);
+	id = ++next_reg_id;
+	pthread_mutex_unlock(&id_lock);
+	snprintf(line, sizeof(line), "{\"ev\":\"reg\",\"id\":%lu,\"addr\":\"0x%lx\",\"len\":%lu,\"access\":\"%s\"}",
+		 (unsigned long)id, (unsigned long)addr, (unsigned long)len, access_name(access, acc, sizeof(acc)));
+	emit(line);
+	if (in_acquire)
+		pause_here();
+	return id;
+}
+
+void adapter_dereg(uint64_t id)
+{
+	char line[80];
+
+	snprintf(line, sizeof(line), "{\"ev\":\"dereg\",\"id\":%lu}", (unsigned long)id);
+	emit(line);
+}
+
+static __thread int in_mem_op;
+
+void adapter_hook_pause(void)
+{
+	if (in_mem_op)
+		pause_here();
+}
+
+/* ------------------------------------------------------------------ */
+
+static void reply_ok(uint64_t seq, const char *extra)
+{
+	char line[256];
+
+	snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":true%s%s}", (unsigned long)seq, extra ? "," : "", extra ? extra : "");
+	emit(line);
+}
+
+static void reply_err(uint64_t seq, int err, const char *what)
+{
+	char line[700], clean[512];
+	size_t i;
+
+	snprintf(clean, sizeof(clean), "%s", what);
+	for (i = 0; clean[i]; i++)
+		if (clean[i] == '"' || clean[i] == '\\' || (unsigned char)clean[i] < 0x20)
+			clean[i] = ' ';
+	snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":false,\"errno\":%d,\"error\":\"%s\"%s}", (unsigned long)seq, err, clean,
+		 err == -2 ? ",\"unsupported\":true" : "");
+	emit(line);
+}
+
+static void touch(uint64_t a, uint64_t len)
+{
+	memset((void *)a, 0x5a, len);
+}
+
+static int map_fresh(uint64_t a, uint64_t len, int flags, char *err, size_t n)
+{
+	void *p = mmap((void *)a, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+
+	if (p == MAP_FAILED) {
+		int e = errno;
+		snprintf(err, n, "mmap: %s", strerror(e));
+		return e;
+	}
+	if ((uint64_t)p != a) {
+		munmap(p, len);
+		snprintf(err, n, "mmap placed the pages at %p", p);
+		return EEXIST;
+	}
+	touch(a, len);
+	return 0;
+}
+
+static void do_mem(uint64_t seq, const char *cmd, const char *line)
+{
+	uint64_t addr = json_u64(line, "addr", 0), len = json_u64(line, "len", 0);
+	char err[300] = "", extra[96];
+	int r = 0, e = 0;
+
+	if (!strcmp(cmd, "malloc")) {
+		void *p = malloc(len);
+		if (!p) {
+			reply_err(seq, errno, "malloc failed");
+			return;
+		}
+		touch((uint64_t)p, len);
+		snprintf(extra, sizeof(extra), "\"addr\":\"0x%lx\"", (unsigned long)p);
+		reply_ok(seq, extra);
+		return;
+	}
+	if (!strcmp(cmd, "brk_grow")) {
+		uint64_t cur = (uint64_t)sbrk(0), top = (cur + PAGE - 1) & ~(PAGE - 1);
+		if (sbrk(top - cur + len) == (void *)-1) {
+			reply_err(seq, errno, "sbrk failed");
+			return;
+		}
+		touch(top, len);
+		snprintf(extra, sizeof(extra), "\"addr\":\"0x%lx\"", (unsigned long)top);
+		reply_ok(seq, extra);
+		return;
+	}
+	if (!strcmp(cmd, "mmap")) {
+		e = map_fresh(addr, len, MAP_FIXED_NOREPLACE, err, sizeof(err));
+		if (e)
+			reply_err(seq, e, err);
+		else
+			reply_ok(seq, NULL);
+		return;
+	}
+	/* A release: the peer's hooks run inside the call. */
+	in_mem_op = 1;
+	if (!peer->pause_in_hook)
+		pause_here();
+	if (!strcmp(cmd, "munmap")) {
+		r = munmap((void *)addr, len);
+	} else if (!strcmp(cmd, "mmap_fixed")) {
+		e = map_fresh(addr, len, MAP_FIXED, err, sizeof(err));
+	} else if (!strcmp(cmd, "madvise_dontneed")) {
+		r = madvise((void *)addr, len, MADV_DONTNEED);
+	} else if (!strcmp(cmd, "madvise_free")) {
+		r = madvise((void *)addr, len, MADV_FREE);
+	} else if (!strcmp(cmd, "mremap_move")) {
+		void *t = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *q;
+		errno = 0;
+		q = t == MAP_FAILED ? MAP_FAILED : mremap((void *)addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+		if (q == MAP_FAILED) {
+			r = -1;
+		} else if (q != t) {
+			/* A hook that drops mremap's fifth argument moves the
+			 * pages somewhere else (UCX 1.13's UCM). */
+			e = EFAULT;
+			snprintf(err, sizeof(err), "mremap(MREMAP_FIXED) put the pages at %p, not at the target %p", q, t);
+		}
+	} else if (!strcmp(cmd, "mremap_shrink")) {
+		r = mremap((void *)addr, len, json_u64(line, "new_len", 0), 0) == MAP_FAILED ? -1 : 0;
+	} else if (!strcmp(cmd, "free")) {
+		free((void *)addr);
+	} else if (!strcmp(cmd, "brk_shrink")) {
+		r = sbrk(-(intptr_t)len) == (void *)-1 ? -1 : 0;
+	} else {
+		in_mem_op = 0;
+		snprintf(err, sizeof(err), "unknown command %s", cmd);
+		reply_err(seq, -2, err);
+		return;
+	}
+	if (r) {
+		e = errno;
+		snprintf(err, sizeof(err), "%s: %s", cmd, strerror(e));
+	}
+	in_mem_op = 0;
+	if (e)
+		reply_err(seq, e, err);
+	else
+		reply_ok(seq, NULL);
+}
+
+static void execute(const char *line)
+{
+	char cmd[32] = "", acc[128] = "local_read", err[300] = "", extra[64];
+	uint64_t seq = json_u64(line, "seq", 0), reg = 0;
+	int r;
+
+	json_get(line, "cmd", cmd, sizeof(cmd));
+	cur_pause = 0;
+	if (json_get(line, "pause", extra, sizeof(extra)) == 0 && !strcmp(extra, "true"))
+		cur_pause = 1;
+	if (!strcmp(cmd, "acquire")) {
+		json_get(line, "access", acc, sizeof(acc));
+		in_acquire = 1;
+		r = peer->acquire(json_u64(line, "lease", 0), json_u64(line, "addr", 0), json_u64(line, "len", 0), parse_access(acc), &reg,
+				  err, sizeof(err));
+		in_acquire = 0;
+		if (r) {
+			reply_err(seq, r, err);
+		} else {
+			snprintf(extra, sizeof(extra), "\"reg\":%lu", (unsigned long)reg);
+			reply_ok(seq, extra);
+		}
+	} else if (!strcmp(cmd, "release")) {
+		r = peer->release(json_u64(line, "lease", 0), err, sizeof(err));
+		if (r)
+			reply_err(seq, r, err);
+		else
+			reply_ok(seq, NULL);
+	} else if (!strcmp(cmd, "flush")) {
+		if (!peer->flush) {
+			reply_err(seq, -2, "flush is not supported");
+			return;
+		}
+		r = peer->flush(err, sizeof(err));
+		if (r)
+			reply_err(seq, r, err);
+		else
+			reply_ok(seq, NULL);
+	} else if (!strcmp(cmd, "trim") || !strcmp(cmd, "stats")) {
+		reply_err(seq, -2, "not supported by this peer");
+	} else {
+		do_mem(seq, cmd, line);
+	}
+	cur_pause = 0;
+}
+
+/* Workers: one per case thread, each runs one command at a time. */
+struct worker {
+	pthread_t tid;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	char *cmd;
+	int exists, index;
+};
+static struct worker workers[MAX_THREADS];
+static int inflight;
+static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char *cmd;
+
+	cur_thread = w->index;
+	for (;;) {
+		pthread_mutex_lock(&w->lock);
+		while (!w->cmd)
+			pthread_cond_wait(&w->cv, &w->lock);
+		cmd = w->cmd;
+		w->cmd = NULL;
+		pthread_mutex_unlock(&w->lock);
+		execute(cmd);
+		free(cmd);
+		/* After the reply: `fork` and `end` wait for this (wait_idle),
+		 * so no worker holds out_lock when the process forks. */
+		pthread_mutex_lock(&inflight_lock);
+		inflight--;
+		pthread_mutex_unlock(&inflight_lock);
+	}
+	return NULL;
+}
+
+static void dispatch(int t, const char *line)
+{
+	struct worker *w = &workers[t];
+
+	if (!w->exists) {
+		pthread_mutex_init(&w->lock, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		w->cmd = NULL;
+		w->index = t;
+		w->exists = 1;
+		pthread_create(&w->tid, NULL, worker_main, w);
+	}
+	pthread_mutex_lock(&inflight_lock);
+	inflight++;
+	pthread_mutex_unlock(&inflight_lock);
+	pthread_mutex_lock(&w->lock);
+	w->cmd = strdup(line);
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void wait_idle(void)
+{
+	int i, n;
+
+	for (i = 0; i < 100000; i++) {
+		pthread_mutex_lock(&inflight_lock);
+		n = inflight;
+		pthread_mutex_unlock(&inflight_lock);
+		if (!n)
+			return;
+		usleep(100);
+	}
+}
+
+int adapter_main(const struct peer *p)
+{
+	char *line = NULL, cmd[32], limits[256] = "{}", err[300] = "", out[1400];
+	size_t cap = 0;
+	void *arena;
+	uint64_t seq;
+	int t;
+
+	peer = p;
+	/* Keep our own allocations off the brk heap (brk_grow/brk_shrink move
+	 * the break), as fabtests' mr_cache_evict does. */
+	mallopt(M_MMAP_THRESHOLD, 1);
+	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+	if (getline(&line, &cap, stdin) <= 0)
+		return 0;
+	seq = json_u64(line, "seq", 0);
+	if (p->init(json_u64(line, "max_regions", 0), json_u64(line, "max_pinned_bytes", 0), limits, sizeof(limits), err, sizeof(err))) {
+		reply_err(seq, 0, err);
+		return 2;
+	}
+	/* Far below where the kernel puts new mappings (top down from
+	 * mmap_base): the holes the cases make are not filled by other
+	 * allocations (ours are all mmap-served). */
+	arena = mmap((void *)ARENA_HINT, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (arena == MAP_FAILED)
+		arena = mmap(NULL, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (arena == MAP_FAILED) {
+		reply_err(seq, errno, "cannot map the arena");
+		return 2;
+	}
+	touch((uint64_t)arena, ARENA);
+	snprintf(out, sizeof(out),
+		 "{\"seq\":%lu,\"ok\":true,\"protocol\":1,\"name\":\"%s\",\"version\":\"%s\",\"policy\":%s%s%s,"
+		 "\"page_size\":4096,\"caps\":%s,\"access_classes\":%s,\"eviction\":\"lru\",\"limits\":%s,"
+		 "\"arena\":{\"addr\":\"0x%lx\",\"len\":%lu}}",
+		 (unsigned long)seq, p->name, p->version, p->policy ? "\"" : "", p->policy ? p->policy : "null", p->policy ? "\"" : "",
+		 p->caps, p->access_classes ? p->access_classes : "null", limits, (unsigned long)arena, ARENA);
+	emit(out);
+	while (getline(&line, &cap, stdin) > 0) {
+		if (json_get(line, "cmd", cmd, sizeof(cmd)))
+			continue;
+		seq = json_u64(line, "seq", 0);
+		t = (int)json_u64(line, "thread", 0);
+		if (t < 0 || t >= MAX_THREADS) {
+			reply_err(seq, EINVAL, "thread out of range");
+			continue;
+		}
+		if (!strcmp(cmd, "continue")) {
+			pthread_mutex_lock(&pause_lock);
+			continued[t] = 1;
+			pthread_cond_broadcast(&pause_cv);
+			pthread_mutex_unlock(&pause_lock);
+			reply_ok(seq, NULL);
+		} else if (!strcmp(cmd, "end")) {
+			wait_idle();
+			reply_ok(seq, NULL);
+			fflush(stdout);
+			_exit(0);
+		} else if (!strcmp(cmd, "fork")) {
+			pid_t pid;
+			wait_idle();
+			/* Not under out_lock: a peer's atfork handler may
+			 * deregister (UCX's PURGE_ON_FORK), which reports. */
+			fflush(stdout);
+			pid = fork();
+			if (pid < 0) {
+				reply_err(seq, errno, "fork failed");
+			} else if (pid == 0) {
+				char extra[48];
+				memset(workers, 0, sizeof(workers));
+				inflight = 0;
+				if (p->forked)
+					p->forked();
+				snprintf(extra, sizeof(extra), "\"pid\":%d", (int)getpid());
+				reply_ok(seq, extra);
+			} else {
+				int st = 0;
+				waitpid(pid, &st, 0);
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			}
+		} else {
+			dispatch(t, line);
+		}
+	}
+	wait_idle();
+	return 0;
+}

@@ -1,0 +1,51 @@
+/* The protocol plumbing shared by the C conformance adapters
+ * (docs/conformance-protocol.md): the reader loop, one worker thread per
+ * case thread, pause/continue, fork, and the memory operations. A peer
+ * adapter fills in a `struct peer` and calls adapter_main().
+ *
+ * A peer's registrar callbacks call adapter_reg() (which reports the call
+ * and pauses there when the running acquire asked to) and adapter_dereg(). */
+#ifndef CONFORM_ADAPTER_H
+#define CONFORM_ADAPTER_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* Access rights, as in spec.md S1.4 (local read implied). */
+#define ACC_LOCAL_WRITE   1u
+#define ACC_REMOTE_READ   2u
+#define ACC_REMOTE_WRITE  4u
+#define ACC_REMOTE_ATOMIC 8u
+
+struct peer {
+	const char *name;
+	const char *version;
+	const char *policy;         /* S6.1 name, or NULL: none declared */
+	const char *caps;           /* JSON array text, e.g. "[\"flush\",\"pause\"]" */
+	const char *access_classes; /* JSON array text or NULL (exact access) */
+	int pause_in_hook;          /* the peer's hook calls adapter_hook_pause() */
+	/* Called once with the limits the case asks for (0: none). Fills
+	 * `limits_json` with what is in force ({"max_regions":..}). Returns 0 or
+	 * writes `err`. */
+	int (*init)(unsigned long max_regions, unsigned long max_bytes, char *limits_json, size_t n, char *err, size_t errn);
+	/* Returns 0 and the registrar id serving the lease, or an errno and `err`. */
+	int (*acquire)(uint64_t lease, uint64_t addr, uint64_t len, unsigned access, uint64_t *reg, char *err, size_t errn);
+	int (*release)(uint64_t lease, char *err, size_t errn);
+	int (*flush)(char *err, size_t errn); /* NULL: unsupported */
+	void (*forked)(void);                 /* in the child; may be NULL */
+};
+
+/* Reports a registrar call (and pauses here if the running acquire asked
+ * to); returns the new registration's id. */
+uint64_t adapter_reg(uint64_t addr, uint64_t len, unsigned access);
+void adapter_dereg(uint64_t id);
+/* For peers whose release hook the adapter can follow with its own: pause
+ * here if the running memory operation asked to. */
+void adapter_hook_pause(void);
+/* A free-form log line (shown in transcripts). */
+void adapter_log(const char *fmt, ...);
+const char *access_name(unsigned access, char *buf, size_t n);
+
+int adapter_main(const struct peer *p);
+
+#endif

@@ -1,0 +1,140 @@
+/* Conformance adapter for UCX's registration cache (ucs_rcache, Debian
+ * libucx-dev 1.13.1), driven as the probe in shared/peers/probes/ucx does:
+ * a fake registrar reports each call; UCM's memory hooks are UCX's own
+ * monitor. Written for this project; see docs/conformance-protocol.md.
+ *
+ * Access: ucs_rcache knows memory protection, not rights. A request that
+ * asks for any write right is a PROT_READ|PROT_WRITE get; others PROT_READ.
+ * The hello declares those two access classes.
+ * Pause after the hook: a second UCM VM_UNMAPPED handler, after rcache's
+ * (UCM runs handlers from low to high priority), pauses the releasing call
+ * after UCX has seen the event and before the syscall. */
+#define _GNU_SOURCE
+#include "adapter.h"
+#include "leases.h"
+#include <ucs/memory/rcache.h>
+#include <ucm/api/ucm.h>
+#include <ucs/type/status.h>
+#include <ucs/config/global_opts.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef struct {
+	ucs_rcache_region_t super; /* must be first */
+	uint64_t id;
+} my_region_t;
+
+static ucs_rcache_t *rc;
+
+static unsigned prot_access(int prot)
+{
+	return (prot & PROT_WRITE) ? (ACC_LOCAL_WRITE | ACC_REMOTE_READ | ACC_REMOTE_WRITE | ACC_REMOTE_ATOMIC) : ACC_REMOTE_READ;
+}
+
+static ucs_status_t my_reg(void *ctx, ucs_rcache_t *c, void *arg, ucs_rcache_region_t *r, uint16_t flags)
+{
+	my_region_t *m = (my_region_t *)r;
+	m->id = adapter_reg(r->super.start, r->super.end - r->super.start, prot_access(r->prot));
+	return UCS_OK;
+}
+
+static void my_dereg(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r)
+{
+	adapter_dereg(((my_region_t *)r)->id);
+}
+
+static void my_dump(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r, char *buf, size_t max)
+{
+	snprintf(buf, max, "id=%lu", (unsigned long)((my_region_t *)r)->id);
+}
+
+static ucs_rcache_ops_t ops = { my_reg, my_dereg, my_dump };
+
+static void after_rcache_hook(ucm_event_type_t t, ucm_event_t *e, void *arg)
+{
+	adapter_hook_pause();
+}
+
+static int init(unsigned long max_regions, unsigned long max_bytes, char *limits, size_t n, char *err, size_t errn)
+{
+	ucs_rcache_params_t p;
+	ucs_status_t st;
+
+	memset(&p, 0, sizeof(p));
+	p.region_struct_size = sizeof(my_region_t);
+	p.alignment = 4096;
+	p.max_alignment = 4096;
+	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
+	p.ucm_event_priority = 1000;
+	p.ops = &ops;
+	p.flags = UCS_RCACHE_FLAG_PURGE_ON_FORK;
+	p.max_regions = max_regions ? max_regions : ULONG_MAX;
+	p.max_size = max_bytes ? max_bytes : SIZE_MAX;
+	p.max_unreleased = SIZE_MAX;
+	st = ucs_rcache_create(&p, "conform", NULL, &rc);
+	if (st != UCS_OK) {
+		snprintf(err, errn, "ucs_rcache_create: %s", ucs_status_string(st));
+		return -1;
+	}
+	st = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 2000, after_rcache_hook, NULL);
+	if (st != UCS_OK) {
+		snprintf(err, errn, "ucm_set_event_handler: %s", ucs_status_string(st));
+		return -1;
+	}
+	snprintf(limits, n, "{\"max_regions\":%s%lu,\"max_pinned_bytes\":%s%lu}", "", max_regions, "", max_bytes);
+	if (!max_regions && !max_bytes)
+		snprintf(limits, n, "{}");
+	else if (!max_bytes)
+		snprintf(limits, n, "{\"max_regions\":%lu}", max_regions);
+	else if (!max_regions)
+		snprintf(limits, n, "{\"max_pinned_bytes\":%lu}", max_bytes);
+	return 0;
+}
+
+static int acquire(uint64_t lease, uint64_t addr, uint64_t len, unsigned access, uint64_t *reg, char *err, size_t errn)
+{
+	ucs_rcache_region_t *r = NULL;
+	int prot = PROT_READ | ((access & (ACC_LOCAL_WRITE | ACC_REMOTE_WRITE | ACC_REMOTE_ATOMIC)) ? PROT_WRITE : 0);
+	ucs_status_t st = ucs_rcache_get(rc, (void *)addr, len, prot, NULL, &r);
+
+	if (st != UCS_OK) {
+		snprintf(err, errn, "ucs_rcache_get: %s", ucs_status_string(st));
+		return st == UCS_ERR_NO_MEMORY ? ENOMEM : EIO;
+	}
+	*reg = ((my_region_t *)r)->id;
+	if (lease_put(lease, r)) {
+		snprintf(err, errn, "too many leases");
+		return EIO;
+	}
+	return 0;
+}
+
+static int release(uint64_t lease, char *err, size_t errn)
+{
+	ucs_rcache_region_t *r = lease_take(lease);
+	if (!r) {
+		snprintf(err, errn, "unknown lease %lu", (unsigned long)lease);
+		return EINVAL;
+	}
+	ucs_rcache_region_put(rc, r);
+	return 0;
+}
+
+int main(void)
+{
+	static const struct peer p = {
+		.name = "ucx-rcache",
+		.version = "1.13.1",
+		.policy = "merge",
+		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\"]",
+		.access_classes = "[\"remote_read\",\"local_write+remote_read+remote_write+remote_atomic\"]",
+		.pause_in_hook = 1,
+		.init = init,
+		.acquire = acquire,
+		.release = release,
+	};
+	return adapter_main(&p);
+}

@@ -1,0 +1,74 @@
+#![cfg(feature = "testkit")]
+//! The production artifact: `cargo build --release -p mrcache`, no features.
+//! (Cargo merges features across a workspace build, so a workspace build is
+//! not it.) It contains no fault switch, and a crate outside the workspace
+//! that depends on `mrcache` gets neither the reference model nor stateright.
+
+use mrcache_types::mutants::FAULT_SWITCHES;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Builds the production rlib in its own target directory (the outer `cargo
+/// test` holds the workspace's).
+fn production_rlib() -> PathBuf {
+    let target = root().join("target/production");
+    run(Command::new(env!("CARGO"))
+        .args(["build", "--release", "--quiet", "-p", "mrcache"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(root()));
+    target.join("release/libmrcache.rlib")
+}
+
+#[test]
+fn the_production_build_has_no_fault_switch() {
+    let rlib = production_rlib();
+    let symbols = run(Command::new("nm").args(["-C", "--defined-only"]).arg(&rlib));
+    assert!(symbols.contains("mrcache::"), "nm lists no symbol of mrcache: {symbols}");
+    let bytes = std::fs::read(&rlib).unwrap();
+    let has = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    // The rlib's metadata names the fields of every public struct it has.
+    assert!(has("lane_slots"), "the metadata search finds nothing (CacheConfig::lane_slots)");
+    for f in FAULT_SWITCHES {
+        assert!(!symbols.contains(f.field), "fault switch symbol {} in the production build", f.field);
+        assert!(!has(f.field), "fault switch {} in the production build", f.field);
+    }
+    for needle in ["Faults", "HANDLE_GONE"] {
+        assert!(!symbols.contains(needle), "{needle} symbol in the production build");
+    }
+    assert!(!has("HANDLE_GONE"), "HANDLE_GONE in the production build");
+}
+
+#[test]
+fn a_library_user_gets_neither_the_model_nor_stateright() {
+    let dir = root().join("target/production/user");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"mrcache-user\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nmrcache = {{ path = {:?} }}\n\n[workspace]\n",
+            root().join("impl")
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "pub use mrcache::Cache;\n").unwrap();
+    // The workspace's versions, so that the tree resolves offline.
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let tree = run(Command::new(env!("CARGO"))
+        .args(["tree", "-e", "normal", "--offline", "--prefix", "none"])
+        .current_dir(&dir));
+    assert!(tree.contains("mrcache-types"), "{tree}");
+    for unwanted in ["mrcache-model", "stateright"] {
+        assert!(!tree.contains(unwanted), "a library user gets {unwanted}:\n{tree}");
+    }
+}

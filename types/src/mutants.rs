@@ -1,0 +1,86 @@
+//! The names of the deliberate breakages (test builds only, feature `testkit`).
+//!
+//! One list, shared by the model checker's mutants (`mrcache_checker::Mutant`,
+//! one per entry of [`MUTANTS`], in this order), the cache's fault switches
+//! (`mrcache::Faults`, one per entry of [`FAULT_SWITCHES`]) and the runners
+//! that select them by name (`mrcache check --mutant NAME`, `mrcache fuzz
+//! --mutant NAME`). A mutant is always referred to by its name.
+
+/// The checker's mutants, by name: each breaks one rule of spec.md §A and is
+/// caught by a named property (`mrcache_checker::Mutant::caught_by`).
+pub const MUTANTS: [&str; 26] = [
+    "no-seq-recheck",
+    "blocking-hook",
+    "dereg-leased-on-invalidate",
+    "async-apply-outside-lock",
+    "leased-stays-findable",
+    "partial-unmap-start-only",
+    "merge-drops-leased",
+    "queue-never-drained",
+    "async-blocking-read-outside-lock",
+    "handoff-toctou",
+    "hit-ignores-access",
+    "no-release-eviction",
+    "over-limit-flag-late",
+    "notify-before-release",
+    "stale-merge-plan",
+    "release-no-lru-touch",
+    "holder-skips-drain",
+    "reader-skips-drain",
+    "release-touch-after-decrement",
+    "trim-evicts-leased",
+    "lane-no-heavy-barrier",
+    "lane-no-recheck",
+    "lane-revoke-no-pin",
+    "lane-reuse-busy-slot",
+    "lane-detached-no-mutex",
+    "lane-queue-len-only",
+];
+
+/// One fault switch of the real cache (`mrcache::Faults`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultSwitch {
+    /// The name a runner selects it by (`mrcache fuzz --mutant NAME`).
+    pub name: &'static str,
+    /// The `mrcache::Faults` field that holds it.
+    pub field: &'static str,
+    /// The checker mutant it mirrors in the real cache, if any.
+    pub mirrors: Option<&'static str>,
+}
+
+/// The cache's fault switches.
+pub const FAULT_SWITCHES: [FaultSwitch; 4] = [
+    FaultSwitch { name: "skip-seq-recheck", field: "skip_seq_recheck", mirrors: Some("no-seq-recheck") },
+    FaultSwitch { name: "monitor-off", field: "monitor_off", mirrors: None },
+    FaultSwitch { name: "leak-deregistration", field: "leak_deregistration", mirrors: None },
+    FaultSwitch {
+        name: "dereg-leased-on-invalidate",
+        field: "dereg_leased_on_invalidate",
+        mirrors: Some("dereg-leased-on-invalidate"),
+    },
+];
+
+/// The fault switch called `name`.
+pub fn fault_switch(name: &str) -> Option<&'static FaultSwitch> {
+    FAULT_SWITCHES.iter().find(|f| f.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_mirrors_exist() {
+        let mut all: Vec<&str> = MUTANTS.to_vec();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), MUTANTS.len(), "a mutant name twice");
+        for f in FAULT_SWITCHES {
+            assert_eq!(f.field, f.name.replace('-', "_"));
+            if let Some(m) = f.mirrors {
+                assert!(MUTANTS.contains(&m), "{} mirrors unknown mutant {m}", f.name);
+            }
+            assert_eq!(fault_switch(f.name), Some(&f));
+        }
+    }
+}
