@@ -118,19 +118,6 @@ impl Mutant {
         }
         changed
     }
-
-    /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.
-    pub fn needs_lanes(&self) -> bool {
-        matches!(
-            self,
-            Mutant::LaneNoHeavyBarrier
-                | Mutant::LaneNoRecheck
-                | Mutant::LaneRevokeNoPin
-                | Mutant::LaneReuseBusySlot
-                | Mutant::LaneDetachedNoMutex
-                | Mutant::LaneQueueLenOnly
-        )
-    }
 }
 
 /// Where the cache's own memory lives when it frees it under its lock (A9).

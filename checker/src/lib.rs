@@ -54,7 +54,7 @@
 //! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
 //! | M1, M2 | `monitor_step` | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
-//! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (`handoff-toctou` splits it) |
+//! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant `handoff-toctou` splits it) |
 //!
 //! # Lanes (LN1–LN6) under x86-TSO ([`CheckConfig::lanes`], opt-in)
 //!
@@ -70,7 +70,7 @@
 //! barrier (membarrier) drains every buffer. So LN1's store `held + 1` and
 //! its reload of `ptr` can reorder exactly as on x86, and only the heavy
 //! barrier orders them against LN5's null store and count read: this is how
-//! the checker checks LN6's argument (`lane-no-heavy-barrier` replaces membarrier by a fence
+//! the checker checks LN6's argument (mutant `lane-no-heavy-barrier` replaces membarrier by a fence
 //! on the revoking thread and breaks P3).
 //!
 //! Steps: LN1 is three (first load and key check, folded into the acquire's
@@ -92,7 +92,7 @@
 //! taken from the queue or read from uffd and not applied yet. The spec's
 //! words ("the queue is empty") with a drain that empties the queue when it
 //! takes the events, before it revokes, and a monitor whose read wakes the
-//! releasing thread before it revokes, are `lane-queue-len-only`: a lane hit after the
+//! releasing thread before it revokes, are mutant `lane-queue-len-only`: a lane hit after the
 //! release event returned, P2 violated under both monitors.
 //!
 //! Simplified: one slot per lane; a lease is released by the thread that
@@ -130,15 +130,15 @@
 //! (each has a mutant showing it is needed; see the crate's report):
 //! 1. *The holder drains before it unlocks* (`unlock_exclusive`; H2's "the
 //!    holder ... drains"): events a hook queued while the lock was held are
-//!    applied before the lock is released (`holder-skips-drain` breaks L1 without it).
+//!    applied before the lock is released (mutant `holder-skips-drain` breaks L1 without it).
 //! 2. *The last fast-path reader drains*: a reader that unlocks with events
-//!    queued tries the lock exclusive and drains, as H2 would (`reader-skips-drain`
+//!    queued tries the lock exclusive and drains, as H2 would (mutant `reader-skips-drain`
 //!    breaks L1 without it). Together: the queue is empty in every terminal state.
 //! 3. *A9 re-plans under the lock* (merge): if the policy's plan differs from
 //!    A4's, the registration is treated as stale (retry); displaced entries are
-//!    recomputed at A9 (`stale-merge-plan` breaks linearizability without it).
+//!    recomputed at A9 (mutant `stale-merge-plan` breaks linearizability without it).
 //! 4. *A10 raises the over-limit flag before it reads lease counts*, and R1
-//!    reads the flag after its decrement (`over-limit-flag-late` breaks P5 otherwise).
+//!    reads the flag after its decrement (mutant `over-limit-flag-late` breaks P5 otherwise).
 //! 5. *R1 touches the LRU stamp* of a findable entry (S2.2), *before* its
 //!    decrement: an eviction between a decrement and a later touch sees an
 //!    unleased entry with a stale stamp (`release-no-lru-touch` and `release-touch-after-decrement` break
@@ -175,7 +175,6 @@
 pub mod algo;
 pub mod config;
 pub mod mutant;
-pub mod names;
 pub mod pinned;
 pub mod props;
 pub mod report;

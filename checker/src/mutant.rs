@@ -1,13 +1,13 @@
 //! The checker's mutants: deliberately broken variants of spec.md §A, each
 //! with its name, what it breaks and the property that must catch it, once.
 //!
-//! A leaf module: it depends on the property names ([`crate::names`]) and on
+//! A leaf module: it depends on the property names ([`crate::props`]) and on
 //! the shared list of mutant names (`mrcache_types::mutants::MUTANTS`), not on
 //! the rest of the checker. How a configuration is adjusted so that a mutant
 //! can show is `Mutant::adjust` (config.rs); where each one breaks the
-//! algorithm, the `mutant(Mutant::…)` checks of algo.rs.
+//! algorithm, the `mutant(Mutant::…)` checks of algo/.
 
-use crate::names::*;
+use crate::props::{L1, LINEARIZABLE, P1, P2, P3, P4, P5, P6};
 use mrcache_types::mutants::MUTANTS;
 use std::fmt;
 
@@ -33,7 +33,7 @@ macro_rules! mutants {
                 }
             }
 
-            /// The properties (names from [`crate::names`]) whose counterexample
+            /// The properties (names from [`crate::props`]) whose counterexample
             /// catches this mutant; the first is the one the pinned configuration hits.
             pub fn caught_by(&self) -> &'static [&'static str] {
                 match self {
@@ -136,6 +136,19 @@ impl Mutant {
     /// The mutant's name (`mrcache check --mutant NAME`), from the shared list.
     pub fn name(&self) -> &'static str {
         MUTANTS[*self as usize]
+    }
+
+    /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.
+    pub fn needs_lanes(&self) -> bool {
+        matches!(
+            self,
+            Mutant::LaneNoHeavyBarrier
+                | Mutant::LaneNoRecheck
+                | Mutant::LaneRevokeNoPin
+                | Mutant::LaneReuseBusySlot
+                | Mutant::LaneDetachedNoMutex
+                | Mutant::LaneQueueLenOnly
+        )
     }
 }
 

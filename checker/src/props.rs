@@ -7,142 +7,61 @@
 //!
 //! [`Bad`]: crate::state::Bad
 
-use crate::algo::AlgoModel;
-use crate::config::MonitorKind;
-use crate::state::{EvPc, Lock, MonPc, Pc, State, MONITOR};
-use mrcache_model::OverlapPolicy;
-use stateright::{Model, Property};
+pub const P1: &str = "always: P1 coverage";
+pub const P2: &str = "always: P2 freshness";
+pub const P3: &str = "always: P3 no premature deregistration";
+pub const P4: &str = "always: P4 exactly-once deregistration";
+pub const P5: &str = "always: P5 limits (when no op is in flight)";
+pub const LINEARIZABLE: &str = "always: linearizable w.r.t. mrcache_model::Model (S9; when no op is in flight)";
+pub const P6: &str = "always: P6 no deadlock";
+pub const L1: &str = "always in terminal states: L1 nothing unleased left registered, queue drained";
+pub const S_LEASED_INVALIDATED: &str = "sometimes: a leased entry is invalidated";
+pub const S_MERGE: &str = "sometimes: a merge happens";
+pub const S_UNCACHE: &str = "sometimes: a miss uncaches a contained or containing entry";
+pub const S_EVENT_DURING_REGISTRATION: &str =
+    "sometimes: a release event arrives during a registration (in-flight record stale)";
+pub const S_READ_NOT_APPLIED: &str =
+    "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
+pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
+pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
+pub const S_LANE_HIT: &str = "sometimes: a lane hit (LN1)";
+pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (LN5)";
+pub const S_LANE_UNDO_PINNED: &str =
+    "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (LN1, LN4)";
 
-pub use crate::names::*;
+/// Every property name the checker may use, `always` ones first.
+pub const ALL: [&str; 18] = [
+    P1,
+    P2,
+    P3,
+    P4,
+    P5,
+    LINEARIZABLE,
+    P6,
+    L1,
+    S_LEASED_INVALIDATED,
+    S_MERGE,
+    S_UNCACHE,
+    S_EVENT_DURING_REGISTRATION,
+    S_READ_NOT_APPLIED,
+    S_HOOK_DEFERRED,
+    S_TRIM_EVICTS,
+    S_LANE_HIT,
+    S_LANE_PIN,
+    S_LANE_UNDO_PINNED,
+];
 
-/// The properties for a configuration: P5 only with limits; the merge goal only
-/// under `merge`, the uncache goal only under `no-merge-uncache-contained`;
-/// the read-not-applied goal only with the async monitor, the deferred-hook
-/// goal only with the sync one.
-pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
-    let mut v = vec![
-        Property::always(P1, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P1)),
-        Property::always(P2, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P2)),
-        // P3. With lanes, a lane lease counts: it is on no state word until a
-        // revoke pins it.
-        Property::always(P3, |m: &AlgoModel, s: &State| {
-            !s.regs
-                .iter()
-                .enumerate()
-                .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (m.cfg.lanes && s.lease_held_on(h as u8))))
-        }),
-        Property::always(P4, |_: &AlgoModel, s: &State| s.regs.iter().all(|r| r.deregs <= 1)),
-    ];
-    if m.cfg.has_limits() {
-        v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
-    }
-    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || s.lin.serialized_history().is_some()));
-    //= spec.md#P6
-    v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
-    v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
-    v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {
-        s.regs.iter().any(|r| r.id > 0 && r.invalid && r.leases > 0)
-    }));
-    match m.cfg.policy {
-        OverlapPolicy::Merge => v.push(Property::sometimes(S_MERGE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced))),
-        OverlapPolicy::NoMergeUncacheContained => {
-            v.push(Property::sometimes(S_UNCACHE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced)))
-        }
-        OverlapPolicy::Independent => {}
-    }
-    if m.cfg.registrar_failures > 0 {
-        v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
-    }
-    if m.cfg.lanes {
-        v.push(Property::sometimes(S_LANE_HIT, |_: &AlgoModel, s: &State| {
-            s.threads.iter().any(|t| !t.lane_leases.is_empty())
-        }));
-        v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
-        v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
-            s.threads.iter().enumerate().any(|(t, th)| match th.pc {
-                Pc::LN4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
-                _ => false,
-            })
-        }));
-    }
-    v.push(Property::sometimes(S_EVENT_DURING_REGISTRATION, |_: &AlgoModel, s: &State| {
-        s.threads.iter().any(|t| t.inflight.is_some_and(|i| i.stale))
-    }));
-    match m.cfg.monitor {
-        MonitorKind::Async => v.push(Property::sometimes(S_READ_NOT_APPLIED, |_: &AlgoModel, s: &State| {
-            !s.monitor.buf.is_empty() && s.threads.iter().any(|t| t.acq.is_some())
-        })),
-        MonitorKind::Sync => v.push(Property::sometimes(S_HOOK_DEFERRED, |_: &AlgoModel, s: &State| {
-            !s.queue.is_empty() && !s.threads.iter().any(|t| t.ev.as_ref().is_some_and(|e| e.pc == EvPc::H2))
-        })),
-    }
-    v
-}
-
-impl AlgoModel {
-    /// Terminal: every script finished and the monitor has nothing left to do.
-    pub fn is_terminal(&self, s: &State) -> bool {
-        s.all_finished()
-    }
-
-    /// Why L1 fails in a terminal state, if it does.
-    pub fn l1_failure(&self, s: &State) -> Option<String> {
-        if !s.queue.is_empty() {
-            return Some(format!("the invalidation queue still holds {:?} after every script finished", s.queue));
-        }
-        if let Some((h, r)) = s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0) {
-            return Some(format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span));
-        }
-        // Lanes: a pin is a lease held for the slot's lane leases; with none
-        // left it must have been returned (LN4, LN6).
-        for (t, lane) in s.lanes.iter().enumerate() {
-            for (i, sl) in lane.iter().enumerate() {
-                if let Some(h) = sl.pin {
-                    if s.slot_count(t, i) == 0 {
-                        return Some(format!("T{t}.slot{i} counts 0 but still pins #{h}: the pin is never returned"));
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    /// Why the state is a deadlock (P6), if it is: an actor that holds the lock
-    /// exclusively cannot take its next step (it waits for itself, or for
-    /// something only a lock holder could do), or nobody can move although a
-    /// script is unfinished.
-    pub fn deadlock(&self, s: &State) -> Option<String> {
-        if let Lock::Exclusive(a) = s.lock {
-            let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) };
-            let busy = a == MONITOR && s.monitor.pc != MonPc::Idle
-                || a != MONITOR && s.threads[a as usize].pc != crate::state::Pc::Done;
-            if stuck && busy {
-                return Some(format!(
-                    "{} holds the lock exclusively and waits: {}",
-                    crate::state::actor_name(a),
-                    self.blocked_on(s, a)
-                ));
-            }
-        }
-        let mut actions = Vec::new();
-        self.actions(s, &mut actions);
-        if actions.is_empty() && !s.all_finished() {
-            let waiting: Vec<String> = (0..s.threads.len())
-                .filter(|&t| s.threads[t].pc != crate::state::Pc::Done)
-                .map(|t| format!("T{t} {}", self.blocked_on(s, t as u8)))
-                .collect();
-            return Some(format!("no thread can move: {}", waiting.join("; ")));
-        }
-        None
-    }
-
-    /// Over a limit with an evictable entry: findable, and unleased (with
-    /// lanes: no lane lease either).
-    pub fn over_limits_with_victim(&self, s: &State) -> bool {
-        self.over_limits(s)
-            && s.regs
-                .iter()
-                .enumerate()
-                .any(|(h, r)| r.findable && r.leases == 0 && !(self.cfg.lanes && s.lease_held_on(h as u8)))
+/// The spec ID a property checks (`""` for `sometimes` reachability goals).
+pub fn spec_id(name: &str) -> &'static str {
+    match name {
+        P1 => "P1",
+        P2 => "P2",
+        P3 => "P3",
+        P4 => "P4",
+        P5 => "P5",
+        LINEARIZABLE => "S9",
+        P6 => "P6",
+        L1 => "L1",
+        _ => "",
     }
 }

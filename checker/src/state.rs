@@ -72,9 +72,9 @@ pub enum Pc {
     R2,
     /// Lanes: LN1's store of `held + 1` into the store buffer (the slot and
     /// the entry its `ptr` held at LN1's first load).
-    L1Store { slot: u8, h: Handle },
+    LN1Store { slot: u8, h: Handle },
     /// Lanes: LN1's reload of `ptr` after the light barrier.
-    L1Load { slot: u8, h: Handle },
+    LN1Load { slot: u8, h: Handle },
     /// Lanes: after an LN1 undo (and its LN4): A1 (check the queue, take the
     /// lock shared).
     A1,
@@ -82,7 +82,7 @@ pub enum Pc {
     /// and drain (a step of its own, so the drain can revoke), then return.
     A1Drain(Handle),
     /// Lanes: LN3's reload of `ptr` after its store of `held - 1`.
-    L3Load { slot: u8, h: Handle },
+    LN3Load { slot: u8, h: Handle },
     /// Lanes: LN4, the detached release of the lane lease on `h` (under the
     /// lanes mutex); `then_a1`: an LN1 undo, the acquire continues at A1.
     LN4 { slot: u8, h: Handle, then_a1: bool },

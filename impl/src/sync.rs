@@ -31,6 +31,16 @@ pub use std::sync::{
     Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
+/// The atomics loom does not model (counters, LRU stamps, the fork
+/// generation, lane bookkeeping that decides nothing): always `std`, also
+/// under loom. Spelled `plain::AtomicU64` etc. at every use, so that a reader
+/// sees which atomics loom explores. `Ordering` is the same type in both.
+pub mod plain {
+    pub use std::sync::atomic::{
+        compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    };
+}
+
 #[cfg(loom)]
 pub(crate) use loom::thread_local;
 #[cfg(not(loom))]

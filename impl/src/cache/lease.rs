@@ -1,6 +1,7 @@
 //! Leases (spec.md#S1.6): RAII references to a cached registration.
 
-use super::lane::LaneRef;
+use super::lanes::LaneRef;
+use super::entry::leased;
 use super::{Cache, EntryPtr, Shared};
 use crate::registrar::{Keys, Registrar};
 use mrcache_types::RegView;
@@ -13,11 +14,11 @@ use std::fmt;
 pub struct Lease<'c, R: Registrar> {
     cache: &'c Cache<R>,
     /// The generation the entry belongs to (see "Fork" in the cache docs).
-    shared: &'c Shared<R>,
-    entry: EntryPtr<R>,
+    pub(super) shared: &'c Shared<R>,
+    pub(super) entry: EntryPtr<R>,
     /// The lane slot whose count holds this lease (LN1), or `None` for a
     /// state-word lease.
-    lane: Option<LaneRef<R>>,
+    pub(super) lane: Option<LaneRef<R>>,
     hit: bool,
     pressure: bool,
 }
@@ -49,9 +50,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
 
     #[inline]
     fn entry(&self) -> &super::Entry<R> {
-        // SAFETY: our lease keeps the entry alive (A-H: nobody frees an entry
-        // with leases; forgotten generations are never freed).
-        unsafe { self.entry.get() }
+        leased(self)
     }
 
     /// The registration: id, page-aligned byte range, access (spec.md#S1.3).
@@ -85,14 +84,14 @@ impl<'c, R: Registrar> Lease<'c, R> {
     #[inline(always)]
     pub fn release(self) {
         let this = std::mem::ManuallyDrop::new(self);
-        this.cache.release(this.shared, this.entry, this.lane);
+        this.cache.release(&this);
     }
 }
 
 impl<R: Registrar> Drop for Lease<'_, R> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.cache.release(self.shared, self.entry, self.lane);
+        self.cache.release(self);
     }
 }
 

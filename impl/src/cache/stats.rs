@@ -11,13 +11,24 @@
 //!
 //! These are plain `std` atomics even under loom (see [`crate::sync`]).
 
+use super::entry::indexed;
+use super::generation::Shared;
+use super::lanes;
+use super::Cache;
+use crate::error::Error;
+use crate::registrar::Registrar;
+use crate::sync::Ordering;
+use mrcache_types::{RegView, Stats};
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::PoisonError;
+use crate::sync::plain;
+use crate::sync::Ordering::Relaxed;
 
 /// Per-thread slots per cache.
 pub const SLOTS: usize = 64;
 
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+static NEXT_SLOT: plain::AtomicUsize = plain::AtomicUsize::new(0);
 
 std::thread_local! {
     static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
@@ -43,9 +54,9 @@ fn slot_index() -> usize {
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct HotSlot {
-    pub acquires: AtomicU64,
-    pub hits: AtomicU64,
-    pub releases: AtomicU64,
+    pub acquires: plain::AtomicU64,
+    pub hits: plain::AtomicU64,
+    pub releases: plain::AtomicU64,
 }
 
 /// Which hot counter to bump.
@@ -58,7 +69,7 @@ pub(crate) enum Hot {
 
 impl HotSlot {
     #[inline]
-    fn get(&self, which: Hot) -> &AtomicU64 {
+    fn get(&self, which: Hot) -> &plain::AtomicU64 {
         match which {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
@@ -101,42 +112,165 @@ impl HotCounters {
 /// Slow-path counters (spec.md#S8), one `fetch_add` each.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub misses: AtomicU64,
-    pub errors: AtomicU64,
-    pub release_events: AtomicU64,
-    pub registrations: AtomicU64,
-    pub deregistrations: AtomicU64,
-    pub bytes_registered: AtomicU64,
-    pub peak_pinned_bytes: AtomicU64,
-    pub invalidations: AtomicU64,
-    pub leased_invalidations: AtomicU64,
-    pub deferred_deregistrations: AtomicU64,
-    pub merges: AtomicU64,
-    pub uncached: AtomicU64,
-    pub evictions: AtomicU64,
-    pub pressure_evictions: AtomicU64,
-    pub forgotten: AtomicU64,
+    pub misses: plain::AtomicU64,
+    pub errors: plain::AtomicU64,
+    pub release_events: plain::AtomicU64,
+    pub registrations: plain::AtomicU64,
+    pub deregistrations: plain::AtomicU64,
+    pub bytes_registered: plain::AtomicU64,
+    pub peak_pinned_bytes: plain::AtomicU64,
+    pub invalidations: plain::AtomicU64,
+    pub leased_invalidations: plain::AtomicU64,
+    pub deferred_deregistrations: plain::AtomicU64,
+    pub merges: plain::AtomicU64,
+    pub uncached: plain::AtomicU64,
+    pub evictions: plain::AtomicU64,
+    pub pressure_evictions: plain::AtomicU64,
+    pub forgotten: plain::AtomicU64,
     // Diagnostics, not in `Stats`.
-    pub discarded_registrations: AtomicU64,
-    pub stale_retries: AtomicU64,
-    pub dereg_failures: AtomicU64,
-    pub early_deregistrations: AtomicU64,
+    pub discarded_registrations: plain::AtomicU64,
+    pub stale_retries: plain::AtomicU64,
+    pub dereg_failures: plain::AtomicU64,
+    pub early_deregistrations: plain::AtomicU64,
     /// Lane counts of forgotten generations (spec.md#S2.6).
-    pub lane_hits_forgotten: AtomicU64,
-    pub lane_releases_forgotten: AtomicU64,
+    pub lane_hits_forgotten: plain::AtomicU64,
+    pub lane_releases_forgotten: plain::AtomicU64,
 }
 
 #[inline]
-pub(crate) fn inc(c: &AtomicU64) {
+pub(crate) fn inc(c: &plain::AtomicU64) {
     c.fetch_add(1, Relaxed);
 }
 
 #[inline]
-pub(crate) fn add(c: &AtomicU64, n: u64) {
+pub(crate) fn add(c: &plain::AtomicU64, n: u64) {
     c.fetch_add(n, Relaxed);
 }
 
 #[inline]
-pub(crate) fn get(c: &AtomicU64) -> u64 {
+pub(crate) fn get(c: &plain::AtomicU64) -> u64 {
     c.load(Relaxed)
+}
+
+/// Internal counters that are not part of the shared [`Stats`] schema.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostics {
+    /// Registrations made and deregistered without being cached: stale (A7)
+    /// or superseded by another thread's insertion (A8).
+    pub discarded_registrations: u64,
+    /// Attempts that found their in-flight record stale (A7).
+    pub stale_retries: u64,
+    /// `deregister` calls that returned an error (the handle is gone anyway).
+    pub dereg_failures: u64,
+    /// Leased registrations deregistered early by the P3 fault switch.
+    pub early_deregistrations: u64,
+    /// Release events queued now (spec.md#L2).
+    pub queued_events: u64,
+    /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`].
+    pub queue_capacity: u64,
+    /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
+    pub lane_hits: u64,
+    /// Lanes this generation has made (at most [`MAX_LANES`]).
+    pub lanes: u64,
+    /// Lane slots holding a pin now (LN5: revoked while leased).
+    pub pinned_slots: u64,
+    /// Whether the heavy barrier is membarrier (else both sides fence).
+    pub membarrier: bool,
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Counts a failed operation and passes its error through.
+    pub(super) fn fail(&self, e: Error) -> Error {
+        inc(&self.counters.errors);
+        e
+    }
+
+    /// Counters in the shared schema (spec.md#S8). Exact when no operation is
+    /// in flight.
+    pub fn stats(&self) -> Stats {
+        let shared = self.shared();
+        let c = &self.counters;
+        let (lane_hits, lane_releases) = self.lane_counts(shared);
+        Stats {
+            acquires: self.hot.sum(Hot::Acquires) + lane_hits,
+            hits: self.hot.sum(Hot::Hits) + lane_hits,
+            misses: get(&c.misses),
+            errors: get(&c.errors),
+            releases: self.hot.sum(Hot::Releases) + lane_releases,
+            release_events: get(&c.release_events),
+            registrations: get(&c.registrations),
+            deregistrations: get(&c.deregistrations),
+            bytes_registered: get(&c.bytes_registered),
+            pinned_bytes: shared.live_bytes.load(Ordering::Relaxed),
+            peak_pinned_bytes: get(&c.peak_pinned_bytes),
+            cached_entries: shared.cached.load(Ordering::Relaxed),
+            invalidations: get(&c.invalidations),
+            leased_invalidations: get(&c.leased_invalidations),
+            deferred_deregistrations: get(&c.deferred_deregistrations),
+            merges: get(&c.merges),
+            uncached: get(&c.uncached),
+            evictions: get(&c.evictions),
+            pressure_evictions: get(&c.pressure_evictions),
+            forgotten: get(&c.forgotten),
+        }
+    }
+
+    /// Lane hits and owner lane releases: the current generation's lanes plus
+    /// those of forgotten generations (folded in at the fork).
+    pub(super) fn lane_counts(&self, shared: &Shared<R>) -> (u64, u64) {
+        let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
+        (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
+    }
+
+    /// Internal counters outside the shared schema.
+    pub fn diagnostics(&self) -> Diagnostics {
+        let shared = self.shared();
+        let c = &self.counters;
+        Diagnostics {
+            discarded_registrations: get(&c.discarded_registrations),
+            stale_retries: get(&c.stale_retries),
+            dereg_failures: get(&c.dereg_failures),
+            early_deregistrations: get(&c.early_deregistrations),
+            queued_events: shared.queue.len() as u64,
+            queue_capacity: shared.queue.capacity() as u64,
+            lane_hits: self.lane_counts(shared).0,
+            lanes: shared.lanes.installed().count() as u64,
+            pinned_slots: shared
+                .lanes
+                .installed()
+                .flat_map(|l| l.slots())
+                .filter(|s| !s.pin().load(Ordering::SeqCst).is_null())
+                .count() as u64,
+            membarrier: lanes::uses_membarrier(),
+        }
+    }
+
+    /// The findable entries, oldest first (takes the lock shared).
+    pub fn cached_views(&self) -> Vec<RegView> {
+        let shared = self.shared();
+        let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
+        let mut v: Vec<RegView> = st
+            .index
+            .iter()
+            .map(|(_, slot)| indexed(slot).view)
+            .collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+
+    /// Counts a failed op the harness rejects itself (E3, E4).
+    pub(crate) fn count_error(&self) {
+        let _ = self.shared();
+        inc(&self.counters.errors);
+    }
+
+    pub(crate) fn count_release(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Releases);
+    }
+
+    pub(crate) fn count_acquire(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Acquires);
+    }
 }

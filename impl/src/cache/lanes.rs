@@ -25,13 +25,17 @@
 //! by sequentially consistent swaps and reads (loom has no membarrier): the
 //! same protocol with the barrier's effect made explicit.
 
-use super::Entry;
+use super::entry::leased;
+use super::entry::{Entry, EntryPtr};
+use super::generation::Shared;
+use super::lease::Lease;
+use super::state::Released;
+use super::{fork, Cache};
 use crate::registrar::Registrar;
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
-use mrcache_types::{Access, PageSpan};
+use crate::sync::{plain, AtomicPtr, AtomicU64, Ordering};
+use mrcache_types::{Access, PageSpan, Range};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool as StdAtomicBool, AtomicPtr as StdAtomicPtr, AtomicU64 as StdAtomicU64, Ordering as Std};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Once, PoisonError};
 
 /// Lanes per cache generation: threads beyond it use A1 only.
 #[cfg(not(loom))]
@@ -52,7 +56,7 @@ const BARRIER_UNKNOWN: u8 = 0;
 const BARRIER_MEMBARRIER: u8 = 1;
 const BARRIER_FENCES: u8 = 2;
 
-static BARRIER_KIND: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(BARRIER_UNKNOWN);
+static BARRIER_KIND: plain::AtomicU8 = plain::AtomicU8::new(BARRIER_UNKNOWN);
 static BARRIER_INIT: Once = Once::new();
 
 /// Registers the process for private expedited membarrier, once. Must run
@@ -61,13 +65,13 @@ static BARRIER_INIT: Once = Once::new();
 pub fn init_barriers() {
     BARRIER_INIT.call_once(|| {
         let kind = if register_membarrier() { BARRIER_MEMBARRIER } else { BARRIER_FENCES };
-        BARRIER_KIND.store(kind, Std::SeqCst);
+        BARRIER_KIND.store(kind, Ordering::SeqCst);
     });
 }
 
 /// Which heavy barrier this process uses (for diagnostics and benches).
 pub fn uses_membarrier() -> bool {
-    BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER
+    BARRIER_KIND.load(Ordering::Relaxed) == BARRIER_MEMBARRIER
 }
 
 #[cfg(not(loom))]
@@ -103,10 +107,10 @@ fn register_membarrier() -> bool {
 /// The lane side's barrier between its count store and its `ptr` re-read.
 #[inline(always)]
 fn light_barrier() {
-    if BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER {
-        std::sync::atomic::compiler_fence(Std::SeqCst);
+    if BARRIER_KIND.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
+        plain::compiler_fence(Ordering::SeqCst);
     } else {
-        std::sync::atomic::fence(Std::SeqCst);
+        plain::fence(Ordering::SeqCst);
     }
 }
 
@@ -115,7 +119,7 @@ fn light_barrier() {
 /// The revoking side's barrier: a full barrier in every running thread.
 pub(crate) fn heavy_barrier() {
     #[cfg(not(loom))]
-    if BARRIER_KIND.load(Std::Relaxed) == BARRIER_MEMBARRIER {
+    if BARRIER_KIND.load(Ordering::Relaxed) == BARRIER_MEMBARRIER {
         // Registration lost (a forked child): re-register, else the slow
         // global barrier, which needs no registration. All are full barriers
         // in every thread of the process.
@@ -130,7 +134,7 @@ pub(crate) fn heavy_barrier() {
         eprintln!("mrcache: membarrier failed after registration; aborting (lanes cannot be revoked safely)");
         std::process::abort();
     }
-    std::sync::atomic::fence(Std::SeqCst);
+    plain::fence(Ordering::SeqCst);
 }
 
 // Loom has no store buffers to flush: a sequentially consistent swap/read is
@@ -168,8 +172,8 @@ pub(crate) fn null_ptr<R: Registrar>(s: &LaneSlot<R>) {
 /// One memo slot (spec.md#A, "lane").
 pub(crate) struct LaneSlot<R: Registrar> {
     /// Key: first page; and end page << 8 | access bits. Owner-only.
-    key_first: StdAtomicU64,
-    key_rest: StdAtomicU64,
+    key_first: plain::AtomicU64,
+    key_rest: plain::AtomicU64,
     /// The memoized entry, or null (revoked / never set).
     pub(super) ptr: AtomicPtr<Entry<R>>,
     /// Leases taken here by the owner, minus the owner's releases.
@@ -181,29 +185,36 @@ pub(crate) struct LaneSlot<R: Registrar> {
     /// A1 hits of other keys that found this slot taken since its last
     /// memoize (owner-only): a live memo is replaced only after a few, so two
     /// keys sharing a slot do not re-memoize on every hit.
-    passed_over: std::sync::atomic::AtomicU32,
+    passed_over: plain::AtomicU32,
 }
 
 impl<R: Registrar> LaneSlot<R> {
     fn new() -> Self {
         LaneSlot {
-            key_first: StdAtomicU64::new(u64::MAX),
-            key_rest: StdAtomicU64::new(u64::MAX),
+            key_first: plain::AtomicU64::new(u64::MAX),
+            key_rest: plain::AtomicU64::new(u64::MAX),
             ptr: AtomicPtr::new(std::ptr::null_mut()),
             held: AtomicU64::new(0),
             remote: AtomicU64::new(0),
             pin: AtomicPtr::new(std::ptr::null_mut()),
-            passed_over: std::sync::atomic::AtomicU32::new(0),
+            passed_over: plain::AtomicU32::new(0),
         }
     }
 
-    /// Outstanding leases: `held − remote` (remote read first, acquire, so
-    /// that the owner's increments before a transferred lease are seen).
+    /// Outstanding leases: `held − remote` (remote read first, so that the
+    /// owner's increments before a transferred lease are seen).
     pub(super) fn count(&self) -> u64 {
+        // SeqCst, not just Acquire: these are the loads of LN6's store-buffering
+        // pair (LN1: store `held`, load `ptr`; LN5: store `ptr`, load the
+        // count), whose barriers loom models with sequentially consistent
+        // accesses.
         let remote = self.remote.load(Ordering::SeqCst);
         self.held.load(Ordering::SeqCst).wrapping_sub(remote)
     }
 
+    /// Every access is SeqCst: written only under the lanes mutex (LN4, LN5),
+    /// which orders them; SeqCst keeps them in the one order in which loom
+    /// checks LN6 against the counts.
     pub(super) fn pin(&self) -> &AtomicPtr<Entry<R>> {
         &self.pin
     }
@@ -224,11 +235,11 @@ pub(crate) struct Lane<R: Registrar> {
     slots: Box<[LaneSlot<R>]>,
     /// Lane hits and lane releases by the owner (owner-only plain
     /// increments: no shared counter on the hit path). `Stats` adds them.
-    hits: StdAtomicU64,
-    releases: StdAtomicU64,
+    hits: plain::AtomicU64,
+    releases: plain::AtomicU64,
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
-    claim: Arc<StdAtomicBool>,
+    claim: Arc<plain::AtomicBool>,
 }
 
 /// A lane lease's slot (see [`super::Lease`]).
@@ -263,20 +274,20 @@ pub(crate) struct Lanes<R: Registrar> {
     uid: u64,
     /// Slots per lane (a power of two).
     slots_per_lane: usize,
-    table: Box<[StdAtomicPtr<Lane<R>>]>,
+    table: Box<[plain::AtomicPtr<Lane<R>>]>,
     /// LN4/LN5 ordering.
     pub(super) mutex: crate::sync::Mutex<()>,
 }
 
-static NEXT_UID: StdAtomicU64 = StdAtomicU64::new(1);
+static NEXT_UID: plain::AtomicU64 = plain::AtomicU64::new(1);
 
 impl<R: Registrar> Lanes<R> {
     /// `slots_per_lane`: a power of two (the config validated it).
     pub fn new(slots_per_lane: u32) -> Self {
         Lanes {
-            uid: NEXT_UID.fetch_add(1, Std::Relaxed),
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             slots_per_lane: slots_per_lane as usize,
-            table: (0..MAX_LANES).map(|_| StdAtomicPtr::new(std::ptr::null_mut())).collect(),
+            table: (0..MAX_LANES).map(|_| plain::AtomicPtr::new(std::ptr::null_mut())).collect(),
             mutex: crate::sync::Mutex::new(()),
         }
     }
@@ -284,7 +295,7 @@ impl<R: Registrar> Lanes<R> {
     /// Every installed lane.
     pub(super) fn installed(&self) -> impl Iterator<Item = &Lane<R>> {
         self.table.iter().map_while(|p| {
-            let p = p.load(Std::Acquire);
+            let p = p.load(Ordering::Acquire);
             // SAFETY: installed lanes live as long as `self`.
             (!p.is_null()).then(|| unsafe { &*p })
         })
@@ -317,15 +328,15 @@ impl<R: Registrar> Lanes<R> {
             return Some(l);
         }
         for cell in self.table.iter() {
-            let mut p = cell.load(Std::Acquire);
+            let mut p = cell.load(Ordering::Acquire);
             if p.is_null() {
                 let fresh = Box::into_raw(Box::new(Lane {
                     slots: (0..self.slots_per_lane).map(|_| LaneSlot::new()).collect(),
-                    hits: StdAtomicU64::new(0),
-                    releases: StdAtomicU64::new(0),
-                    claim: Arc::new(StdAtomicBool::new(true)),
+                    hits: plain::AtomicU64::new(0),
+                    releases: plain::AtomicU64::new(0),
+                    claim: Arc::new(plain::AtomicBool::new(true)),
                 }));
-                match cell.compare_exchange(std::ptr::null_mut(), fresh, Std::AcqRel, Std::Acquire) {
+                match cell.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => p = fresh,
                     Err(other) => {
                         // SAFETY: ours, never shared.
@@ -342,7 +353,7 @@ impl<R: Registrar> Lanes<R> {
             }
             // SAFETY: installed lanes live as long as `self`.
             let lane = unsafe { &*p };
-            if lane.claim.compare_exchange(false, true, Std::Acquire, Std::Relaxed).is_ok() {
+            if lane.claim.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 self.remember(lane);
                 return Some(lane);
             }
@@ -356,7 +367,7 @@ impl<R: Registrar> Lanes<R> {
         let kept = CLAIMS.try_with(|c| c.add(self.uid, ptr, claim.clone())).is_ok();
         if !kept {
             // Thread-locals are being destroyed: give the lane back at once.
-            claim.store(false, Std::Release);
+            claim.store(false, Ordering::Release);
         }
     }
 }
@@ -364,7 +375,7 @@ impl<R: Registrar> Lanes<R> {
 impl<R: Registrar> Drop for Lanes<R> {
     fn drop(&mut self) {
         for cell in self.table.iter() {
-            let p = cell.swap(std::ptr::null_mut(), Std::AcqRel);
+            let p = cell.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if !p.is_null() {
                 // SAFETY: installed by `mine_or_claim` with Box::into_raw.
                 drop(unsafe { Box::from_raw(p) });
@@ -377,18 +388,18 @@ impl<R: Registrar> Lane<R> {
     /// Counts a lane hit (owner only).
     #[inline(always)]
     pub(super) fn count_hit(&self) {
-        self.hits.store(self.hits.load(Std::Relaxed).wrapping_add(1), Std::Relaxed);
+        self.hits.store(self.hits.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Counts an owner's lane release (owner only).
     #[inline(always)]
     pub(super) fn count_release(&self) {
-        self.releases.store(self.releases.load(Std::Relaxed).wrapping_add(1), Std::Relaxed);
+        self.releases.store(self.releases.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
     }
 
     /// (hits, releases) counted so far.
     pub(super) fn counts(&self) -> (u64, u64) {
-        (self.hits.load(Std::Relaxed), self.releases.load(Std::Relaxed))
+        (self.hits.load(Ordering::Relaxed), self.releases.load(Ordering::Relaxed))
     }
 
     #[inline(always)]
@@ -435,7 +446,7 @@ pub(crate) enum LaneHit<R: Registrar> {
 pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access) -> LaneHit<R> {
     let (i, s) = lane.slot(span, access);
     let p = s.ptr.load(Ordering::Relaxed);
-    if p.is_null() || s.key_first.load(Std::Relaxed) != span.first || s.key_rest.load(Std::Relaxed) != key_rest(span, access)
+    if p.is_null() || s.key_first.load(Ordering::Relaxed) != span.first || s.key_rest.load(Ordering::Relaxed) != key_rest(span, access)
     {
         return LaneHit::None;
     }
@@ -460,12 +471,12 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     let (_, s) = lane.slot(span, access);
     let current = s.ptr.load(Ordering::Relaxed);
     if !current.is_null() {
-        if current == p && s.key_first.load(Std::Relaxed) == span.first && s.key_rest.load(Std::Relaxed) == key_rest(span, access)
+        if current == p && s.key_first.load(Ordering::Relaxed) == span.first && s.key_rest.load(Ordering::Relaxed) == key_rest(span, access)
         {
             return;
         }
-        let n = s.passed_over.load(Std::Relaxed) + 1;
-        s.passed_over.store(n, Std::Relaxed);
+        let n = s.passed_over.load(Ordering::Relaxed) + 1;
+        s.passed_over.store(n, Ordering::Relaxed);
         if n < KEEP_LIVE_MEMO {
             return;
         }
@@ -475,10 +486,10 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     }
     // Before `ptr` is published: a revoke that sees the flag clear finds no
     // slot pointing to the entry (both under the cache lock).
-    e.memoized.store(true, Std::Relaxed);
-    s.key_first.store(span.first, Std::Relaxed);
-    s.key_rest.store(key_rest(span, access), Std::Relaxed);
-    s.passed_over.store(0, Std::Relaxed);
+    e.memoized.store(true, Ordering::Relaxed);
+    s.key_first.store(span.first, Ordering::Relaxed);
+    s.key_rest.store(key_rest(span, access), Ordering::Relaxed);
+    s.passed_over.store(0, Ordering::Relaxed);
     s.ptr.store(p, Ordering::Release);
 }
 
@@ -525,7 +536,7 @@ pub(crate) fn owns<R: Registrar>(lanes: &Lanes<R>, r: LaneRef<R>) -> bool {
 /// recent last, and a one-entry hint for the hot path.
 struct Claims {
     hint: Cell<(u64, Option<*const ()>)>,
-    list: RefCell<Vec<(u64, *const (), Arc<StdAtomicBool>)>>,
+    list: RefCell<Vec<(u64, *const (), Arc<plain::AtomicBool>)>>,
 }
 
 /// Claims kept per thread; the oldest is given back beyond it (a thread that
@@ -542,14 +553,14 @@ impl Claims {
         found
     }
 
-    fn add(&self, uid: u64, lane: *const (), claim: Arc<StdAtomicBool>) {
+    fn add(&self, uid: u64, lane: *const (), claim: Arc<plain::AtomicBool>) {
         let Ok(mut list) = self.list.try_borrow_mut() else {
-            claim.store(false, Std::Release);
+            claim.store(false, Ordering::Release);
             return;
         };
         if list.len() >= MAX_CLAIMS {
             let (old_uid, _, old) = list.remove(0);
-            old.store(false, Std::Release);
+            old.store(false, Ordering::Release);
             if self.hint.get().0 == old_uid {
                 self.hint.set((0, None));
             }
@@ -563,7 +574,7 @@ impl Drop for Claims {
     fn drop(&mut self) {
         for (_, _, claim) in self.list.get_mut().drain(..) {
             // Release: the next owner sees this thread's last `held` stores.
-            claim.store(false, Std::Release);
+            claim.store(false, Ordering::Release);
         }
     }
 }
@@ -571,4 +582,140 @@ impl Drop for Claims {
 crate::sync::thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
     static CLAIMS: Claims = Claims { hint: Cell::new((0, None)), list: RefCell::new(Vec::new()) };
+}
+
+// ---------------------------------------------------------------------------
+// The cache's side: LN1, LN3, LN4, LN5
+
+impl<R: Registrar> Cache<R> {
+    /// LN1, before A1: a hit on a memo of this thread's lane, if any.
+    #[inline(always)]
+    pub(super) fn lane_hit<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<Lease<'c, R>> {
+        //= spec.md#LN1
+        //# lane hit (before A1): if the queue is empty and a slot of this
+        //# thread's lane has exactly the request's key
+        if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
+            if let Some(lane) = shared.lanes.mine() {
+                let span = range.pages(self.page_size);
+                match try_hit(lane, span, access) {
+                    LaneHit::Hit(p, slot) => {
+                        // SAFETY: from a slot's `ptr`; LN6: the slot's count
+                        // keeps the entry alive, a lease the returned one owns.
+                        let lease = Lease::on_lane(self, shared, unsafe { EntryPtr::from_raw(p) }, lane.lane_ref(slot));
+                        self.touch(leased(&lease));
+                        lane.count_hit();
+                        return Some(lease);
+                    }
+                    LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
+                    LaneHit::None => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// LN3 on this thread's own lane without limits: the whole release.
+    /// Returns `false` if the release needs [`Self::release_slow`].
+    #[inline(always)]
+    pub(super) fn release_on_own_lane(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>) -> bool {
+        if !self.limits_active
+            && fork::generation() == self.forks_seen.load(Ordering::Relaxed)
+            && std::ptr::eq(self.shared.load(Ordering::Relaxed), shared)
+        {
+            if let Some(mine) = shared.lanes.mine().filter(|l| l.holds(r)) {
+                //= spec.md#LN3
+                //# the owner stores `held − 1`, another thread adds 1 to
+                //# `remote` (release order). Light barrier; load `ptr`
+                mine.count_release();
+                if let LaneReleased::Detached = release(r, e.as_ptr(), true) {
+                    self.lane_detached(shared, r, e.as_ptr());
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// LN3 (any thread, or with limits): the lane release, then R2 or LN4.
+    pub(super) fn lane_release(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>) {
+        //= spec.md#LN3
+        //# if it is still the lease's entry, read the over-limit flag and
+        //# run R2 if it is set; else run LN4.
+        let owner = owns(&shared.lanes, r);
+        if let LaneReleased::Detached = release(r, e.as_ptr(), owner) {
+            self.lane_detached(shared, r, e.as_ptr());
+        }
+        if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+            self.release_over_limit(shared);
+        }
+    }
+
+    //= spec.md#LN4
+    //# detached release: take the lanes mutex; if the slot's count is 0 and its
+    //# pin is the lease's entry, clear the pin and release the pin as R1
+    #[cold]
+    pub(super) fn lane_detached(&self, shared: &Shared<R>, r: LaneRef<R>, p: *mut Entry<R>) {
+        // SAFETY: `shared` is alive, so its lanes are.
+        let slot = unsafe { r.slot() };
+        let unpinned = {
+            let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+            let pinned = slot.pin().load(Ordering::SeqCst) == p && slot.count() == 0;
+            if pinned {
+                slot.pin().store(std::ptr::null_mut(), Ordering::SeqCst);
+            }
+            pinned
+        };
+        if !unpinned {
+            return;
+        }
+        // SAFETY: from a slot's `pin`, which was a lease on `p`; we own it
+        // now, and it keeps the entry alive until the release below.
+        let e = unsafe { EntryPtr::from_raw(p) };
+        // SAFETY: as above.
+        match unsafe { e.get() }.state.release() {
+            Released::Held => {}
+            Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
+            Released::Unleased => {
+                if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+                    self.release_over_limit(shared);
+                }
+            }
+        }
+    }
+
+    //= spec.md#LN5
+    //# set `ptr` to null in every slot that points to the entries being
+    //# revoked; if any, heavy barrier; then for each such slot whose count (read
+    //# `remote`, then `held`) is above 0, pin it
+    /// Revokes the lane memos of the entries `which` selects (lock exclusive).
+    pub(super) fn revoke(&self, shared: &Shared<R>, which: impl Fn(*mut Entry<R>) -> bool) {
+        let mut installed = shared.lanes.installed().peekable();
+        if installed.peek().is_none() {
+            return;
+        }
+        let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut nulled = Vec::new();
+        for l in installed {
+            for s in l.slots() {
+                let p = s.ptr.load(Ordering::Relaxed);
+                if !p.is_null() && which(p) {
+                    null_ptr(s);
+                    nulled.push((s, p));
+                }
+            }
+        }
+        if nulled.is_empty() {
+            return;
+        }
+        heavy_barrier();
+        for (s, p) in nulled {
+            if s.count() != 0 {
+                debug_assert!(s.pin().load(Ordering::SeqCst).is_null(), "a memoized slot is never pinned");
+                s.pin().store(p, Ordering::SeqCst);
+                // SAFETY: from a slot's `ptr`; findable (revokes precede
+                // removal), lock held exclusive.
+                unsafe { EntryPtr::from_raw(p).get() }.state.acquire();
+            }
+        }
+    }
 }

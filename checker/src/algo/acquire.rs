@@ -1,0 +1,431 @@
+//! Acquire: spec.md A1–A11 (the lane hit LN1 is in [`super::lanes`]).
+
+use super::{A7, AlgoModel, Ctx, Who};
+use crate::props;
+use crate::config::{Mutant, Span};
+use mrcache_model::OverlapPolicy;
+use mrcache_types::{Access, Op, OpError, ReleaseKind, Ret};
+use crate::state::*;
+
+impl AlgoModel {
+    /// A covering findable entry with sufficient access; the oldest (S2.1).
+    pub fn lookup(&self, s: &State, req: Span, access: Access) -> Option<Handle> {
+        let any_access = self.mutant(Mutant::HitIgnoresAccess);
+        s.regs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.findable && r.span.contains(&req) && (any_access || r.access.suffices_for(access)))
+            .min_by_key(|(_, r)| r.id)
+            .map(|(h, _)| h as Handle)
+    }
+
+    //= spec.md#S6.1
+    /// The registration the overlap policy makes for a miss on `req`, and the
+    /// entries it displaces, given the findable entries of `s`.
+    pub fn plan(&self, s: &State, req: Span, access: Access) -> Plan {
+        let findable = || s.regs.iter().enumerate().filter(|(_, r)| r.findable).map(|(h, r)| (h as Handle, r));
+        match self.cfg.policy {
+            OverlapPolicy::Independent => Plan { span: req, access, displaced: Vec::new() },
+            OverlapPolicy::Merge => {
+                let (mut span, mut acc, mut displaced) = (req, access, Vec::new());
+                loop {
+                    let more: Vec<Handle> = findable()
+                        .filter(|(h, r)| !displaced.contains(h) && r.span.overlaps(&span))
+                        .map(|(h, _)| h)
+                        .collect();
+                    if more.is_empty() {
+                        break;
+                    }
+                    for h in more {
+                        let r = &s.regs[h as usize];
+                        span = span.union(&r.span);
+                        acc = acc | r.access;
+                        displaced.push(h);
+                    }
+                }
+                displaced.sort_unstable();
+                Plan { span, access: acc, displaced }
+            }
+            OverlapPolicy::NoMergeUncacheContained => {
+                let displaced: Vec<Handle> = findable()
+                    .filter(|(_, r)| req.contains(&r.span) || r.span.contains(&req))
+                    .map(|(h, _)| h)
+                    .collect();
+                let access = displaced.iter().fold(access, |a, &h| a | s.regs[h as usize].access);
+                Plan { span: req, access, displaced }
+            }
+        }
+    }
+
+    pub fn a7_outcome(&self, s: &State, t: usize) -> A7 {
+        let th = &s.threads[t];
+        let acq = th.acq.as_ref().expect("A7 runs inside an acquire");
+        if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
+            return A7::Stale { replan: false };
+        }
+        if let Some(h) = self.lookup(s, acq.req, acq.access) {
+            return A7::Hit(h);
+        }
+        // Merge's span and access, and no-merge-uncache-contained's access,
+        // depend on the entries present (S6.1).
+        if self.cfg.policy != OverlapPolicy::Independent && !self.mutant(Mutant::StaleMergePlan) {
+            let now = self.plan(s, acq.req, acq.access);
+            let planned = acq.plan.as_ref().expect("A4 planned");
+            if now.span != planned.span || now.access != planned.access {
+                return A7::Stale { replan: true };
+            }
+        }
+        A7::Insert
+    }
+
+    /// Whether thread `t`'s registrar call (A5) may fail now: budget left, and
+    /// the lock free (both outcomes take it at once).
+    pub fn registrar_may_fail(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if th.failing {
+            return th.revoke.is_none();
+        }
+        s.reg_failures_left > 0 && th.pc == Pc::A5 && th.toctou.is_empty() && th.ev.is_none() && s.lock == Lock::Free
+    }
+}
+
+impl Ctx<'_> {
+    /// Takes a lease on `h` for thread `t`'s acquire and judges P1 and P2.
+    pub(super) fn grant(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
+        let lease = self.acq(t).lease;
+        self.s.regs[h as usize].leases += 1;
+        self.touch(h);
+        self.thread_mut(t).held.push((lease, h));
+        self.judge_lease(t, h, hit)
+    }
+
+    /// Judges P1 and P2 for the lease thread `t`'s acquire got on `h`; the
+    /// acquire's outcome.
+    pub(super) fn judge_lease(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
+        let acq = self.acq(t).clone();
+        let r = &self.s.regs[h as usize];
+        //= spec.md#P1
+        let covers = r.span.contains(&acq.req) && r.access.suffices_for(acq.access);
+        //= spec.md#P2
+        //# for every page of the request, the frame pinned is at least as new as
+        //# the one installed by every release event that completed before the
+        //# acquire was invoked.
+        let stale = acq.req.pages().enumerate().find_map(|(i, p)| {
+            let pinned = (r.span.first..r.span.end).contains(&p).then(|| r.pinned[(p - r.span.first) as usize])?;
+            (pinned < acq.snap[i]).then_some((p, pinned, acq.snap[i]))
+        });
+        note!(self, "T{t} leases #{h} for L{} ({})", acq.lease, reg_line(h, r));
+        let base = Bad { property: props::P1, thread: t as u8, lease: acq.lease, handle: h, page: 0, pinned: 0, needed: 0 };
+        if !covers {
+            self.s.bad.push(base);
+        }
+        if let Some((page, pinned, needed)) = stale {
+            self.s.bad.push(Bad { property: props::P2, page, pinned, needed, ..base });
+        }
+        Ret::Granted { reg: self.m.view(self.s, h), hit, pressure: acq.trimmed }
+    }
+
+    //= spec.md#S5.4
+    //= spec.md#A5
+    //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step of its own
+    /// Thread `t`'s registrar call fails. The first failure of an acquire is
+    /// ENOMEM: trim (take the lock, note the unleased entries, drain, evict
+    /// the noted ones, logged as a `trim` of its own), re-plan, unlock, and
+    /// register again. A later one is EINVAL: take the lock, drain, drop the
+    /// in-flight record; a covering entry serves it as a hit, else E5.
+    pub(super) fn registrar_fails(&mut self, t: usize) {
+        self.s.reg_failures_left -= 1;
+        let a = t as Actor;
+        let (req, access, trimmed) = (self.acq(t).req, self.acq(t).access, self.acq(t).trimmed);
+        self.lock_exclusive(a);
+        if !trimmed {
+            self.revoke_all(a);
+        }
+        let noted: Vec<Handle> = (0..self.s.regs.len())
+            .filter(|&h| self.s.regs[h].findable && (self.s.regs[h].leases == 0 || self.mutant(Mutant::TrimEvictsLeased)))
+            .map(|h| h as Handle)
+            .collect();
+        self.drain_queue(a);
+        self.read_and_apply_uffd(a);
+        self.thread_mut(t).inflight = None;
+        if !trimmed {
+            note!(self, "A5: T{t}'s registrar fails with ENOMEM: T{t} trims (noted unleased {noted:?})");
+            self.invoke(t as u8, true, Op::Trim);
+            for h in noted {
+                let r = &self.s.regs[h as usize];
+                if !r.findable {
+                    continue;
+                }
+                note!(self, "S2.8: trim evicts #{h}");
+                self.s.trim_evicted = true;
+                self.revoke(a, h);
+                self.s.regs[h as usize].findable = false;
+                if self.s.regs[h as usize].leases > 0 {
+                    // Mutant: a leased entry deregistered by the trim (P3).
+                    self.s.regs[h as usize].invalid = true;
+                }
+                self.dereg_list(a).push(h);
+            }
+            self.ret(t as u8, true, Op::Trim, Ret::Done);
+            let plan = self.m.plan(self.s, req, access);
+            note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
+            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+            let acq = self.acq_mut(t);
+            acq.plan = Some(plan);
+            acq.trimmed = true;
+            self.unlock_exclusive(a);
+            return;
+        }
+        note!(self, "A5: T{t}'s registrar fails again (EINVAL)");
+        if let Some(h) = self.m.lookup(self.s, req, access) {
+            note!(self, "A5: #{h} now covers the request: a hit");
+            let ret = self.grant(t, h, true);
+            self.unlock_exclusive(a);
+            return self.finish(t, ret);
+        }
+        self.unlock_exclusive(a);
+        let error = OpError::Registrar { failure: mrcache_types::RegistrarFailure::Other, pressure: true };
+        self.finish(t, Ret::Failed { error });
+    }
+
+    /// The registrar fails (action `RegistrarFails`): with lanes, the trim
+    /// (or the drain) revokes first.
+    pub(super) fn registrar_fails_step(&mut self, t: usize) {
+        if self.m.cfg.lanes {
+            if self.lane_prephase(Who::Fails(t)) {
+                self.thread_mut(t).failing = true;
+                return;
+            }
+            self.fence(t as Actor);
+        }
+        self.thread_mut(t).failing = false;
+        self.registrar_fails(t)
+    }
+
+    /// Lanes: the A1 reader's drain after its unlock, as a step of its own.
+    pub(super) fn a1_drain(&mut self, t: usize, h: Handle) {
+        let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::ReaderSkipsDrain);
+        let pending = !self.s.queue.is_empty() || !self.s.threads[t].popped.is_empty();
+        if !skip && (self.prelocked(t) || (pending && self.s.lock == Lock::Free)) {
+            note!(self, "A1: T{t} unlocked with events queued: it tries the lock exclusive and drains");
+            self.lock_exclusive(t as Actor);
+            self.drain_queue(t as Actor);
+            self.unlock_exclusive(t as Actor);
+        }
+        let reg = self.m.view(self.s, h);
+        let pressure = self.acq(t).trimmed;
+        self.finish(t, Ret::Granted { reg, hit: true, pressure });
+    }
+
+    //= spec.md#A1
+    //= spec.md#S3.9
+    //# The fast (read-locked) hit path is taken only when the queue is empty.
+    pub(super) fn a1_enter(&mut self, t: usize) {
+        if !self.s.queue.is_empty() {
+            note!(self, "A1: the queue is not empty: T{t} takes the slow path");
+            self.thread_mut(t).pc = Pc::A2;
+        } else {
+            note!(self, "A1: the queue is empty: T{t} takes the lock shared");
+            self.lock_shared();
+            self.thread_mut(t).pc = Pc::A1Look;
+        }
+    }
+
+    //= spec.md#A1
+    pub(super) fn a1_lookup(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        match self.m.lookup(self.s, req, access) {
+            Some(h) => {
+                note!(self, "A1: hit #{h} under the shared lock");
+                let ret = self.grant(t, h, true);
+                self.memoize(t, h);
+                self.unlock_shared();
+                if self.m.cfg.lanes {
+                    // The reader's drain is a step of its own (it may revoke).
+                    if !self.s.queue.is_empty() {
+                        self.thread_mut(t).pc = Pc::A1Drain(h);
+                    } else {
+                        self.finish(t, ret);
+                    }
+                    return;
+                }
+                // The reader's part of "the holder drains": a hook that found the
+                // lock held shared left its event queued; the last reader out
+                // tries the lock and drains, as H2 would.
+                let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::ReaderSkipsDrain);
+                if !skip && !self.s.queue.is_empty() && self.s.lock == Lock::Free {
+                    note!(self, "A1: T{t} unlocked with events queued: it tries the lock exclusive and drains");
+                    self.lock_exclusive(t as Actor);
+                    self.drain_queue(t as Actor);
+                    self.unlock_exclusive(t as Actor);
+                }
+                self.finish(t, ret);
+            }
+            None => {
+                note!(self, "A1: no covering entry: T{t} unlocks and takes the slow path");
+                self.unlock_shared();
+                self.thread_mut(t).pc = Pc::A2;
+            }
+        }
+    }
+
+    //= spec.md#A2
+    pub(super) fn a2(&mut self, t: usize) {
+        note!(self, "A2: T{t} takes the lock exclusive and drains");
+        self.lock_exclusive(t as Actor);
+        self.drain_queue(t as Actor);
+        self.read_and_apply_uffd(t as Actor);
+        self.thread_mut(t).pc = Pc::A3;
+    }
+
+    pub(super) fn a3(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        //= spec.md#A3
+        if let Some(h) = self.m.lookup(self.s, req, access) {
+            note!(self, "A3: hit #{h}");
+            let ret = self.grant(t, h, true);
+            self.unlock_exclusive(t as Actor);
+            return self.finish(t, ret);
+        }
+        //= spec.md#A4
+        let plan = self.m.plan(self.s, req, access);
+        note!(self, "A4: miss: T{t} plans {} {} (displacing {:?}), adds an in-flight record and unlocks", plan.span, plan.access, plan.displaced);
+        self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+        self.acq_mut(t).plan = Some(plan);
+        self.unlock_exclusive(t as Actor);
+        self.thread_mut(t).pc = Pc::A5;
+    }
+
+    //= spec.md#A5
+    //# call the registrar without the lock.
+    pub(super) fn a5(&mut self, t: usize, alt: bool) {
+        let plan = self.acq(t).plan.clone().expect("A4 planned");
+        let pinned: Vec<u8> = plan.span.pages().map(|p| self.s.gens[p as usize]).collect();
+        let h = self.s.regs.len() as Handle;
+        note!(self, "A5: T{t} registers {} {} without the lock: #{h} pins generations {pinned:?}", plan.span, plan.access);
+        self.s.regs.push(Reg {
+            span: plan.span,
+            access: plan.access,
+            pinned,
+            deregs: 0,
+            id: 0,
+            findable: false,
+            leases: 0,
+            invalid: false,
+            displaced: false,
+            last_use: 0,
+        });
+        self.acq_mut(t).handle = Some(h);
+        self.thread_mut(t).pc = Pc::A6;
+        if alt {
+            let p = self.m.cfg.registrar_frees.expect("alternative only when configured");
+            note!(self, "A5: the registrar frees page {p} while it registers");
+            self.s.registrar_free_left = false;
+            self.start_event(t, ReleaseKind::Munmap, Span::new(p, p + 1), Origin::Registrar);
+        }
+    }
+
+    //= spec.md#A6
+    pub(super) fn a6(&mut self, t: usize) {
+        note!(self, "A6: T{t} takes the lock exclusive, notes the unleased entries if the insert could exceed a limit, and drains");
+        self.lock_exclusive(t as Actor);
+        let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
+        if self.m.could_exceed_limits(self.s, bytes) {
+            self.note_unleased(t);
+        }
+        self.drain_queue(t as Actor);
+        self.read_and_apply_uffd(t as Actor);
+        self.thread_mut(t).pc = Pc::A7;
+    }
+
+    pub(super) fn a7(&mut self, t: usize, alt: bool) {
+        let handle = self.acq(t).handle.expect("A5 registered");
+        match self.m.a7_outcome(self.s, t) {
+            A7::Stale { replan } => {
+                //= spec.md#A7
+                //= spec.md#S3.7
+                if replan {
+                    note!(self, "A7: the overlap policy's plan changed while the lock was dropped: #{handle} is thrown away");
+                } else {
+                    note!(self, "A7: the in-flight record is stale: #{handle} is thrown away");
+                }
+                self.thread_mut(t).inflight = None;
+                self.dereg_list(t as Actor).push(handle);
+                let acq = self.acq_mut(t);
+                acq.handle = None;
+                acq.plan = None;
+                acq.attempts += 1;
+                let exhausted = acq.attempts >= self.m.cfg.max_retries;
+                self.thread_mut(t).noted.clear();
+                self.settle_over_limit();
+                self.unlock_exclusive(t as Actor);
+                if exhausted {
+                    self.finish(t, Ret::Failed { error: OpError::RetriesExhausted });
+                } else {
+                    self.thread_mut(t).pc = Pc::A2;
+                }
+            }
+            A7::Hit(h) => {
+                //= spec.md#A8
+                note!(self, "A8: #{h} now covers the request: lease it, throw #{handle} away");
+                self.thread_mut(t).inflight = None;
+                self.dereg_list(t as Actor).push(handle);
+                self.acq_mut(t).handle = None;
+                let ret = self.grant(t, h, true);
+                self.thread_mut(t).noted.clear();
+                self.settle_over_limit();
+                self.unlock_exclusive(t as Actor);
+                self.finish(t, ret);
+            }
+            A7::Insert => {
+                //= spec.md#A9
+                let acq = self.acq(t).clone();
+                let displaced = if self.mutant(Mutant::StaleMergePlan) {
+                    acq.plan.clone().expect("A4 planned").displaced
+                } else {
+                    self.m.plan(self.s, acq.req, acq.access).displaced
+                };
+                self.thread_mut(t).inflight = None;
+                let id = self.s.next_id;
+                self.s.next_id += 1;
+                let r = &mut self.s.regs[handle as usize];
+                r.id = id;
+                r.findable = true;
+                note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
+                let _ = self.grant(t, handle, false);
+                for d in displaced {
+                    self.revoke(t as Actor, d);
+                    let r = &mut self.s.regs[d as usize];
+                    r.findable = false;
+                    r.invalid = true;
+                    r.displaced = true;
+                    let drop_leased = self.mutant(Mutant::MergeDropsLeased) && self.m.cfg.policy == OverlapPolicy::Merge;
+                    if self.s.regs[d as usize].leases == 0 || drop_leased {
+                        self.dereg_list(t as Actor).push(d);
+                    }
+                }
+                let next = if self.m.cfg.has_limits() { Pc::A10 } else { Pc::A11 };
+                if alt {
+                    let span = self.m.cache_free_span();
+                    note!(self, "A9: the cache frees its own memory ({span}) while it holds the lock");
+                    self.s.cache_free_left = false;
+                    self.thread_mut(t).pc = next;
+                    self.start_event(t, ReleaseKind::Munmap, span, Origin::Cache);
+                } else if next == Pc::A10 {
+                    self.thread_mut(t).pc = Pc::A10;
+                } else {
+                    self.a11(t);
+                }
+            }
+        }
+    }
+
+    //= spec.md#A11
+    pub(super) fn a11(&mut self, t: usize) {
+        let h = self.acq(t).handle.expect("A9 inserted");
+        self.unlock_exclusive(t as Actor);
+        let reg = self.m.view(self.s, h);
+        let pressure = self.acq(t).trimmed;
+        self.finish(t, Ret::Granted { reg, hit: false, pressure });
+    }
+}

@@ -1,0 +1,310 @@
+//! Release events: spec.md H1, H2, M1, M2, A-D and the A-H handoff.
+
+use super::{AlgoModel, Ctx, Who};
+use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
+use mrcache_types::{Op, ReleaseKind, Ret};
+use crate::state::*;
+
+impl AlgoModel {
+    /// The page the cache frees under its lock.
+    pub(super) fn cache_free_span(&self) -> Span {
+        let p = match self.cfg.cache_frees {
+            Some(CacheFrees::AppPage(p)) => p,
+            _ => self.private_page,
+        };
+        Span::new(p, p + 1)
+    }
+
+    /// userfaultfd reports events only on the ranges the monitor subscribed:
+    /// every application page; never the cache's private page.
+    pub(super) fn uffd_watches(&self, span: &Span) -> bool {
+        span.first < self.app_pages
+    }
+
+    pub(super) fn first_ev_pc(&self, span: &Span) -> EvPc {
+        if !self.mutant(Mutant::NotifyBeforeRelease) {
+            return EvPc::Bump;
+        }
+        match self.cfg.monitor {
+            MonitorKind::Sync => EvPc::H1,
+            MonitorKind::Async if self.uffd_watches(span) => EvPc::Enqueue,
+            MonitorKind::Async => EvPc::BumpLast,
+        }
+    }
+
+    pub fn monitor_enabled(&self, s: &State) -> bool {
+        if !self.is_async() {
+            return false;
+        }
+        if !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
+            return true;
+        }
+        match s.monitor.pc {
+            MonPc::Idle => !s.uffd.is_empty(),
+            MonPc::Lock => s.lock == Lock::Free,
+            MonPc::Read | MonPc::Apply => true,
+        }
+    }
+}
+
+impl Ctx<'_> {
+    //= spec.md#A-D
+    /// Applies one release event under the lock: findable entries overlapping
+    /// it leave the index (unleased: dereg list; leased: INVALID, deregistered
+    /// by the last release); in-flight records overlapping it become stale.
+    pub(super) fn apply_event(&mut self, span: Span, a: Actor) {
+        note!(self, "A-D: {} applies the release of {span}", actor_name(a));
+        for h in 0..self.s.regs.len() {
+            let r = &self.s.regs[h];
+            if !r.findable || !r.span.overlaps(&span) {
+                continue;
+            }
+            if self.mutant(Mutant::PartialUnmapStartOnly) && r.span.first != span.first {
+                continue;
+            }
+            if self.mutant(Mutant::LeasedStaysFindable) && r.leases > 0 {
+                continue;
+            }
+            let h = h as Handle;
+            self.revoke(a, h);
+            self.s.regs[h as usize].findable = false;
+            //= spec.md#A-H
+            //# one atomic OR sets INVALID and returns the count; the invalidation
+            //# owns the deregistration iff that count was 0.
+            if self.mutant(Mutant::HandoffToctou) {
+                self.s.regs[h as usize].invalid = true;
+                self.toctou_list(a).push(h);
+                continue;
+            }
+            let seen = self.s.regs[h as usize].leases;
+            self.s.regs[h as usize].invalid = true;
+            if seen == 0 || self.mutant(Mutant::DeregLeasedOnInvalidate) {
+                self.dereg_list(a).push(h);
+            }
+            note!(self, "A-D: #{h} leaves the index ({})", if seen == 0 { "unleased: dereg list" } else { "leased: INVALID" });
+        }
+        for t in 0..self.s.threads.len() {
+            if let Some(i) = self.s.threads[t].inflight.as_mut() {
+                if i.span.overlaps(&span) && !i.stale {
+                    i.stale = true;
+                    note!(self, "A-D: T{t}'s in-flight registration of {} is now stale", i.span);
+                }
+            }
+        }
+    }
+
+    /// Mutant `handoff-toctou`'s second half: read the count after INVALID was set.
+    pub(super) fn read_counts_late(&mut self, a: Actor) {
+        //= spec.md#A-H
+        for h in std::mem::take(self.toctou_list(a)) {
+            let leases = self.s.regs[h as usize].leases;
+            note!(self, "A-H (split): {} reads #{h}'s count: {leases}", actor_name(a));
+            if leases == 0 {
+                self.deregister(h);
+            }
+        }
+    }
+
+    pub(super) fn drain_queue(&mut self, a: Actor) {
+        // Lanes: events an LN5 took before it revoked come first.
+        for span in std::mem::take(self.popped_mut(a)) {
+            self.apply_event(span, a);
+        }
+        self.set_applying(Some(false));
+        for span in std::mem::take(&mut self.s.queue) {
+            self.apply_event(span, a);
+        }
+        self.set_applying(None);
+    }
+
+    //= spec.md#M2
+    //# A2 and A6 also read pending events.
+    pub(super) fn read_and_apply_uffd(&mut self, a: Actor) {
+        if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
+            return;
+        }
+        self.set_applying(Some(true));
+        for (span, w) in std::mem::take(&mut self.s.uffd) {
+            note!(self, "{} reads the uffd event {span}: T{w} wakes up", actor_name(a));
+            self.s.threads[w as usize].waiting = false;
+            self.apply_event(span, a);
+        }
+        self.set_applying(None);
+    }
+
+    pub(super) fn start_event(&mut self, t: usize, kind: ReleaseKind, span: Span, origin: Origin) {
+        if origin != Origin::Script {
+            let op = Op::ReleaseEvent { kind, addr: span.addr(), len: span.bytes() };
+            self.invoke(t as u8, true, op);
+        }
+        let pc = self.m.first_ev_pc(&span);
+        self.thread_mut(t).ev = Some(Ev { pc, span, kind, origin, assigned: Vec::new() });
+        self.ev_step(t);
+    }
+
+    pub(super) fn bump(&mut self, t: usize) {
+        let span = self.s.threads[t].ev.as_ref().expect("event").span;
+        let mut assigned = Vec::new();
+        for p in span.pages() {
+            self.s.gens[p as usize] += 1;
+            assigned.push(self.s.gens[p as usize]);
+        }
+        note!(self, "kernel: {span} is released (new generations {assigned:?})");
+        self.thread_mut(t).ev.as_mut().expect("event").assigned = assigned;
+    }
+
+    pub(super) fn set_ev_pc(&mut self, t: usize, pc: EvPc) {
+        self.thread_mut(t).ev.as_mut().expect("event").pc = pc;
+    }
+
+    pub(super) fn ev_step(&mut self, t: usize) {
+        let ev = self.s.threads[t].ev.clone().expect("event in progress");
+        let nbr = self.mutant(Mutant::NotifyBeforeRelease);
+        match ev.pc {
+            EvPc::Bump => {
+                self.bump(t);
+                match self.m.cfg.monitor {
+                    MonitorKind::Sync => self.set_ev_pc(t, EvPc::H1),
+                    MonitorKind::Async if self.m.uffd_watches(&ev.span) => {
+                        note!(self, "kernel: uffd event {} queued; T{t} sleeps until it is read", ev.span);
+                        self.s.uffd.push((ev.span, t as Actor));
+                        self.thread_mut(t).waiting = true;
+                        self.set_ev_pc(t, EvPc::Wait);
+                    }
+                    MonitorKind::Async => self.finish_event(t),
+                }
+            }
+            EvPc::H1 => {
+                //= spec.md#H1
+                note!(self, "H1: T{t} pushes {} on the invalidation queue", ev.span);
+                self.s.queue.push(ev.span);
+                self.set_ev_pc(t, EvPc::H2);
+            }
+            EvPc::H2 => {
+                //= spec.md#H2
+                //= spec.md#S7.2
+                if self.s.lock == Lock::Free || self.prelocked(t) {
+                    note!(self, "H2: T{t} gets the lock: drains and unlocks");
+                    self.lock_exclusive(t as Actor);
+                    self.drain_queue(t as Actor);
+                    self.unlock_exclusive(t as Actor);
+                } else {
+                    note!(self, "H2: the lock is busy: T{t} returns, leaving the event queued");
+                }
+                if nbr {
+                    self.set_ev_pc(t, EvPc::BumpLast);
+                } else {
+                    self.finish_event(t);
+                }
+            }
+            EvPc::Enqueue => {
+                note!(self, "kernel: uffd event {} queued before the frames change; T{t} sleeps", ev.span);
+                self.s.uffd.push((ev.span, t as Actor));
+                self.thread_mut(t).waiting = true;
+                self.set_ev_pc(t, EvPc::Wait);
+            }
+            EvPc::Wait => {
+                note!(self, "T{t} wakes up: its uffd event was read");
+                if nbr {
+                    self.set_ev_pc(t, EvPc::BumpLast);
+                } else {
+                    self.finish_event(t);
+                }
+            }
+            EvPc::BumpLast => {
+                self.bump(t);
+                self.finish_event(t);
+            }
+        }
+    }
+
+    pub(super) fn finish_event(&mut self, t: usize) {
+        let ev = self.thread_mut(t).ev.take().expect("event in progress");
+        for (i, p) in ev.span.pages().enumerate() {
+            let d = &mut self.s.done_gens[p as usize];
+            *d = (*d).max(ev.assigned[i]);
+        }
+        match ev.origin {
+            Origin::Script => self.finish(t, Ret::Done),
+            _ => {
+                let op = Op::ReleaseEvent { kind: ev.kind, addr: ev.span.addr(), len: ev.span.bytes() };
+                note!(self, "the {:?} release of {} returns", ev.origin, ev.span);
+                self.ret(t as u8, true, op, Ret::Done);
+            }
+        }
+    }
+
+    pub(super) fn monitor_read(&mut self) {
+        for (span, w) in std::mem::take(&mut self.s.uffd) {
+            note!(self, "monitor reads the uffd event {span}: T{w} wakes up");
+            self.s.threads[w as usize].waiting = false;
+            self.s.monitor.buf.push(span);
+        }
+    }
+
+    pub(super) fn monitor_apply(&mut self) {
+        for span in std::mem::take(&mut self.s.monitor.buf) {
+            self.apply_event(span, MONITOR);
+        }
+    }
+
+    pub(super) fn monitor_step(&mut self) {
+        if self.m.cfg.lanes {
+            if self.s.monitor.revoke.is_some() {
+                return self.revoke_step(MONITOR);
+            }
+            if self.lane_prephase(Who::Monitor) {
+                return;
+            }
+            self.fence(MONITOR);
+        }
+        self.monitor_body()
+    }
+
+    pub(super) fn monitor_body(&mut self) {
+        if !self.s.monitor.toctou.is_empty() {
+            return self.read_counts_late(MONITOR);
+        }
+        let outside = self.mutant(Mutant::AsyncApplyOutsideLock);
+        let blocking_read = self.mutant(Mutant::AsyncBlockingReadOutsideLock);
+        match self.s.monitor.pc {
+            MonPc::Idle if outside || blocking_read => {
+                note!(self, "monitor reads without the lock");
+                self.monitor_read();
+                self.s.monitor.pc = if outside { MonPc::Apply } else { MonPc::Lock };
+            }
+            MonPc::Idle => {
+                //= spec.md#M1
+                note!(self, "M1: the uffd fd is readable (nothing read yet)");
+                self.s.monitor.pc = MonPc::Lock;
+            }
+            MonPc::Lock => {
+                //= spec.md#M2
+                note!(self, "M2: monitor takes the lock exclusive");
+                self.lock_exclusive(MONITOR);
+                self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
+            }
+            MonPc::Read => {
+                //= spec.md#S3.8
+                //# reads are non-blocking and happen only while holding the write lock
+                self.monitor_read();
+                if self.s.monitor.buf.is_empty() {
+                    note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    self.unlock_exclusive(MONITOR);
+                    self.s.monitor.pc = MonPc::Idle;
+                } else {
+                    self.s.monitor.pc = MonPc::Apply;
+                }
+            }
+            MonPc::Apply => {
+                self.monitor_apply();
+                if outside {
+                    self.perform_dereg(MONITOR);
+                } else {
+                    self.unlock_exclusive(MONITOR);
+                }
+                self.s.monitor.pc = MonPc::Idle;
+            }
+        }
+    }
+}

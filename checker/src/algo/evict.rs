@@ -1,0 +1,99 @@
+//! Eviction: the notes and evictions of spec.md A6, A10, R2 and the trim
+//! (A5, S2.8); limits (S6.4), victims (S6.3) and the LRU stamps.
+
+use super::{AlgoModel, Ctx};
+use crate::config::Mutant;
+use crate::state::*;
+
+impl AlgoModel {
+    /// A6: whether inserting one more entry of `bytes` could exceed a limit.
+    pub fn could_exceed_limits(&self, s: &State, bytes: u64) -> bool {
+        let n = s.findable_count() as u64 + 1;
+        let cached: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum::<u64>() + bytes;
+        self.cfg.max_regions.is_some_and(|m| n > m) || self.cfg.max_pinned_bytes.is_some_and(|m| cached > m)
+    }
+
+    pub fn over_limits(&self, s: &State) -> bool {
+        let n = s.findable_count() as u64;
+        let bytes: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum();
+        self.cfg.max_regions.is_some_and(|m| n > m) || self.cfg.max_pinned_bytes.is_some_and(|m| bytes > m)
+    }
+
+    //= spec.md#S6.3
+    /// The LRU victim among unleased findable entries (ties by id).
+    pub(super) fn victim(&self, s: &State, noted: &[Handle]) -> Option<Handle> {
+        s.regs
+            .iter()
+            .enumerate()
+            .filter(|(h, r)| r.findable && r.leases == 0 && noted.contains(&(*h as Handle)))
+            .min_by_key(|(_, r)| (r.last_use, r.id))
+            .map(|(h, _)| h as Handle)
+    }
+}
+
+impl Ctx<'_> {
+    pub(super) fn touch(&mut self, h: Handle) {
+        if self.m.cfg.has_limits() {
+            self.s.clock += 1;
+            self.s.regs[h as usize].last_use = self.s.clock;
+        }
+    }
+
+    /// A6 / R2: with limits, raise the over-limit flag (not in mutant `over-limit-flag-late`),
+    /// then note the unleased findable entries, *before* the drain.
+    pub(super) fn note_unleased(&mut self, t: usize) {
+        if !self.m.cfg.has_limits() {
+            return;
+        }
+        if !self.mutant(Mutant::OverLimitFlagLate) {
+            self.s.over_limit = true;
+        }
+        self.revoke_all(t as Actor);
+        let noted: Vec<Handle> = (0..self.s.regs.len())
+            .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
+            .map(|h| h as Handle)
+            .collect();
+        note!(self, "T{t} raises the over-limit flag and notes the unleased entries {noted:?}");
+        self.thread_mut(t).noted = noted;
+    }
+
+    /// Clears the over-limit flag when within limits.
+    pub(super) fn settle_over_limit(&mut self) {
+        if self.m.cfg.has_limits() && !self.m.over_limits(self.s) {
+            self.s.over_limit = false;
+        }
+    }
+
+    //= spec.md#A10
+    pub(super) fn evict(&mut self, a: Actor) {
+        let noted = std::mem::take(&mut self.s.threads[a as usize].noted);
+        while self.m.over_limits(self.s) {
+            let Some(v) = self.m.victim(self.s, &noted) else { break };
+            note!(self, "A10: evict #{v}");
+            self.revoke(a, v);
+            self.s.regs[v as usize].findable = false;
+            self.dereg_list(a).push(v);
+        }
+    }
+
+    //= spec.md#A10
+    //# Correct order: A6 raised the over-limit flag *before* noting the
+    //# unleased entries, so that a release (R1: decrement, then read the
+    //# flag) either was noted or sees the flag.
+    pub(super) fn a10(&mut self, t: usize) {
+        self.evict(t as Actor);
+        if self.mutant(Mutant::OverLimitFlagLate) && self.m.over_limits(self.s) {
+            self.thread_mut(t).pc = Pc::A10b;
+        } else {
+            self.settle_over_limit();
+            self.a11(t);
+        }
+    }
+
+    /// Mutant `over-limit-flag-late`'s late flag.
+    pub(super) fn a10b(&mut self, t: usize) {
+        note!(self, "A10: still over a limit, every noted entry leased: raise the over-limit flag");
+        self.s.over_limit = true;
+        self.a11(t);
+    }
+}

@@ -1,0 +1,403 @@
+//! Lanes: spec.md LN1–LN6, and the dry run that revokes before a step
+//! takes entries out of the index.
+
+use super::{AlgoModel, Ctx, Dry, Who, LANE_SLOTS};
+use crate::config::{Mutant, ScriptOp, Span};
+use mrcache_types::{Access, Ret};
+use crate::state::*;
+
+pub(super) fn revoke_label(r: Option<&Revoke>) -> String {
+    match r.map(|r| r.phase) {
+        Some(RevokePhase::Barrier) => "LN5 (heavy barrier: membarrier)".to_string(),
+        Some(RevokePhase::Count) => "LN5 (read the slots' counts; pin those above 0; unlock the lanes mutex)".to_string(),
+        None => String::new(),
+    }
+}
+
+impl AlgoModel {
+    /// LN1's first check: no release event is pending (queued, or taken or
+    /// read and not applied yet; mutant `lane-queue-len-only`: only the queue's length).
+    pub fn ln1_sees_no_event(&self, s: &State) -> bool {
+        if self.mutant(Mutant::LaneQueueLenOnly) {
+            return s.queue.is_empty();
+        }
+        s.queue.is_empty()
+            && s.monitor.buf.is_empty()
+            && s.monitor.popped.is_empty()
+            && s.threads.iter().all(|t| t.popped.is_empty())
+    }
+
+    /// LN1: the slot of thread `t`'s lane with exactly this key and a non-null
+    /// `ptr` (as `t` loads it), and that entry, when no event is pending.
+    pub fn ln1_slot(&self, s: &State, t: usize, span: Span, access: Access) -> Option<(u8, Handle)> {
+        if !self.cfg.lanes || !self.ln1_sees_no_event(s) {
+            return None;
+        }
+        (0..LANE_SLOTS).find_map(|i| {
+            let key = s.lanes[t][i].key?;
+            (key == (span, access)).then(|| s.load_ptr(t as Actor, t, i)).flatten().map(|h| (i as u8, h))
+        })
+    }
+
+    /// The slots (lane, slot, entry) whose `ptr`, as actor `a` loads it,
+    /// points to one of `removed`, or to anything with `all`.
+    pub fn lane_targets(&self, s: &State, a: Actor, removed: &[Handle], all: bool) -> Vec<(u8, u8, Handle)> {
+        let mut out = Vec::new();
+        for l in 0..s.lanes.len() {
+            for i in 0..LANE_SLOTS {
+                if let Some(h) = s.load_ptr(a, l, i) {
+                    if all || removed.contains(&h) {
+                        out.push((l as u8, i as u8, h));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether thread `t`'s next step executes a locked instruction or a
+    /// barrier (a lock, an atomic read-modify-write, a system call): x86
+    /// then drains its store buffer. The lane steps do not (LN1, LN3: plain
+    /// stores and loads, a compiler fence); LN4 does (the lanes mutex).
+    pub fn step_flushes(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if th.ev.is_some() || !th.toctou.is_empty() {
+            return true;
+        }
+        match th.pc {
+            Pc::LN1Store { .. } | Pc::LN1Load { .. } | Pc::LN3Load { .. } => false,
+            Pc::LN4 { .. } => !self.mutant(Mutant::LaneDetachedNoMutex),
+            Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
+                ScriptOp::Acquire { span, access, .. } => self.ln1_slot(s, t, span, access).is_none(),
+                ScriptOp::Release { lease } => !th.lane_leases.iter().any(|(l, _)| *l == lease),
+                ScriptOp::Event { .. } => true,
+            },
+            _ => true,
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// LN1 at the start of an acquire: a slot of this thread's lane has the
+    /// key; returns whether the lane hit starts (else A1).
+    pub(super) fn ln1_start(&mut self, t: usize, span: Span, access: Access) -> bool {
+        if let Some((slot, h)) = self.m.ln1_slot(self.s, t, span, access) {
+            //= spec.md#LN1
+            //# if the queue is empty and a slot of this thread's lane has exactly
+            //# the request's key (page span, access) and a non-null `ptr`
+            note!(self, "LN1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
+            self.thread_mut(t).pc = Pc::LN1Store { slot, h };
+            return true;
+        }
+        false
+    }
+
+    pub(super) fn revoke_mut(&mut self, a: Actor) -> &mut Option<Revoke> {
+        if a == MONITOR {
+            &mut self.s.monitor.revoke
+        } else {
+            &mut self.s.threads[a as usize].revoke
+        }
+    }
+
+    pub(super) fn set_applying(&mut self, what: Option<bool>) {
+        if let Some(d) = self.dry.as_mut() {
+            d.applying = what;
+        }
+    }
+
+    pub(super) fn popped_mut(&mut self, a: Actor) -> &mut Vec<Span> {
+        if a == MONITOR {
+            &mut self.s.monitor.popped
+        } else {
+            &mut self.s.threads[a as usize].popped
+        }
+    }
+
+    //= spec.md#LN5
+    /// The step about to take entries out of the index: each such entry's
+    /// slots must be revoked first. Called with the entry as it leaves the
+    /// index. A dry run records it; a real step finds its slots revoked
+    /// already, by the LN5 that [`Ctx::lane_prephase`] ran before the step.
+    pub(super) fn revoke(&mut self, a: Actor, h: Handle) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        if let Some(d) = self.dry.as_mut() {
+            d.removed.push(h);
+            match d.applying {
+                Some(false) => d.by_queue.push(h),
+                Some(true) => d.by_uffd.push(h),
+                None => {}
+            }
+            return;
+        }
+        let left = self.m.lane_targets(self.s, a, &[h], false);
+        assert!(left.is_empty(), "{} takes #{h} out of the index with live slots {left:?}", actor_name(a));
+    }
+
+    //= spec.md#LN5
+    //# A6 (when it notes), R2 and trim revoke every slot before they note
+    pub(super) fn revoke_all(&mut self, a: Actor) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        if let Some(d) = self.dry.as_mut() {
+            d.all = true;
+            return;
+        }
+        let left = self.m.lane_targets(self.s, a, &[], true);
+        assert!(left.is_empty(), "{} notes with live slots {left:?}", actor_name(a));
+    }
+
+    /// Before actor `a`'s step: a dry run of the step on a copy of the state
+    /// says which entries it takes out of the index (or that it revokes
+    /// every slot). If live slots point to them, the step waits and `a` runs
+    /// LN5 first, in three steps: this one (take the lock exclusive if the
+    /// step takes it, the lanes mutex; take the queued or uffd events whose
+    /// entries are revoked, as the drain does before it can know the
+    /// entries; store null into the slots, through the store buffer), then
+    /// the heavy barrier, then the count reads and pins. Returns whether it
+    /// took this first step.
+    pub(super) fn lane_prephase(&mut self, who: Who) -> bool {
+        let a = match who {
+            Who::Thread(t, _) | Who::Fails(t) => t as Actor,
+            Who::Monitor => MONITOR,
+        };
+        if !(self.s.lock == Lock::Free || self.s.lock == Lock::Exclusive(a)) {
+            return false;
+        }
+        if self.m.lane_targets(self.s, a, &[], true).is_empty() {
+            return false;
+        }
+        let mut copy = self.s.clone();
+        let dry = {
+            let mut cx = Ctx { m: self.m, s: &mut copy, rec: None, dry: Some(Dry::default()) };
+            match who {
+                Who::Thread(t, alt) => cx.thread_body(t, alt),
+                Who::Monitor => cx.monitor_body(),
+                Who::Fails(t) => cx.registrar_fails(t),
+            }
+            cx.dry.take().expect("dry run")
+        };
+        let targets = self.m.lane_targets(self.s, a, &dry.removed, dry.all);
+        if targets.is_empty() {
+            return false;
+        }
+        //= spec.md#LN5
+        //# revoke (under the lock exclusive and the lanes mutex): set `ptr` to null
+        //# in every slot that points to the entries being revoked
+        self.fence(a);
+        if self.s.lock == Lock::Free {
+            assert_ne!(a, MONITOR, "the monitor revokes only inside M2");
+            self.lock_exclusive(a);
+            self.s.threads[a as usize].prelocked = true;
+            note!(self, "{} takes the lock exclusive", actor_name(a));
+        }
+        if targets.iter().any(|(_, _, h)| dry.by_queue.contains(h)) {
+            let q = std::mem::take(&mut self.s.queue);
+            note!(self, "A-D: {} takes the queued events {q:?} (applied after the revoke)", actor_name(a));
+            self.popped_mut(a).extend(q);
+        }
+        if targets.iter().any(|(_, _, h)| dry.by_uffd.contains(h)) {
+            for (span, w) in std::mem::take(&mut self.s.uffd) {
+                note!(self, "{} reads the uffd event {span}: T{w} wakes up (applied after the revoke)", actor_name(a));
+                self.s.threads[w as usize].waiting = false;
+                self.popped_mut(a).push(span);
+            }
+        }
+        for &(lane, slot, _) in &targets {
+            self.sb_mut(a).push(Store::Ptr { lane, slot, val: None });
+        }
+        note!(
+            self,
+            "LN5: {} takes the lanes mutex and stores null into {} (store buffer)",
+            actor_name(a),
+            targets.iter().map(|(l, i, h)| format!("T{l}.slot{i} (#{h})")).collect::<Vec<_>>().join(", ")
+        );
+        *self.revoke_mut(a) = Some(Revoke { phase: RevokePhase::Barrier, slots: targets });
+        true
+    }
+
+    //= spec.md#LN5
+    //= spec.md#LN6
+    //# LN5 stores null, runs the heavy barrier, then loads the count.
+    pub(super) fn revoke_step(&mut self, a: Actor) {
+        let r = self.revoke_mut(a).clone().expect("an LN5 in progress");
+        match r.phase {
+            RevokePhase::Barrier => {
+                if self.mutant(Mutant::LaneNoHeavyBarrier) {
+                    note!(self, "LN5 (mutant `lane-no-heavy-barrier`): a full fence on {} only", actor_name(a));
+                    self.fence(a);
+                } else {
+                    note!(self, "LN5: heavy barrier: every thread executes a full barrier (all store buffers drain)");
+                    self.fence(a);
+                    for t in 0..self.s.threads.len() {
+                        self.fence(t as Actor);
+                    }
+                    self.fence(MONITOR);
+                }
+                self.revoke_mut(a).as_mut().expect("LN5").phase = RevokePhase::Count;
+            }
+            RevokePhase::Count => {
+                for (lane, slot, h) in r.slots {
+                    let (l, i) = (lane as usize, slot as usize);
+                    let remote = self.s.lanes[l][i].remote;
+                    let held = self.s.load_held(a, l, i);
+                    let count = held.wrapping_sub(remote);
+                    if count > 0 && !self.mutant(Mutant::LaneRevokeNoPin) {
+                        assert_eq!(self.s.lanes[l][i].pin, None, "a live slot has no pin");
+                        self.s.lanes[l][i].pin = Some(h);
+                        self.s.regs[h as usize].leases += 1;
+                        note!(self, "LN5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): pin #{h}, its state word gains a lease");
+                    } else {
+                        note!(self, "LN5: T{l}.slot{i} counts {count} (remote {remote}, held {held}): no pin");
+                    }
+                }
+                note!(self, "LN5: {} unlocks the lanes mutex", actor_name(a));
+                *self.revoke_mut(a) = None;
+            }
+        }
+    }
+
+    //= spec.md#LN2
+    //# after an A1 hit, if no slot has the key, take a slot with count 0 and no
+    //# pin and set its key and `ptr`.
+    /// (A slot that has the key with a null `ptr`, revoked, counts as not
+    /// having it.) The stores reach memory at the unlock that follows.
+    pub(super) fn memoize(&mut self, t: usize, h: Handle) {
+        if !self.m.cfg.lanes {
+            return;
+        }
+        let key = (self.acq(t).req, self.acq(t).access);
+        let a = t as Actor;
+        if (0..LANE_SLOTS).any(|i| self.s.lanes[t][i].key == Some(key) && self.s.load_ptr(a, t, i).is_some()) {
+            return;
+        }
+        let mut free: Vec<usize> =
+            (0..LANE_SLOTS).filter(|&i| self.s.slot_count(t, i) == 0 && self.s.lanes[t][i].pin.is_none()).collect();
+        free.sort_by_key(|&i| self.s.lanes[t][i].key != Some(key));
+        let slot = match free.first() {
+            Some(&i) => i,
+            None if self.mutant(Mutant::LaneReuseBusySlot) => 0,
+            None => {
+                note!(self, "LN2: no free slot in T{t}'s lane: no memo");
+                return;
+            }
+        };
+        self.fence(a);
+        let sl = &mut self.s.lanes[t][slot];
+        sl.key = Some(key);
+        sl.ptr = Some(h);
+        note!(self, "LN2: T{t} memoizes #{h} in slot {slot} ({})", slot_line(&self.s.lanes[t][slot]));
+    }
+
+    //= spec.md#LN1
+    //# store `held + 1`; light barrier; load `ptr` again.
+    pub(super) fn ln1_store(&mut self, t: usize, slot: u8, h: Handle) {
+        let val = self.s.load_held(t as Actor, t, slot as usize) + 1;
+        self.sb_mut(t as Actor).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "LN1: T{t} stores held = {val} into slot {slot} (store buffer)");
+        if self.mutant(Mutant::LaneNoRecheck) {
+            note!(self, "LN1 (mutant `lane-no-recheck`): no reload of ptr");
+            return self.lane_hit(t, slot, h);
+        }
+        self.thread_mut(t).pc = Pc::LN1Load { slot, h };
+    }
+
+    //= spec.md#LN1
+    //# If unchanged, touch the LRU stamp and return the hit, a lease on the
+    //# slot. Else store `held` back (this undo is a release that saw a revoke:
+    //# run LN4) and go to A1.
+    pub(super) fn ln1_load(&mut self, t: usize, slot: u8, h: Handle) {
+        let a = t as Actor;
+        let p = self.s.load_ptr(a, t, slot as usize);
+        if p == Some(h) {
+            note!(self, "LN1: light barrier (compiler fence); T{t} reloads slot {slot}'s ptr: #{h}, unchanged");
+            return self.lane_hit(t, slot, h);
+        }
+        let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
+        self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "LN1: T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs LN4");
+        self.thread_mut(t).pc = Pc::LN4 { slot, h, then_a1: true };
+    }
+
+    pub(super) fn lane_hit(&mut self, t: usize, slot: u8, h: Handle) {
+        let lease = self.acq(t).lease;
+        self.touch(h);
+        let th = self.thread_mut(t);
+        th.held.push((lease, h));
+        th.lane_leases.push((lease, slot));
+        note!(self, "LN1: T{t}'s lane hit on #{h} (slot {slot})");
+        let ret = self.judge_lease(t, h, true);
+        self.finish(t, ret);
+    }
+
+    //= spec.md#LN3
+    //# lane release: touch the LRU stamp; the owner stores `held − 1`
+    /// (Releases run on the thread that acquired the lease: `remote` stays 0.)
+    pub(super) fn ln3(&mut self, t: usize, lease: u64, slot: u8) {
+        let th = self.thread_mut(t);
+        let i = th.held.iter().position(|(l, _)| *l == lease).expect("a lane lease is held");
+        let (_, h) = th.held.remove(i);
+        th.lane_leases.retain(|(l, _)| *l != lease);
+        if self.s.regs[h as usize].findable && !self.mutant(Mutant::ReleaseNoLruTouch) {
+            self.touch(h);
+        }
+        let a = t as Actor;
+        let val = self.s.load_held(a, t, slot as usize).wrapping_sub(1);
+        self.sb_mut(a).push(Store::Held { lane: t as u8, slot, val });
+        note!(self, "LN3: T{t} releases L{lease} on slot {slot}: stores held = {val} (store buffer)");
+        self.thread_mut(t).pc = Pc::LN3Load { slot, h };
+    }
+
+    //= spec.md#LN3
+    //# Light barrier; load `ptr`: if it is still the lease's entry, read the
+    //# over-limit flag and run R2 if it is set; else run LN4.
+    pub(super) fn ln3_load(&mut self, t: usize, slot: u8, h: Handle) {
+        let p = self.s.load_ptr(t as Actor, t, slot as usize);
+        if p == Some(h) {
+            let r2 = self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+            note!(self, "LN3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}", if r2 { "; the over-limit flag is set: R2" } else { "" });
+            if r2 {
+                self.thread_mut(t).pc = Pc::R2;
+            } else {
+                self.finish(t, Ret::Done);
+            }
+        } else {
+            note!(self, "LN3: T{t} reloads slot {slot}'s ptr: revoked: LN4");
+            self.thread_mut(t).pc = Pc::LN4 { slot, h, then_a1: false };
+        }
+    }
+
+    //= spec.md#LN4
+    //# take the lanes mutex; if the slot's count is 0 and its pin is the
+    //# lease's entry, clear the pin and release the pin as R1
+    pub(super) fn ln4(&mut self, t: usize, slot: u8, h: Handle, then_a1: bool) {
+        let (l, i) = (t, slot as usize);
+        let count = self.s.slot_count(l, i);
+        let mut r2 = false;
+        if count == 0 && self.s.lanes[l][i].pin == Some(h) {
+            self.s.lanes[l][i].pin = None;
+            let r = &mut self.s.regs[h as usize];
+            r.leases -= 1;
+            let (left, invalid) = (r.leases, r.invalid);
+            note!(self, "LN4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+            if left == 0 && invalid {
+                //= spec.md#A-H
+                self.deregister(h);
+            } else {
+                r2 = left == 0 && self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+            }
+        } else {
+            let pin = self.s.lanes[l][i].pin;
+            note!(self, "LN4: T{t} (lanes mutex) finds slot {slot} at count {count}, pin {pin:?}: nothing to return");
+        }
+        self.thread_mut(t).pc = match (then_a1, r2) {
+            (true, true) => Pc::R2ThenA1,
+            (true, false) => Pc::A1,
+            (false, true) => Pc::R2,
+            (false, false) => return self.finish(t, Ret::Done),
+        };
+    }
+}

@@ -1,0 +1,634 @@
+//! The §A algorithm, step by step, as a stateright [`Model`].
+//!
+//! Each action is one step of one actor (an application thread or the uffd
+//! monitor); a step is atomic, so its granularity decides which interleavings
+//! are explored. See the crate docs for the step mapping.
+
+use crate::config::{compile_scripts, CacheFrees, CheckConfig, MonitorKind, Mutant, ScriptOp, MAX_PAGES};
+use crate::state::*;
+use lanes::revoke_label;
+use mrcache_model::Model as RefModel;
+use mrcache_types::{Op, RegView, Ret};
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
+use stateright::{Model, Property};
+
+/// One step of one actor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Thread `t` takes its next step. `alt` takes the other branch of a
+    /// choice: the registrar frees memory during A5, or the cache frees its
+    /// own memory at A9 under the lock.
+    Thread { t: u8, alt: bool },
+    /// The uffd monitor thread takes its next step.
+    Monitor,
+    /// Thread `t`'s registrar call fails (at A5): ENOMEM the first time in an
+    /// acquire (the trim of S5.4), EINVAL after it (E5).
+    RegistrarFails { t: u8 },
+    /// Lanes: the oldest store in actor `a`'s store buffer reaches memory.
+    Flush { a: Actor },
+}
+
+/// Slots per lane.
+pub const LANE_SLOTS: usize = 1;
+
+/// What a step did, recorded only when rebuilding a counterexample.
+#[derive(Clone, Debug, Default)]
+pub struct Rec {
+    /// Human-readable notes, each starting with the spec step ID.
+    pub notes: Vec<String>,
+    /// Invocations (`ret: None`) and returns of operations.
+    pub events: Vec<RecEvent>,
+}
+
+/// An operation invoked or returning, for the JSON trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecEvent {
+    pub thread: u8,
+    /// A release event raised inside a cache operation (registrar or cache free).
+    pub nested: bool,
+    pub op: Op,
+    pub ret: Option<Ret>,
+}
+
+/// The model of §A for one [`CheckConfig`].
+#[derive(Clone, Debug)]
+pub struct AlgoModel {
+    pub cfg: CheckConfig,
+    pub scripts: Vec<Vec<(Op, ScriptOp)>>,
+    /// Pages the scripts (and nested events) use; uffd watches exactly these.
+    pub app_pages: u8,
+    /// The cache's private page (`app_pages`): never cached, never watched by uffd.
+    pub private_page: u8,
+}
+
+/// What A7 will do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum A7 {
+    /// Throw the registration away and retry; `replan`: not because of an
+    /// event, but because the policy's plan changed while the lock was dropped.
+    Stale { replan: bool },
+    /// A8: another thread inserted a covering entry.
+    Hit(Handle),
+    /// A9.
+    Insert,
+}
+
+macro_rules! note {
+    ($cx:expr, $($arg:tt)*) => {
+        if $cx.rec.is_some() {
+            let msg = format!($($arg)*);
+            if let Some(r) = $cx.rec.as_deref_mut() {
+                r.notes.push(msg);
+            }
+        }
+    };
+}
+
+mod acquire;
+mod dereg;
+mod events;
+mod evict;
+mod fork;
+mod lanes;
+mod properties;
+mod release;
+mod tso;
+
+impl AlgoModel {
+    pub fn new(cfg: CheckConfig) -> Result<AlgoModel, String> {
+        if cfg.max_retries == 0 {
+            return Err("max_retries must be at least 1".into());
+        }
+        let scripts = compile_scripts(&cfg.scripts())?;
+        let mut app_pages = 1u8;
+        for s in &scripts {
+            for (_, op) in s {
+                if let ScriptOp::Acquire { span, .. } | ScriptOp::Event { span, .. } = op {
+                    app_pages = app_pages.max(span.end);
+                }
+            }
+        }
+        if let Some(p) = cfg.registrar_frees {
+            app_pages = app_pages.max(p + 1);
+        }
+        if let Some(CacheFrees::AppPage(p)) = cfg.cache_frees {
+            app_pages = app_pages.max(p + 1);
+        }
+        if app_pages >= MAX_PAGES {
+            return Err(format!("the scripts use {app_pages} pages; the checker allows {}", MAX_PAGES - 1));
+        }
+        Ok(AlgoModel { cfg, scripts, app_pages, private_page: app_pages })
+    }
+
+    pub fn mutant(&self, m: Mutant) -> bool {
+        self.cfg.mutant == Some(m)
+    }
+
+    pub(super) fn is_async(&self) -> bool {
+        self.cfg.monitor == MonitorKind::Async
+    }
+
+    pub fn init_state(&self) -> State {
+        let pages = (self.app_pages + 1) as usize;
+        State {
+            gens: vec![0; pages],
+            done_gens: vec![0; pages],
+            lock: Lock::Free,
+            regs: Vec::new(),
+            next_id: 1,
+            queue: Vec::new(),
+            uffd: Vec::new(),
+            over_limit: false,
+            clock: 0,
+            threads: self
+                .scripts
+                .iter()
+                .map(|s| Thread {
+                    pc: if s.is_empty() { Pc::Done } else { Pc::Idle },
+                    next_op: 0,
+                    acq: None,
+                    ev: None,
+                    inflight: None,
+                    held: Vec::new(),
+                    dereg: Vec::new(),
+                    toctou: Vec::new(),
+                    waiting: false,
+                    noted: Vec::new(),
+                    sb: Vec::new(),
+                    revoke: None,
+                    popped: Vec::new(),
+                    prelocked: false,
+                    lane_leases: Vec::new(),
+                    failing: false,
+                })
+                .collect(),
+            monitor: Monitor {
+                pc: MonPc::Idle,
+                buf: Vec::new(),
+                dereg: Vec::new(),
+                toctou: Vec::new(),
+                sb: Vec::new(),
+                revoke: None,
+                popped: Vec::new(),
+            },
+            lanes: if self.cfg.lanes { vec![vec![Slot::default(); LANE_SLOTS]; self.scripts.len()] } else { Vec::new() },
+            registrar_free_left: self.cfg.registrar_frees.is_some(),
+            reg_failures_left: self.cfg.registrar_failures,
+            trim_evicted: false,
+            cache_free_left: self.cfg.cache_frees.is_some(),
+            bad: Vec::new(),
+            lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
+        }
+    }
+
+    pub fn view(&self, s: &State, h: Handle) -> RegView {
+        let r = &s.regs[h as usize];
+        RegView { id: r.id as u64, addr: r.span.addr(), len: r.span.bytes(), access: r.access }
+    }
+
+    /// Whether thread `t` can take its next step.
+    pub fn thread_enabled(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if th.revoke.is_some() {
+            return true;
+        }
+        if th.failing {
+            // The registrar failed; the trim continues as `RegistrarFails`.
+            return false;
+        }
+        if !th.toctou.is_empty() {
+            return true;
+        }
+        if let Some(ev) = &th.ev {
+            return match ev.pc {
+                // Mutant `blocking-hook`: the hook waits for the lock instead of trying it.
+                EvPc::H2 if self.mutant(Mutant::BlockingHook) => s.lock == Lock::Free,
+                EvPc::Wait => !th.waiting,
+                _ => true,
+            };
+        }
+        match th.pc {
+            Pc::Idle => match self.scripts[t][th.next_op as usize].1 {
+                // A1: a reader blocks while a writer holds the lock, unless the
+                // queue is non-empty (then it goes straight to A2). LN1 takes no lock.
+                ScriptOp::Acquire { span, access, .. } => {
+                    !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)) || self.ln1_slot(s, t, span, access).is_some()
+                }
+                ScriptOp::Release { .. } | ScriptOp::Event { .. } => true,
+            },
+            Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
+            Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
+            // LN4 takes the lanes mutex, which only a revoke (LN5) holds across steps.
+            Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
+            Pc::Done | Pc::Event => false,
+            _ => true,
+        }
+    }
+
+    /// Whether thread `t`'s next step has a second branch.
+    pub fn thread_alt(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() {
+            return false;
+        }
+        match th.pc {
+            Pc::A5 => s.registrar_free_left,
+            Pc::A7 => s.cache_free_left && self.a7_outcome(s, t) == A7::Insert,
+            _ => false,
+        }
+    }
+
+    /// What an actor waits for, for deadlock reports.
+    pub fn blocked_on(&self, s: &State, a: Actor) -> String {
+        let holder = match s.lock {
+            Lock::Free => "nobody".to_string(),
+            Lock::Shared(n) => format!("{n} reader(s)"),
+            Lock::Exclusive(h) if h == a => "itself".to_string(),
+            Lock::Exclusive(h) => actor_name(h),
+        };
+        if a == MONITOR {
+            return match s.monitor.pc {
+                MonPc::Lock => format!("M2 waits for the lock, held by {holder}"),
+                pc => format!("{pc:?}"),
+            };
+        }
+        let th = &s.threads[a as usize];
+        if let Some(ev) = &th.ev {
+            return match ev.pc {
+                EvPc::H2 => format!("H2 waits for the lock, held by {holder} ({:?} event {})", ev.origin, ev.span),
+                EvPc::Wait => format!("asleep in the kernel until the monitor reads its uffd event {}", ev.span),
+                pc => format!("event step {pc:?}"),
+            };
+        }
+        match th.pc {
+            Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
+            Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 | Pc::A1 => format!("{:?} waits for the lock, held by {holder}", th.pc),
+            Pc::LN4 { .. } => "LN4 waits for the lanes mutex (held by a revoke)".to_string(),
+            pc => format!("at {pc:?}"),
+        }
+    }
+
+    /// Applies `a` to `s`, recording notes and operation events into `rec`.
+    pub fn step(&self, s: &mut State, a: Action, rec: Option<&mut Rec>) {
+        let mut cx = Ctx { m: self, s, rec, dry: None };
+        match a {
+            Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
+            Action::Monitor => cx.monitor_step(),
+            Action::RegistrarFails { t } => cx.registrar_fails_step(t as usize),
+            Action::Flush { a } => cx.flush_one(a),
+        }
+    }
+
+    /// A short label for an action in state `s`: who moves, at which step.
+    pub fn label(&self, s: &State, a: Action) -> String {
+        match a {
+            Action::RegistrarFails { t } if s.threads[t as usize].acq.as_ref().is_some_and(|a| a.trimmed) => {
+                format!("T{t} A5 (the registrar fails again: EINVAL)")
+            }
+            Action::RegistrarFails { t } => format!("T{t} A5 (the registrar fails: ENOMEM, trim)"),
+            Action::Flush { a } => {
+                let sb = if a == MONITOR { &s.monitor.sb } else { &s.threads[a as usize].sb };
+                let first = sb.first().map(|st| buf_line(std::slice::from_ref(st))).unwrap_or_default();
+                format!("{} store buffer: {first} reaches memory", actor_name(a))
+            }
+            Action::Monitor if s.monitor.revoke.is_some() => format!("monitor {}", revoke_label(s.monitor.revoke.as_ref())),
+            Action::Monitor => {
+                let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
+                let at = match s.monitor.pc {
+                    _ if !s.monitor.toctou.is_empty() => "A-H (read lease counts)",
+                    MonPc::Idle if lockless => "reads the uffd events without the lock",
+                    MonPc::Idle => "M1 (the uffd fd is readable)",
+                    MonPc::Lock => "M2 (take the lock)",
+                    MonPc::Read => "M2 (read the pending events)",
+                    MonPc::Apply => "M2 (apply the events read)",
+                };
+                format!("monitor {at}")
+            }
+            Action::Thread { t, alt } => {
+                let th = &s.threads[t as usize];
+                let at = if th.revoke.is_some() {
+                    revoke_label(th.revoke.as_ref())
+                } else if !th.toctou.is_empty() {
+                    "A-H (read lease counts)".to_string()
+                } else if let Some(ev) = &th.ev {
+                    let what = match ev.origin {
+                        Origin::Script => format!("{:?} {}", ev.kind, ev.span),
+                        Origin::Registrar => format!("registrar's free of {}", ev.span),
+                        Origin::Cache => format!("cache's own free of {}", ev.span),
+                    };
+                    let step = match ev.pc {
+                        EvPc::Bump | EvPc::BumpLast => "kernel releases the frames",
+                        EvPc::H1 => "H1",
+                        EvPc::H2 => "H2",
+                        EvPc::Enqueue => "kernel queues the uffd event",
+                        EvPc::Wait => "wakes up",
+                    };
+                    format!("{step} ({what})")
+                } else if th.pc == Pc::Idle {
+                    format!("starts `{}`", self.scripts[t as usize][th.next_op as usize].0)
+                } else {
+                    match th.pc {
+                        Pc::A1Look => "A1 (lookup under the shared lock)".to_string(),
+                        Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
+                        Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
+                        Pc::A10b => "A10 (second half)".to_string(),
+                        Pc::LN1Store { slot, .. } => format!("LN1 (store held + 1 into slot {slot}, buffered)"),
+                        Pc::LN1Load { slot, .. } => format!("LN1 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::LN3Load { slot, .. } => format!("LN3 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::LN4 { slot, .. } => format!("LN4 (lanes mutex; slot {slot}'s count and pin)"),
+                        Pc::A1 => "A1 (after the lane undo)".to_string(),
+                        Pc::A1Drain(_) => "A1 (unlocked with events queued: try the lock, drain)".to_string(),
+                        pc => format!("{pc:?}"),
+                    }
+                };
+                format!("T{t} {at}{}", if alt { " (alternative branch)" } else { "" })
+            }
+        }
+    }
+}
+
+/// What a dry run of a step found it would take out of the index (LN5 must
+/// revoke those slots first).
+#[derive(Default)]
+struct Dry {
+    /// Entries the step takes out of the index.
+    removed: Vec<Handle>,
+    /// Of those, the ones a queued event takes out (the drain pops the queue
+    /// before it can revoke them).
+    by_queue: Vec<Handle>,
+    /// The ones an event read from uffd takes out (read, waking the
+    /// releasing thread, before they can be revoked).
+    by_uffd: Vec<Handle>,
+    /// The step revokes every slot (A6 when it notes, R2, trim).
+    all: bool,
+    /// Applying a queued (`Some(false)`) or uffd (`Some(true)`) event now.
+    applying: Option<bool>,
+}
+
+/// Who takes a step that may revoke.
+#[derive(Clone, Copy)]
+enum Who {
+    Thread(usize, bool),
+    Monitor,
+    Fails(usize),
+}
+
+/// A step in progress: the model, the state it changes, and the recorder.
+struct Ctx<'a> {
+    m: &'a AlgoModel,
+    s: &'a mut State,
+    rec: Option<&'a mut Rec>,
+    /// A dry run (lanes): record what the step takes out of the index.
+    dry: Option<Dry>,
+}
+
+impl Ctx<'_> {
+    pub(super) fn mutant(&self, m: Mutant) -> bool {
+        self.m.mutant(m)
+    }
+
+    pub(super) fn thread_mut(&mut self, t: usize) -> &mut Thread {
+        &mut self.s.threads[t]
+    }
+
+    pub(super) fn acq(&self, t: usize) -> &Acq {
+        self.s.threads[t].acq.as_ref().expect("inside an acquire")
+    }
+
+    pub(super) fn acq_mut(&mut self, t: usize) -> &mut Acq {
+        self.s.threads[t].acq.as_mut().expect("inside an acquire")
+    }
+
+    pub(super) fn dereg_list(&mut self, a: Actor) -> &mut Vec<Handle> {
+        if a == MONITOR {
+            &mut self.s.monitor.dereg
+        } else {
+            &mut self.s.threads[a as usize].dereg
+        }
+    }
+
+    pub(super) fn toctou_list(&mut self, a: Actor) -> &mut Vec<Handle> {
+        if a == MONITOR {
+            &mut self.s.monitor.toctou
+        } else {
+            &mut self.s.threads[a as usize].toctou
+        }
+    }
+
+    pub(super) fn invoke(&mut self, thread: u8, nested: bool, op: Op) {
+        let id = if nested { NESTED + thread } else { thread };
+        let _ = self.s.lin.on_invoke(id, op);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.events.push(RecEvent { thread, nested, op, ret: None });
+        }
+    }
+
+    pub(super) fn ret(&mut self, thread: u8, nested: bool, op: Op, ret: Ret) {
+        let id = if nested { NESTED + thread } else { thread };
+        let _ = self.s.lin.on_return(id, ret);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.events.push(RecEvent { thread, nested, op, ret: Some(ret) });
+        }
+    }
+
+    /// The script op thread `t` is running ends with `ret`.
+    pub(super) fn finish(&mut self, t: usize, ret: Ret) {
+        let op = self.m.scripts[t][self.s.threads[t].next_op as usize].0;
+        note!(self, "T{t} returns `{ret}` for `{op}`");
+        self.ret(t as u8, false, op, ret);
+        let len = self.m.scripts[t].len() as u8;
+        let th = self.thread_mut(t);
+        th.acq = None;
+        th.next_op += 1;
+        th.pc = if th.next_op < len { Pc::Idle } else { Pc::Done };
+    }
+
+    pub(super) fn deregister(&mut self, h: Handle) {
+        let r = &mut self.s.regs[h as usize];
+        r.deregs += 1;
+        note!(self, "registrar: deregister #{h} ({})", reg_line(h, &self.s.regs[h as usize]));
+    }
+
+    pub(super) fn lock_shared(&mut self) {
+        self.s.lock = match self.s.lock {
+            Lock::Free => Lock::Shared(1),
+            Lock::Shared(n) => Lock::Shared(n + 1),
+            Lock::Exclusive(a) => panic!("shared lock taken while {} holds it exclusively", actor_name(a)),
+        };
+    }
+
+    pub(super) fn unlock_shared(&mut self) {
+        self.s.lock = match self.s.lock {
+            Lock::Shared(1) => Lock::Free,
+            Lock::Shared(n) => Lock::Shared(n - 1),
+            other => panic!("shared unlock of {other:?}"),
+        };
+    }
+
+    pub(super) fn lock_exclusive(&mut self, a: Actor) {
+        if a != MONITOR && self.s.threads[a as usize].prelocked {
+            // An LN5 took the lock for this step.
+            assert_eq!(self.s.lock, Lock::Exclusive(a));
+            self.s.threads[a as usize].prelocked = false;
+            return;
+        }
+        assert_eq!(self.s.lock, Lock::Free, "{} takes a lock that is not free", actor_name(a));
+        self.s.lock = Lock::Exclusive(a);
+    }
+
+    /// An LN5 took the lock exclusive for thread `t`'s step.
+    pub(super) fn prelocked(&self, t: usize) -> bool {
+        self.s.threads[t].prelocked
+    }
+
+    pub(super) fn thread_step(&mut self, t: usize, alt: bool) {
+        if self.m.cfg.lanes {
+            if self.s.threads[t].revoke.is_some() {
+                return self.revoke_step(t as Actor);
+            }
+            if self.lane_prephase(Who::Thread(t, alt)) {
+                return;
+            }
+            if self.m.step_flushes(self.s, t) {
+                self.fence(t as Actor);
+            }
+        }
+        self.thread_body(t, alt)
+    }
+
+    pub(super) fn thread_body(&mut self, t: usize, alt: bool) {
+        if !self.s.threads[t].toctou.is_empty() {
+            return self.read_counts_late(t as Actor);
+        }
+        if self.s.threads[t].ev.is_some() {
+            return self.ev_step(t);
+        }
+        match self.s.threads[t].pc {
+            Pc::Idle => self.start_op(t),
+            Pc::A1Look => self.a1_lookup(t),
+            Pc::A2 => self.a2(t),
+            Pc::A3 => self.a3(t),
+            Pc::A5 => self.a5(t, alt),
+            Pc::A6 => self.a6(t),
+            Pc::A7 => self.a7(t, alt),
+            Pc::A10 => self.a10(t),
+            Pc::A10b => self.a10b(t),
+            Pc::A11 => self.a11(t),
+            Pc::R1Touch(h, r2) => {
+                note!(self, "R1 (mutant `release-touch-after-decrement`): T{t} touches #{h}'s LRU stamp after its decrement");
+                self.touch(h);
+                if r2 {
+                    self.thread_mut(t).pc = Pc::R2;
+                } else {
+                    self.finish(t, Ret::Done);
+                }
+            }
+            Pc::R2 => {
+                self.r2(t);
+                self.finish(t, Ret::Done);
+            }
+            Pc::R2ThenA1 => {
+                self.r2(t);
+                self.thread_mut(t).pc = Pc::A1;
+            }
+            Pc::LN1Store { slot, h } => self.ln1_store(t, slot, h),
+            Pc::LN1Load { slot, h } => self.ln1_load(t, slot, h),
+            Pc::A1 => self.a1_enter(t),
+            Pc::A1Drain(h) => self.a1_drain(t, h),
+            Pc::LN3Load { slot, h } => self.ln3_load(t, slot, h),
+            Pc::LN4 { slot, h, then_a1 } => self.ln4(t, slot, h, then_a1),
+            Pc::Event | Pc::Done => unreachable!("T{t} has no step at {:?}", self.s.threads[t].pc),
+        }
+    }
+
+    /// Invokes the thread's next script op and takes its first step.
+    pub(super) fn start_op(&mut self, t: usize) {
+        let (op, sop) = self.m.scripts[t][self.s.threads[t].next_op as usize];
+        self.invoke(t as u8, false, op);
+        match sop {
+            ScriptOp::Acquire { lease, span, access } => {
+                let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
+                self.thread_mut(t).acq =
+                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
+                if self.ln1_start(t, span, access) {
+                    return;
+                }
+                self.a1_enter(t);
+            }
+            ScriptOp::Release { lease } => match self.s.threads[t].lane_leases.iter().find(|(l, _)| *l == lease) {
+                Some(&(_, slot)) => self.ln3(t, lease, slot),
+                None => self.r1(t, lease),
+            },
+            ScriptOp::Event { kind, span } => {
+                self.thread_mut(t).pc = Pc::Event;
+                self.start_event(t, kind, span, Origin::Script);
+            }
+        }
+    }
+}
+
+impl Model for AlgoModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init_state()]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for t in 0..s.threads.len() {
+            if self.thread_enabled(s, t) {
+                actions.push(Action::Thread { t: t as u8, alt: false });
+                if self.thread_alt(s, t) {
+                    actions.push(Action::Thread { t: t as u8, alt: true });
+                }
+            }
+        }
+        if self.monitor_enabled(s) {
+            actions.push(Action::Monitor);
+        }
+        for t in 0..s.threads.len() {
+            if self.registrar_may_fail(s, t) {
+                actions.push(Action::RegistrarFails { t: t as u8 });
+            }
+        }
+        if self.cfg.lanes {
+            for t in 0..s.threads.len() {
+                if !s.threads[t].sb.is_empty() {
+                    actions.push(Action::Flush { a: t as Actor });
+                }
+            }
+            if !s.monitor.sb.is_empty() {
+                actions.push(Action::Flush { a: MONITOR });
+            }
+        }
+    }
+
+    fn next_state(&self, s: &State, a: Action) -> Option<State> {
+        let mut next = s.clone();
+        self.step(&mut next, a, None);
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::properties(self)
+    }
+
+    fn format_action(&self, a: &Action) -> String {
+        match a {
+            Action::Thread { t, alt: false } => format!("T{t}"),
+            Action::Thread { t, alt: true } => format!("T{t} (alternative branch)"),
+            Action::Monitor => "monitor".into(),
+            Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
+            Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
+        }
+    }
+
+    fn format_step(&self, last: &State, a: Action) -> Option<String> {
+        let mut next = last.clone();
+        let mut rec = Rec::default();
+        self.step(&mut next, a, Some(&mut rec));
+        Some(format!("{}\n{}\n{}", self.label(last, a), rec.notes.join("\n"), next.summary()))
+    }
+}
+

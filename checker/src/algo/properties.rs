@@ -1,0 +1,141 @@
+//! The properties of [`crate::props`] as stateright properties of the model,
+//! and the model-side judgements they need (L1, P5, P6).
+
+use super::AlgoModel;
+use crate::config::MonitorKind;
+use crate::props::*;
+use crate::state::{EvPc, Lock, MonPc, Pc, State, MONITOR};
+use mrcache_model::OverlapPolicy;
+use stateright::{Model, Property};
+
+/// The properties for a configuration: P5 only with limits; the merge goal only
+/// under `merge`, the uncache goal only under `no-merge-uncache-contained`;
+/// the read-not-applied goal only with the async monitor, the deferred-hook
+/// goal only with the sync one.
+pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
+    let mut v = vec![
+        Property::always(P1, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P1)),
+        Property::always(P2, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P2)),
+        // P3. With lanes, a lane lease counts: it is on no state word until a
+        // revoke pins it.
+        Property::always(P3, |m: &AlgoModel, s: &State| {
+            !s.regs
+                .iter()
+                .enumerate()
+                .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (m.cfg.lanes && s.lease_held_on(h as u8))))
+        }),
+        Property::always(P4, |_: &AlgoModel, s: &State| s.regs.iter().all(|r| r.deregs <= 1)),
+    ];
+    if m.cfg.has_limits() {
+        v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
+    }
+    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || s.lin.serialized_history().is_some()));
+    //= spec.md#P6
+    v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
+    v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
+    v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {
+        s.regs.iter().any(|r| r.id > 0 && r.invalid && r.leases > 0)
+    }));
+    match m.cfg.policy {
+        OverlapPolicy::Merge => v.push(Property::sometimes(S_MERGE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced))),
+        OverlapPolicy::NoMergeUncacheContained => {
+            v.push(Property::sometimes(S_UNCACHE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced)))
+        }
+        OverlapPolicy::Independent => {}
+    }
+    if m.cfg.registrar_failures > 0 {
+        v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
+    }
+    if m.cfg.lanes {
+        v.push(Property::sometimes(S_LANE_HIT, |_: &AlgoModel, s: &State| {
+            s.threads.iter().any(|t| !t.lane_leases.is_empty())
+        }));
+        v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
+        v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
+            s.threads.iter().enumerate().any(|(t, th)| match th.pc {
+                Pc::LN4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
+                _ => false,
+            })
+        }));
+    }
+    v.push(Property::sometimes(S_EVENT_DURING_REGISTRATION, |_: &AlgoModel, s: &State| {
+        s.threads.iter().any(|t| t.inflight.is_some_and(|i| i.stale))
+    }));
+    match m.cfg.monitor {
+        MonitorKind::Async => v.push(Property::sometimes(S_READ_NOT_APPLIED, |_: &AlgoModel, s: &State| {
+            !s.monitor.buf.is_empty() && s.threads.iter().any(|t| t.acq.is_some())
+        })),
+        MonitorKind::Sync => v.push(Property::sometimes(S_HOOK_DEFERRED, |_: &AlgoModel, s: &State| {
+            !s.queue.is_empty() && !s.threads.iter().any(|t| t.ev.as_ref().is_some_and(|e| e.pc == EvPc::H2))
+        })),
+    }
+    v
+}
+
+impl AlgoModel {
+    /// Terminal: every script finished and the monitor has nothing left to do.
+    pub fn is_terminal(&self, s: &State) -> bool {
+        s.all_finished()
+    }
+
+    /// Why L1 fails in a terminal state, if it does.
+    pub fn l1_failure(&self, s: &State) -> Option<String> {
+        if !s.queue.is_empty() {
+            return Some(format!("the invalidation queue still holds {:?} after every script finished", s.queue));
+        }
+        if let Some((h, r)) = s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0) {
+            return Some(format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span));
+        }
+        // Lanes: a pin is a lease held for the slot's lane leases; with none
+        // left it must have been returned (LN4, LN6).
+        for (t, lane) in s.lanes.iter().enumerate() {
+            for (i, sl) in lane.iter().enumerate() {
+                if let Some(h) = sl.pin {
+                    if s.slot_count(t, i) == 0 {
+                        return Some(format!("T{t}.slot{i} counts 0 but still pins #{h}: the pin is never returned"));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Why the state is a deadlock (P6), if it is: an actor that holds the lock
+    /// exclusively cannot take its next step (it waits for itself, or for
+    /// something only a lock holder could do), or nobody can move although a
+    /// script is unfinished.
+    pub fn deadlock(&self, s: &State) -> Option<String> {
+        if let Lock::Exclusive(a) = s.lock {
+            let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) };
+            let busy = a == MONITOR && s.monitor.pc != MonPc::Idle
+                || a != MONITOR && s.threads[a as usize].pc != crate::state::Pc::Done;
+            if stuck && busy {
+                return Some(format!(
+                    "{} holds the lock exclusively and waits: {}",
+                    crate::state::actor_name(a),
+                    self.blocked_on(s, a)
+                ));
+            }
+        }
+        let mut actions = Vec::new();
+        self.actions(s, &mut actions);
+        if actions.is_empty() && !s.all_finished() {
+            let waiting: Vec<String> = (0..s.threads.len())
+                .filter(|&t| s.threads[t].pc != crate::state::Pc::Done)
+                .map(|t| format!("T{t} {}", self.blocked_on(s, t as u8)))
+                .collect();
+            return Some(format!("no thread can move: {}", waiting.join("; ")));
+        }
+        None
+    }
+
+    /// Over a limit with an evictable entry: findable, and unleased (with
+    /// lanes: no lane lease either).
+    pub fn over_limits_with_victim(&self, s: &State) -> bool {
+        self.over_limits(s)
+            && s.regs
+                .iter()
+                .enumerate()
+                .any(|(h, r)| r.findable && r.leases == 0 && !(self.cfg.lanes && s.lease_held_on(h as u8)))
+    }
+}

@@ -1,0 +1,54 @@
+//! Release: spec.md R1, R2 (the lane release LN3 is in [`super::lanes`]).
+
+use super::Ctx;
+use crate::config::Mutant;
+use mrcache_types::{OpError, Ret};
+use crate::state::*;
+
+impl Ctx<'_> {
+    //= spec.md#R1
+    pub(super) fn r1(&mut self, t: usize, lease: u64) {
+        let Some(i) = self.s.threads[t].held.iter().position(|(l, _)| *l == lease) else {
+            // The acquire failed (E6), so the lease is not held.
+            return self.finish(t, Ret::Failed { error: OpError::UnknownLease { lease } });
+        };
+        let (_, h) = self.thread_mut(t).held.remove(i);
+        let r = &mut self.s.regs[h as usize];
+        r.leases -= 1;
+        let (left, invalid, findable) = (r.leases, r.invalid, r.findable);
+        // R1 touches the LRU stamp *before* its decrement (mutant `release-touch-after-decrement` touches
+        // after it, mutant `release-no-lru-touch` never).
+        let late = self.mutant(Mutant::ReleaseTouchAfterDecrement) && self.m.cfg.has_limits();
+        if findable && !self.mutant(Mutant::ReleaseNoLruTouch) && !late {
+            self.touch(h);
+        }
+        note!(self, "R1: T{t} decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+        if left == 0 && invalid {
+            //= spec.md#A-H
+            //# a release owns the deregistration iff its decrement took the count
+            //# from 1 to 0 with INVALID set.
+            self.deregister(h);
+            self.finish(t, Ret::Done);
+            return;
+        }
+        let r2 = left == 0 && self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
+        if late && findable {
+            self.thread_mut(t).pc = Pc::R1Touch(h, r2);
+        } else if r2 {
+            self.thread_mut(t).pc = Pc::R2;
+        } else {
+            self.finish(t, Ret::Done);
+        }
+    }
+
+    //= spec.md#R2
+    pub(super) fn r2(&mut self, t: usize) {
+        note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
+        self.lock_exclusive(t as Actor);
+        self.note_unleased(t);
+        self.drain_queue(t as Actor);
+        self.evict(t as Actor);
+        self.settle_over_limit();
+        self.unlock_exclusive(t as Actor);
+    }
+}

@@ -1,0 +1,432 @@
+//! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
+
+use super::entry::indexed;
+use super::lanes;
+use super::Cache;
+use super::dereg::{Dereg, DeregList};
+use super::entry::{Entry, EntryPtr};
+use super::evict::Noted;
+use super::generation::{Shared, State};
+use super::lease::Lease;
+use super::state::EntryState;
+use super::stats::{Hot, add, inc};
+use crate::error::Error;
+use crate::index::IntervalIndex;
+use crate::registrar::Registrar;
+use crate::sync::{Ordering, plain};
+use mrcache_types::config::{per_page_cost_ns, OverlapPolicy};
+use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure};
+use std::mem::ManuallyDrop;
+use std::sync::PoisonError;
+
+/// A miss's registration (spec.md#S6.1, S6.2).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Plan {
+    pub(super) span: PageSpan,
+    pub(super) access: Access,
+    pub(super) range: Range,
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Obtains a lease on a registration covering `[addr, addr+len)` with at
+    /// least `access` (spec.md#S2.1). The lease is released when dropped.
+    // Always inlined: the caller then takes the lease from registers. Returned
+    // from a call, the result passes through memory, and reading it back
+    // stalls store forwarding (more than the whole lane hit costs).
+    #[inline(always)]
+    pub fn acquire(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
+        let shared = self.shared();
+        let range = Range::new(addr, len);
+        if let Ok(range) = range {
+            if let Some(lease) = self.lane_hit(shared, range, access) {
+                return Ok(lease);
+            }
+        }
+        self.acquire_locked(shared, range, access)
+    }
+
+    /// A1 onwards (the lane had no memo for the request).
+    #[inline(never)]
+    pub(super) fn acquire_locked<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        range: Result<Range, RangeError>,
+        access: Access,
+    ) -> Result<Lease<'c, R>, Error> {
+        self.hot.bump(Hot::Acquires);
+        let range = match range {
+            Ok(r) => r,
+            Err(e) => {
+                inc(&self.counters.errors);
+                return Err(Error::from_range(e));
+            }
+        };
+        let span = range.pages(self.page_size);
+        if shared.queue.is_empty() {
+            //= spec.md#A1
+            //# if the queue is empty, take the lock *shared*; look up a covering
+            //# findable entry with sufficient access; if found, increment its lease
+            //# count atomically
+            // Claimed before the lock: a first claim allocates, and nothing
+            // may free memory under the lock (A11). A lane installed during a
+            // revoke holds no memo yet (memos are set under the lock).
+            let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
+            let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(slot) = st.index.covering(span, access) {
+                let e = slot.value;
+                let entry = indexed(slot);
+                entry.state.acquire();
+                //= spec.md#LN2
+                //# memoize (in A1, under the lock shared)
+                if let Some(lane) = lane {
+                    lanes::memoize(lane, span, access, entry, e.as_ptr());
+                }
+                self.touch(entry);
+                drop(st);
+                //= spec.md#A1
+                //# after unlocking, if the queue is non-empty, try the lock
+                //# exclusive and drain
+                if !shared.queue.is_empty() {
+                    // A hook's try-lock failed against our shared lock.
+                    drop(DeregList::new(self, shared));
+                }
+                self.hot.bump(Hot::Hits);
+                return Ok(Lease::new(self, shared, e, true, false));
+            }
+        }
+        self.acquire_slow(shared, range, span, access)
+    }
+
+    #[inline(never)]
+    pub(super) fn acquire_slow<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        range: Range,
+        span: PageSpan,
+        access: Access,
+    ) -> Result<Lease<'c, R>, Error> {
+        // F1 with the pid: we are about to take the exclusive lock. (Same
+        // generation as the fast path's unless a fork just happened.)
+        let _ = shared;
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut pressure_used = false;
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            //= spec.md#A2
+            //# slow path: take the lock exclusive; drain (A-D).
+            let mut st = self.write(shared);
+            self.drain(shared, &mut st, &mut deregs);
+            //= spec.md#A3
+            //# look up again; on a hit, lease it, unlock, perform the dereg list, return.
+            if let Some(slot) = st.index.covering(span, access) {
+                let e = slot.value;
+                let entry = indexed(slot);
+                entry.state.acquire();
+                self.touch(entry);
+                drop(st);
+                deregs.perform();
+                self.hot.bump(Hot::Hits);
+                // After an A7 retry this acquire may already have trimmed.
+                return Ok(Lease::new(self, shared, e, true, pressure_used));
+            }
+            //= spec.md#A4
+            //# miss: plan the registration per S6.1; add an in-flight record
+            //# (range, stale = false); unlock.
+            let Some(mut plan) = self.plan(&st.index, span, access) else {
+                drop(st);
+                return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
+            };
+            let mut token = self.add_inflight(&mut st, plan.span);
+            drop(st);
+            deregs.perform();
+            if let Some(src) = self.source.get() {
+                if let Err(detail) = src.watch(plan.range) {
+                    self.abandon_inflight(shared, token, &mut deregs);
+                    return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                }
+            }
+            //= spec.md#A5
+            //# call the registrar without the lock.
+            let handle = match self.registrar.register(plan.range, plan.access) {
+                Ok(h) => h,
+                Err(err)
+                    if !pressure_used
+                        && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
+                {
+                    pressure_used = true;
+                    self.pressure_trim(shared, &mut deregs, range, span, access, &mut plan, &mut token)?;
+                    match self.registrar.register(plan.range, plan.access) {
+                        Ok(h) => h,
+                        Err(source) => return self.registration_failed(shared, token, deregs, span, access, true, source),
+                    }
+                }
+                Err(source) => return self.registration_failed(shared, token, deregs, span, access, pressure_used, source),
+            };
+            //= spec.md#A6
+            //# take the lock exclusive; if inserting the planned entry could
+            //# exceed a limit (...), raise the over-limit flag and note which
+            //# findable entries are unleased (...); drain.
+            let mut st = self.write(shared);
+            // Only an insert that could exceed a limit may evict (the drain
+            // and displacement only remove entries): skip the O(n) note else.
+            let noted = if self.could_exceed_limits(&st, plan.range.len) {
+                self.note_unleased(shared, &st, true)
+            } else {
+                Noted::default()
+            };
+            self.drain(shared, &mut st, &mut deregs);
+            let record = st.take_inflight(token);
+            debug_assert!(record.is_some(), "in-flight record vanished");
+            //= spec.md#A8
+            //# if a findable entry now covers the request (another thread
+            //# inserted it): lease it and return it as a hit
+            // Checked first (A7 "first A8's test"): a findable entry is fresh,
+            // whether or not our own registration went stale meanwhile.
+            if let Some(slot) = st.index.covering(span, access) {
+                let e = slot.value;
+                let entry = indexed(slot);
+                entry.state.acquire();
+                self.touch(entry);
+                deregs.items.push(Dereg::Discard(handle));
+                self.settle_over_limit(shared, &st);
+                drop(st);
+                deregs.perform();
+                self.hot.bump(Hot::Hits);
+                return Ok(Lease::new(self, shared, e, true, pressure_used));
+            }
+            //= spec.md#A7
+            //# if the in-flight record is stale, or (merge, no-merge-uncache-contained)
+            //# the plan recomputed now differs from A4's: remove it, unlock,
+            //# deregister the new registration, retry from A2
+            let stale = record.is_some_and(|r| r.stale);
+            let replanned = self.config.contract.policy != OverlapPolicy::Independent
+                && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
+            if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
+                self.settle_over_limit(shared, &st);
+                drop(st);
+                deregs.items.push(Dereg::Discard(handle));
+                deregs.perform();
+                inc(&self.counters.stale_retries);
+                if attempts >= self.config.max_retries {
+                    return Err(self.fail(Error::RetriesExhausted { attempts }));
+                }
+                continue;
+            }
+            //= spec.md#A9
+            //# else insert: remove the in-flight record, insert the entry with
+            //# lease count 1 and the next id, displace per S6.1
+            let e = self.insert(shared, &mut st, plan, handle, &mut deregs);
+            inc(&self.counters.misses);
+            //= spec.md#A10
+            //# evict per S6.4 into the dereg list, choosing victims only among
+            //# the entries A6 noted unleased that are still findable
+            self.enforce_limits(shared, &mut st, &mut deregs, &noted);
+            //= spec.md#A11
+            //# unlock; perform the dereg list.
+            drop(st);
+            deregs.perform();
+            // Once per acquire (S5.4): a later attempt (A7 retry) still reports
+            // the evictions an earlier attempt made.
+            return Ok(Lease::new(self, shared, e, false, pressure_used));
+        }
+    }
+
+    //= spec.md#A5
+    //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step
+    //# of its own: take the lock, note the unleased entries,
+    //# drain, evict the noted ones still findable and unleased
+    //# into the dereg list (...), re-plan per A4
+    /// A5's trim on ENOMEM/EAGAIN, then the re-plan (new `plan` and `token`).
+    #[allow(clippy::too_many_arguments)]
+    fn pressure_trim<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        deregs: &mut DeregList<'c, R>,
+        range: Range,
+        span: PageSpan,
+        access: Access,
+        plan: &mut Plan,
+        token: &mut u64,
+    ) -> Result<(), Error> {
+        let mut st = self.write(shared);
+        let noted = self.note_unleased(shared, &st, false);
+        self.drain(shared, &mut st, deregs);
+        st.take_inflight(*token);
+        self.evict_all_unleased(shared, &mut st, deregs, &noted);
+        // The model plans after the pressure eviction: under
+        // `merge`, evicted neighbours are no longer merged.
+        let Some(p) = self.plan(&st.index, span, access) else {
+            drop(st);
+            return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
+        };
+        let watched = plan.range;
+        *plan = p;
+        *token = self.add_inflight(&mut st, plan.span);
+        drop(st);
+        deregs.perform();
+        // The re-plan only drops evicted neighbours, so it lies
+        // within the watched range; watch it anyway if not.
+        if let Some(src) = self.source.get().filter(|_| !watched.contains(&plan.range)) {
+            if let Err(detail) = src.watch(plan.range) {
+                self.abandon_inflight(shared, *token, deregs);
+                return Err(self.fail(Error::Watch { range: plan.range, detail }));
+            }
+        }
+        Ok(())
+    }
+
+    //= spec.md#A5
+    //# On failure: take the lock, drain, remove the in-flight record; if a
+    //# findable entry now covers the request, lease it and return it as a hit
+    //# (as A8); else unlock and return E5.
+    /// E5 then linearizes here, where no entry covers the request (the
+    /// model's E5 needs a miss); the plan it failed on may be older.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn registration_failed<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        token: u64,
+        mut deregs: DeregList<'c, R>,
+        span: PageSpan,
+        access: Access,
+        pressure: bool,
+        source: crate::registrar::RegistrarError,
+    ) -> Result<Lease<'c, R>, Error> {
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, &mut deregs);
+        st.take_inflight(token);
+        let covering = st.index.covering(span, access).map(|slot| {
+            let entry = indexed(slot);
+            entry.state.acquire();
+            self.touch(entry);
+            slot.value
+        });
+        drop(st);
+        deregs.perform();
+        match covering {
+            Some(e) => {
+                self.hot.bump(Hot::Hits);
+                Ok(Lease::new(self, shared, e, true, pressure))
+            }
+            None => {
+                let registrar = self.registrar.name();
+                Err(self.fail(Error::Registrar { registrar, pressure, source }))
+            }
+        }
+    }
+
+    pub(super) fn abandon_inflight<'c>(&'c self, shared: &'c Shared<R>, token: u64, deregs: &mut DeregList<'c, R>) {
+        let mut st = self.write(shared);
+        self.drain(shared, &mut st, deregs);
+        st.take_inflight(token);
+        drop(st);
+        deregs.perform();
+    }
+
+    //= spec.md#S6.1
+    /// The registration a miss creates. `None` if its byte range would end
+    /// past the last byte of the address space.
+    pub(super) fn plan(&self, index: &IntervalIndex<EntryPtr<R>>, span: PageSpan, access: Access) -> Option<Plan> {
+        //= spec.md#S6.2
+        let mut new_span = span.align(self.chunk_pages);
+        let mut new_access = access;
+        if self.config.contract.policy == OverlapPolicy::Merge {
+            // Widen to the union with every overlapping entry until nothing
+            // more overlaps: the model's fixpoint (order does not matter).
+            loop {
+                let mut grown = new_span;
+                for (s, slot) in index.overlapping(new_span) {
+                    grown = grown.union(&s);
+                    new_access = new_access | slot.access;
+                }
+                let grown = grown.align(self.chunk_pages);
+                if grown == new_span {
+                    break;
+                }
+                new_span = grown;
+            }
+        }
+        if self.config.contract.policy == OverlapPolicy::NoMergeUncacheContained {
+            // Keep the rights of the entries this one displaces (S6.1).
+            for (s, slot) in index.overlapping(new_span) {
+                if new_span.contains(&s) || s.contains(&new_span) {
+                    new_access = new_access | slot.access;
+                }
+            }
+        }
+        let ps = self.page_size;
+        let addr = new_span.first.checked_mul(ps)?;
+        new_span.end.checked_mul(ps)?;
+        let len = new_span.count().checked_mul(ps)?;
+        Some(Plan { span: new_span, access: new_access, range: Range { addr, len } })
+    }
+
+    /// A9: inserts a new entry with one lease, then displaces per S6.1.
+    pub(super) fn insert<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        plan: Plan,
+        handle: R::Handle,
+        deregs: &mut DeregList<'c, R>,
+    ) -> EntryPtr<R> {
+        // Displaced entries, computed against the index as it is now (another
+        // thread may have changed it since A4; sequentially it is A4's plan).
+        let displaced: Vec<(PageSpan, u64)> = match self.config.contract.policy {
+            OverlapPolicy::Independent => Vec::new(),
+            OverlapPolicy::Merge => st.index.overlapping(plan.span).into_iter().map(|(s, slot)| (s, slot.id)).collect(),
+            OverlapPolicy::NoMergeUncacheContained => st
+                .index
+                .overlapping(plan.span)
+                .into_iter()
+                .filter(|(s, _)| plan.span.contains(s) || s.contains(&plan.span))
+                .map(|(s, slot)| (s, slot.id))
+                .collect(),
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = plan.range.len;
+        let view = RegView { id, addr: plan.range.addr, len: bytes, access: plan.access };
+        let keys = self.registrar.keys(&handle);
+        let entry = Box::new(Entry::<R> {
+            state: EntryState::new(1),
+            last_use: plain::AtomicU64::new(0),
+            priority: plain::AtomicU64::new(0),
+            cost: per_page_cost_ns(plan.span.count(), self.page_size),
+            memoized: plain::AtomicBool::new(false),
+            view,
+            keys,
+            handle: ManuallyDrop::new(handle),
+        });
+        // The use that creates it (stamped before it is findable: nobody else
+        // can see it before we unlock).
+        self.touch(&entry);
+        let e = EntryPtr::new(entry);
+        st.index.insert(plan.span, id, plan.access, e);
+        st.cached_bytes += bytes;
+        shared.cached.fetch_add(1, Ordering::Relaxed);
+        inc(&self.counters.registrations);
+        add(&self.counters.bytes_registered, bytes);
+        shared.live_regs.fetch_add(1, Ordering::Relaxed);
+        let pinned = shared.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.counters.peak_pinned_bytes.fetch_max(pinned, Ordering::Relaxed);
+        for (s, old) in displaced {
+            match self.config.contract.policy {
+                OverlapPolicy::Merge => inc(&self.counters.merges),
+                _ => inc(&self.counters.uncached),
+            }
+            self.uncache(shared, st, s.first, old, deregs, false);
+        }
+        e
+    }
+
+    /// A4's in-flight record, after widening the hull that
+    /// [`Cache::may_hold`] reads. The hull grows before the registrar runs, so
+    /// an event that misses it happened before the registration began.
+    pub(super) fn add_inflight(&self, st: &mut State<R>, span: PageSpan) -> u64 {
+        self.hull_lo.fetch_min(span.first, Ordering::SeqCst);
+        self.hull_hi.fetch_max(span.end, Ordering::SeqCst);
+        st.add_inflight(span)
+    }
+}

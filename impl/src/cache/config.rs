@@ -1,0 +1,139 @@
+//! The cache's configuration: the contract's policy plus implementation
+//! parameters and the test-only fault switches.
+
+use super::lanes::LANE_SLOTS;
+use crate::error::Error;
+use mrcache_types::config::{Config, OverlapPolicy};
+use serde::{Deserialize, Serialize};
+
+/// Default bound on attempts of one miss (spec.md#S3.7).
+pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Default bound on the invalidation queue (spec.md#L2).
+pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_types::config::Limits::DEFAULT_MAX_UNRELEASED;
+
+/// Fault switches that mirror the checker's mutants: each breaks one rule of
+/// the algorithm on purpose, so that tests can show their oracle catches it.
+/// Runtime flags, all off by default. Only in test builds (`cfg(test)` or
+/// feature `testkit`): a production build has none.
+#[cfg(any(test, feature = "testkit"))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// A7 skipped: a registration invalidated while the registrar ran is
+    /// inserted anyway (breaks P2).
+    pub skip_seq_recheck: bool,
+    /// Release events are ignored (explicit `invalidate`, queued events and
+    /// events read from the monitor): the monitor is off (breaks P2).
+    pub monitor_off: bool,
+    /// The owner of a cached registration's deregistration (A-H: the
+    /// operation that took it out of the lookup unleased, or its last
+    /// release) frees the entry without deregistering (breaks P4, "every
+    /// successful registration is deregistered exactly once"). What the
+    /// tests' final "nothing registered" checks must catch.
+    pub leak_deregistration: bool,
+    /// A release event deregisters leased entries at once (breaks P3). See
+    /// [`Faults::enable_dereg_leased_on_invalidate`].
+    pub(super) dereg_leased_on_invalidate: bool,
+}
+
+#[cfg(any(test, feature = "testkit"))]
+impl Faults {
+    /// Makes release events deregister leased entries immediately (P3 mutant).
+    /// The last release then frees the entry without deregistering it again.
+    ///
+    /// # Safety
+    ///
+    /// After such an early deregistration [`Lease::handle`] returns a reference
+    /// to a handle the registrar has already consumed: the caller must not use
+    /// a lease's `handle()` after a release event overlapped it, unless the
+    /// registrar's handle owns no resources its `deregister` frees (true of
+    /// [`crate::registrar::counting::CountingRegistrar`]).
+    pub unsafe fn enable_dereg_leased_on_invalidate(&mut self) {
+        self.dereg_leased_on_invalidate = true;
+    }
+
+    pub fn dereg_leased_on_invalidate(&self) -> bool {
+        self.dereg_leased_on_invalidate
+    }
+}
+
+/// The configuration of a [`Cache`]: the contract's declared policy
+/// ([`Config`]: overlap policy, page size, chunking, eviction, limits) plus
+/// implementation parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheConfig {
+    /// What the model is configured with (spec.md#S6).
+    pub contract: Config,
+    /// Attempts of one miss before E6 (spec.md#S3.7, A7). At least 1.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Per-thread lanes (spec.md#LN1): repeated hits without a lock or an
+    /// atomic read-modify-write. On by default; off, every hit is an A1 hit
+    /// (one shared lock and a state-word lease) and no lane memory is used.
+    #[serde(default = "default_lanes")]
+    pub lanes: bool,
+    /// Memo slots per lane: a power of two in [2, 65536]; 56 bytes each, per
+    /// thread and cache. Raise it for threads that reuse more buffers.
+    #[serde(default = "default_lane_slots")]
+    pub lane_slots: u32,
+    /// Test-only fault switches (never serialised).
+    #[serde(skip)]
+    #[cfg(any(test, feature = "testkit"))]
+    pub faults: Faults,
+}
+
+fn default_max_retries() -> u32 {
+    DEFAULT_MAX_RETRIES
+}
+
+fn default_lanes() -> bool {
+    true
+}
+
+fn default_lane_slots() -> u32 {
+    LANE_SLOTS
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig::new(Config::default())
+    }
+}
+
+impl From<Config> for CacheConfig {
+    fn from(contract: Config) -> Self {
+        CacheConfig::new(contract)
+    }
+}
+
+impl CacheConfig {
+    pub fn new(contract: Config) -> Self {
+        CacheConfig {
+            contract,
+            max_retries: DEFAULT_MAX_RETRIES,
+            lanes: true,
+            lane_slots: LANE_SLOTS,
+            #[cfg(any(test, feature = "testkit"))]
+            faults: Faults::default(),
+        }
+    }
+
+    pub fn with_policy(policy: OverlapPolicy) -> Self {
+        CacheConfig::new(Config::with_policy(policy))
+    }
+
+    /// The model's [`Config::validate`] (spec.md#S6.2: page size a power of two
+    /// in [512, 2^20], `chunk_pages ≥ 1`, `chunk_pages · page_size ≤ 2^62`) and
+    /// `max_retries ≥ 1`.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.contract.validate().map_err(|reason| Error::InvalidConfig { reason })?;
+        if self.max_retries == 0 {
+            return Err(Error::InvalidConfig { reason: "max_retries must be at least 1".into() });
+        }
+        if !self.lane_slots.is_power_of_two() || !(2..=1 << 16).contains(&self.lane_slots) {
+            return Err(Error::InvalidConfig {
+                reason: format!("lane_slots {} is not a power of two in [2, 65536]", self.lane_slots),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! Entries and their ownership (spec.md#A-H): the one place that turns an
+//! entry pointer into a reference.
+
+use super::Cache;
+use super::generation::Shared;
+use super::lease::Lease;
+use crate::index::Slot;
+use super::state::EntryState;
+use super::stats::inc;
+use crate::registrar::{Keys, Registrar};
+use crate::sync::{Ordering, plain};
+use mrcache_types::RegView;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+
+/// One cached registration. Immutable after creation except for its atomics.
+pub(crate) struct Entry<R: Registrar> {
+    pub(crate) state: EntryState,
+    /// Logical time of the last use (LRU).
+    pub(super) last_use: plain::AtomicU64,
+    /// GreedyDual-Size priority `H`.
+    pub(super) priority: plain::AtomicU64,
+    /// Per-page registration cost, ns (S6.3).
+    pub(super) cost: u64,
+    /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
+    pub(super) memoized: plain::AtomicBool,
+    pub(crate) view: RegView,
+    pub(crate) keys: Keys,
+    /// Taken exactly once by the deregistration owner (or by the P3 fault).
+    pub(crate) handle: ManuallyDrop<R::Handle>,
+}
+
+/// A raw pointer to an [`Entry`]; ownership follows spec.md#A-H (module docs).
+pub(crate) struct EntryPtr<R: Registrar>(NonNull<Entry<R>>);
+
+impl<R: Registrar> Clone for EntryPtr<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R: Registrar> Copy for EntryPtr<R> {}
+
+// SAFETY: an entry is shared between the index (under the lock) and lease
+// holders. Its mutable parts are atomics; `R::Handle: Send + Sync`; it is
+// freed exactly once, by the owner the state word designates.
+unsafe impl<R: Registrar> Send for EntryPtr<R> {}
+// SAFETY: as for `Send` above.
+unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
+
+// Every reference to an entry is made here, by one of three accessors whose
+// lifetime carries the reason the entry is alive (as crossbeam ties "alive
+// while guarded" to `Shared<'g, T>`):
+// - [`indexed`]: an index slot, borrowed from the state behind the cache lock
+//   (A1–A11, A-D, the notes and evictions, flush): an entry leaves the index
+//   only under the lock exclusive, and is freed only after it left;
+// - [`leased`]: a lease (R1, LN1, LN3, which reach entries without the lock):
+//   nobody frees an entry with leases (A-H); forgotten generations are never
+//   freed;
+// - [`EntryPtr::get`] (unsafe) for the two raw lane pointers: a pin (LN4) and
+//   a memo revoked under the lock exclusive (LN5).
+
+/// The entry of an index slot, alive while the slot is borrowed: the borrow
+/// comes from the index, which the cache lock guards.
+#[inline]
+pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
+    // SAFETY: an `EntryPtr` is made only by A9 (`EntryPtr::new`) and by the
+    // lanes from a live entry; a slot holds one while the entry is findable,
+    // and the entry is freed only after its slot has left the index under
+    // the lock exclusive (A-H), which the borrow of the slot excludes (or,
+    // for a slot just taken out, before the handoff of `retire`).
+    unsafe { slot.value.0.as_ref() }
+}
+
+/// The entry a lease keeps alive, for as long as the lease is borrowed.
+#[inline]
+pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> {
+    // SAFETY: the lease keeps the entry alive (A-H: nobody frees an entry
+    // with leases; forgotten generations are never freed).
+    unsafe { lease.entry.0.as_ref() }
+}
+
+impl<R: Registrar> EntryPtr<R> {
+    /// A9: the pointer to a new entry, leaked here and freed by the owner of
+    /// its deregistration (A-H).
+    pub(super) fn new(entry: Box<Entry<R>>) -> Self {
+        EntryPtr(NonNull::from(Box::leak(entry)))
+    }
+
+    /// The pointer a lane slot's `ptr` or `pin` holds.
+    ///
+    /// # Safety
+    /// `p` must come from [`Self::as_ptr`].
+    #[inline]
+    pub(super) unsafe fn from_raw(p: *mut Entry<R>) -> Self {
+        // SAFETY: from `as_ptr` of a `NonNull`.
+        EntryPtr(unsafe { NonNull::new_unchecked(p) })
+    }
+
+    #[inline]
+    pub(super) fn as_ptr(self) -> *mut Entry<R> {
+        self.0.as_ptr()
+    }
+
+    /// # Safety
+    /// The entry must be alive for `'a`: pinned by the caller (LN4), or
+    /// findable with the lock held exclusive (LN5).
+    #[inline]
+    pub(super) unsafe fn get<'a>(self) -> &'a Entry<R> {
+        // SAFETY: per the contract above.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Deregisters and frees an entry this thread owns (A-H).
+    pub(super) fn deregister_entry(&self, shared: &Shared<R>, e: EntryPtr<R>, handle_gone: bool) {
+        // SAFETY: the handoff made us the only owner; created by Box::leak.
+        let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
+        let Entry { handle, view, .. } = *boxed;
+        if fault!(self.config, leak_deregistration) {
+            // P4 fault: the registration is never deregistered.
+            std::mem::forget(ManuallyDrop::into_inner(handle));
+            return;
+        }
+        if handle_gone {
+            // Already deregistered (and counted) by the P3 fault.
+            return;
+        }
+        self.call_deregister(ManuallyDrop::into_inner(handle));
+        self.count_dereg(shared, view.len);
+    }
+
+    pub(super) fn call_deregister(&self, h: R::Handle) {
+        if self.registrar.deregister(h).is_err() {
+            inc(&self.counters.dereg_failures);
+        }
+    }
+
+    pub(super) fn count_dereg(&self, shared: &Shared<R>, bytes: u64) {
+        inc(&self.counters.deregistrations);
+        shared.live_regs.fetch_sub(1, Ordering::Relaxed);
+        shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,280 @@
+//! Release events: spec.md H1, H2, M1, M2, A-D and the A-H handoff.
+
+use super::entry::indexed;
+use super::Cache;
+use super::dereg::{Dereg, DeregList};
+use super::entry::EntryPtr;
+use super::generation::{Shared, State, held_by_this_thread};
+#[cfg(any(test, feature = "testkit"))]
+use super::state::EntryState;
+use super::state::Invalidated;
+use super::stats::{add, inc};
+use crate::error::Error;
+use crate::index::Slot;
+use crate::registrar::Registrar;
+use crate::sync::{AtomicU64, Ordering};
+use mrcache_types::{PageSpan, Range, ReleaseKind};
+use serde::{Deserialize, Serialize};
+
+/// A release event (spec.md#S2.3), as a monitor reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReleaseEvent {
+    pub kind: ReleaseKind,
+    pub range: Range,
+}
+
+/// An asynchronous monitor the cache reads under its exclusive lock
+/// (spec.md#S3.8, M2: "A2 and A6 also read pending events").
+pub trait EventSource: Send + Sync + 'static {
+    /// Appends every pending event without blocking. Called with the cache's
+    /// exclusive lock held: it must not block and must not free monitored
+    /// memory.
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>);
+
+    /// Starts watching `range` before it is registered (spec.md#S7.3). Called
+    /// without the cache lock, before the registrar. An error fails the
+    /// acquire with [`Error::Watch`].
+    fn watch(&self, _range: Range) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Raises `draining` for the life of a drain (spec.md#LN1).
+pub(super) struct Draining<'a>(pub(super) &'a AtomicU64);
+
+impl<'a> Draining<'a> {
+    pub(super) fn new<R: Registrar>(shared: &'a Shared<R>) -> Self {
+        // SeqCst: raised before any event leaves the queue or the monitor. The
+        // uffd read after it publishes nothing to LN1 by itself (the released
+        // thread is woken by the kernel), so the raise is a full barrier.
+        shared.draining.fetch_add(1, Ordering::SeqCst);
+        Draining(&shared.draining)
+    }
+}
+
+impl Drop for Draining<'_> {
+    fn drop(&mut self) {
+        // Release: the applied events (removals, revokes) happen before an
+        // LN1 whose Acquire load then reads 0.
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Removes a findable entry from the index (it leaves the lookup, S3.2):
+    /// deregistered now if unleased (into the dereg list), at its last release
+    /// otherwise. Returns whether it was leased.
+    pub(super) fn uncache<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        first: u64,
+        id: u64,
+        deregs: &mut DeregList<'c, R>,
+        invalidation: bool,
+    ) -> bool {
+        let Some(slot) = st.index.remove(first, id) else {
+            debug_assert!(false, "uncache of an entry not in the index");
+            return false;
+        };
+        self.retire(shared, st, slot, deregs, invalidation)
+    }
+
+    /// Bookkeeping and A-H handoff for an entry just taken out of the index.
+    pub(super) fn retire<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        slot: Slot<EntryPtr<R>>,
+        deregs: &mut DeregList<'c, R>,
+        invalidation: bool,
+    ) -> bool {
+        let e = slot.value;
+        // It was in the index and we hold the lock exclusive: nobody can free
+        // it before the handoff below.
+        let entry = indexed(&slot);
+        //= spec.md#LN5
+        //# Every step that takes an entry out of the index (A-D, A9
+        //# displacement, A10, flush, trim) revokes it first.
+        if entry.memoized.load(Ordering::Relaxed) {
+            let p = e.as_ptr();
+            self.revoke(shared, |q| q == p);
+        }
+        st.cached_bytes -= entry.view.len;
+        shared.cached.fetch_sub(1, Ordering::Relaxed);
+        #[cfg(any(test, feature = "testkit"))]
+        let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
+        #[cfg(not(any(test, feature = "testkit")))]
+        let _ = invalidation;
+        #[cfg(any(test, feature = "testkit"))]
+        if early {
+            // P3 mutant: take the handle while the entry is surely alive (in
+            // the index, lock held), then hand the entry to its last release,
+            // which must not deregister it again (HANDLE_GONE).
+            // SAFETY: read once; HANDLE_GONE keeps every other path off it.
+            let h = unsafe { std::ptr::read(&*entry.handle) };
+            return match entry.state.invalidate(EntryState::HANDLE_GONE) {
+                Invalidated::Owner => {
+                    // The last lease went meanwhile: the entry is ours to free.
+                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    // SAFETY: we own it (count was 0); its handle was read above.
+                    drop(unsafe { Box::from_raw(e.as_ptr()) });
+                    false
+                }
+                Invalidated::Leased => {
+                    inc(&self.counters.deferred_deregistrations);
+                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    true
+                }
+            };
+        }
+        //= spec.md#A-H
+        //# invalidation sets INVALID with one atomic OR on the state word and
+        //# owns the deregistration iff the count it saw was 0
+        match entry.state.invalidate(0) {
+            Invalidated::Owner => {
+                deregs.items.push(Dereg::Entry(e));
+                false
+            }
+            Invalidated::Leased => {
+                inc(&self.counters.deferred_deregistrations);
+                true
+            }
+        }
+    }
+
+    //= spec.md#A-D
+    /// Drains the invalidation queue and the event source, applying every
+    /// event (exclusive lock held).
+    pub(super) fn drain<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
+        let source = self.source.get();
+        if shared.queue.is_empty() && source.is_none() {
+            return;
+        }
+        let _draining = Draining::new(shared);
+        let mut spans = Vec::new();
+        shared.queue.take_all(&mut spans);
+        if let Some(src) = source {
+            //= spec.md#M2
+            //# A2 and A6 also read pending events.
+            let mut events = Vec::new();
+            src.read_pending(&mut events);
+            add(&self.counters.release_events, events.len() as u64);
+            if !fault!(self.config, monitor_off) {
+                spans.extend(events.iter().map(|ev| ev.range.pages(self.page_size)));
+            }
+        }
+        for span in spans {
+            self.apply_event(shared, st, span, deregs);
+        }
+    }
+
+    //= spec.md#A-D
+    //# for each queued or read event, bump nothing but apply S2.3: findable
+    //# entries overlapping it leave the index (unleased → dereg list, leased →
+    //# set INVALID); in-flight records overlapping it become stale.
+    pub(super) fn apply_event<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        span: PageSpan,
+        deregs: &mut DeregList<'c, R>,
+    ) {
+        for r in st.inflight.iter_mut() {
+            if r.span.overlaps(&span) {
+                r.stale = true;
+            }
+        }
+        let hit: Vec<(u64, u64)> = st.index.overlapping(span).into_iter().map(|(s, slot)| (s.first, slot.id)).collect();
+        for (first, id) in hit {
+            inc(&self.counters.invalidations);
+            if self.uncache(shared, st, first, id, deregs, true) {
+                inc(&self.counters.leased_invalidations);
+            }
+        }
+    }
+
+    /// Whether a release event on `[addr, addr+len)` could concern a
+    /// registration of this cache: a lock-free filter for allocator hooks
+    /// ([`crate::monitor::alloc::MonitoredAlloc`]), which see every free.
+    pub fn may_hold(&self, addr: u64, len: u64) -> bool {
+        let Ok(range) = Range::new(addr, len) else { return false };
+        let span = range.pages(self.page_size);
+        span.first < self.hull_hi.load(Ordering::SeqCst) && self.hull_lo.load(Ordering::SeqCst) < span.end
+    }
+
+    /// A release event: the process stopped mapping `[addr, addr+len)`
+    /// (spec.md#S2.3). The synchronous-hook / explicit path: never waits for
+    /// the cache lock (H1, H2); a full queue collapses into one hull event
+    /// (L2). Callable from any thread, including one inside a cache
+    /// operation (a registrar, an allocator hook under the cache lock).
+    pub fn invalidate(&self, addr: u64, len: u64, kind: ReleaseKind) -> Result<(), Error> {
+        let _ = kind; // recorded for reports only (S2.3)
+        let shared = self.shared_slow();
+        inc(&self.counters.release_events);
+        let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
+        if fault!(self.config, monitor_off) {
+            return Ok(());
+        }
+        let span = range.pages(self.page_size);
+        let held = held_by_this_thread();
+        //= spec.md#H1
+        //# sync hook / explicit invalidate: push the event on the queue (wakes nobody).
+        shared.queue.push(span);
+        //= spec.md#H2
+        //# try the lock exclusive: if acquired, drain, unlock, perform the dereg
+        //# list; if not, return (the holder or the next slow path drains).
+        if !held {
+            if let Some(mut st) = self.try_write(shared) {
+                let mut deregs = DeregList::new(self, shared);
+                self.drain(shared, &mut st, &mut deregs);
+                drop(st);
+                deregs.perform();
+            }
+        }
+        Ok(())
+    }
+
+    //= spec.md#M2
+    //# take the lock exclusive; read every pending event non-blockingly (this
+    //# wakes the releasing threads) and apply each (A-D), all in the same
+    //# critical section; unlock; perform the dereg list.
+    /// The monitor round (M2): `read` runs under the exclusive lock and appends
+    /// the events it reads (non-blocking); they and every queued event are
+    /// applied in the same critical section; deregistrations follow the unlock.
+    /// `read` must not block, free monitored memory, or call into the cache
+    /// other than [`Cache::invalidate`] (which then only queues).
+    pub fn drain_with(&self, read: impl FnOnce(&mut Vec<ReleaseEvent>)) {
+        let shared = self.shared_slow();
+        let mut deregs = DeregList::new(self, shared);
+        let mut events = Vec::new();
+        let mut st = self.write(shared);
+        let _draining = Draining::new(shared);
+        read(&mut events);
+        add(&self.counters.release_events, events.len() as u64);
+        if !fault!(self.config, monitor_off) {
+            for ev in &events {
+                self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
+            }
+        }
+        self.drain(shared, &mut st, &mut deregs);
+        drop(st);
+        deregs.perform();
+    }
+
+    //= spec.md#M1
+    //# uffd monitor thread: poll until the fd is readable, without reading.
+    /// One monitor round with the installed [`EventSource`] (spec.md#M2).
+    /// The monitor thread polls its fd for readability *without reading*
+    /// (M1), then calls this; the events are read only under the exclusive
+    /// lock. Returns `false` if no source is installed.
+    pub fn monitor_round(&self) -> bool {
+        match self.source.get() {
+            Some(src) => {
+                self.drain_with(|events| src.read_pending(events));
+                true
+            }
+            None => false,
+        }
+    }
+}

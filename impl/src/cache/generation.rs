@@ -1,0 +1,148 @@
+//! One generation of the cache's shared state (see "Fork" in the module
+//! docs) and its lock.
+
+use super::lanes;
+use super::Cache;
+use super::entry::EntryPtr;
+use super::queue::InvalidationQueue;
+use crate::index::IntervalIndex;
+use crate::registrar::Registrar;
+use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
+use mrcache_types::PageSpan;
+use std::cell::Cell;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::{PoisonError, TryLockError};
+
+/// A registration in progress (spec.md#A4).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InFlight {
+    pub(super) token: u64,
+    pub(super) span: PageSpan,
+    pub(super) stale: bool,
+}
+
+/// What the cache lock protects.
+pub(crate) struct State<R: Registrar> {
+    pub(super) index: IntervalIndex<EntryPtr<R>>,
+    pub(super) inflight: Vec<InFlight>,
+    pub(super) next_token: u64,
+    /// Bytes of findable entries (max_pinned_bytes, S6.4).
+    pub(super) cached_bytes: u64,
+}
+
+impl<R: Registrar> State<R> {
+    pub(super) fn add_inflight(&mut self, span: PageSpan) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.inflight.push(InFlight { token, span, stale: false });
+        token
+    }
+
+    pub(super) fn take_inflight(&mut self, token: u64) -> Option<InFlight> {
+        let i = self.inflight.iter().position(|r| r.token == token)?;
+        Some(self.inflight.swap_remove(i))
+    }
+}
+
+/// One generation of the cache (see "Fork" in the module docs).
+pub(crate) struct Shared<R: Registrar> {
+    pub(super) lock: RwLock<State<R>>,
+    pub(super) queue: InvalidationQueue,
+    /// Set by A10 when every remaining entry is leased and a limit is still
+    /// exceeded; read by R2.
+    pub(super) over_limit: AtomicBool,
+    /// Findable entries (mirror of the index length, for stats).
+    pub(super) cached: plain::AtomicU64,
+    /// Cached registrations of this generation not yet deregistered, and
+    /// their bytes (pinned_bytes, forgotten).
+    pub(super) live_regs: plain::AtomicU64,
+    pub(super) live_bytes: plain::AtomicU64,
+    /// Per-thread memo lanes (LN1–LN6).
+    pub(super) lanes: lanes::Lanes<R>,
+    /// Drains in progress (LN1): raised before events are taken off the queue
+    /// or read from the monitor, lowered once they are applied, so a lane hit
+    /// never runs between an event's removal and its revokes.
+    pub(super) draining: AtomicU64,
+}
+
+impl<R: Registrar> Shared<R> {
+    pub(super) fn new(queue_capacity: usize, lane_slots: u32) -> Self {
+        Shared {
+            lock: RwLock::new(State {
+                index: IntervalIndex::new(),
+                inflight: Vec::new(),
+                next_token: 0,
+                cached_bytes: 0,
+            }),
+            queue: InvalidationQueue::with_capacity(queue_capacity),
+            over_limit: AtomicBool::new(false),
+            cached: plain::AtomicU64::new(0),
+            live_regs: plain::AtomicU64::new(0),
+            live_bytes: plain::AtomicU64::new(0),
+            lanes: lanes::Lanes::new(lane_slots),
+            draining: AtomicU64::new(0),
+        }
+    }
+}
+
+thread_local! {
+    /// Exclusive cache locks this thread holds (any cache). A hook raised by
+    /// such a thread never waits for a lock (spec.md#S7.2, L2).
+    // Not `const { .. }`: loom's `thread_local!` does not accept it.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static HELD: Cell<u32> = Cell::new(0);
+}
+
+pub(super) fn held_by_this_thread() -> bool {
+    HELD.with(|h| h.get() > 0)
+}
+
+/// The exclusive lock, marked in [`HELD`]; refreshes the index's search tree
+/// before unlocking.
+pub(crate) struct WriteGuard<'a, R: Registrar> {
+    pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, State<R>>>,
+}
+
+impl<'a, R: Registrar> WriteGuard<'a, R> {
+    pub(super) fn new(guard: RwLockWriteGuard<'a, State<R>>) -> Self {
+        HELD.with(|h| h.set(h.get() + 1));
+        WriteGuard { guard: ManuallyDrop::new(guard) }
+    }
+}
+
+impl<R: Registrar> Deref for WriteGuard<'_, R> {
+    type Target = State<R>;
+    fn deref(&self) -> &State<R> {
+        &self.guard
+    }
+}
+
+impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
+    fn deref_mut(&mut self) -> &mut State<R> {
+        &mut self.guard
+    }
+}
+
+impl<R: Registrar> Drop for WriteGuard<'_, R> {
+    fn drop(&mut self) {
+        self.guard.index.refresh();
+        // SAFETY: dropped exactly once, here.
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        HELD.with(|h| h.set(h.get() - 1));
+    }
+}
+
+impl<R: Registrar> Cache<R> {
+    pub(super) fn write<'a>(&self, shared: &'a Shared<R>) -> WriteGuard<'a, R> {
+        WriteGuard::new(shared.lock.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(super) fn try_write<'a>(&self, shared: &'a Shared<R>) -> Option<WriteGuard<'a, R>> {
+        match shared.lock.try_write() {
+            Ok(g) => Some(WriteGuard::new(g)),
+            Err(TryLockError::Poisoned(p)) => Some(WriteGuard::new(p.into_inner())),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Release: spec.md R1, R2 (the lane release LN3 is in [`super::lanes`]).
+
+use super::lease::Lease;
+use super::entry::leased;
+use super::Cache;
+use super::dereg::DeregList;
+use super::generation::Shared;
+use super::state::Released;
+use super::stats::Hot;
+use crate::registrar::Registrar;
+use crate::sync::Ordering;
+
+impl<R: Registrar> Cache<R> {
+    /// Gives a lease back (spec.md#S2.2). Called by `Lease::drop`.
+    /// Kept tiny (it is inlined into every lease's drop): the owner's lane
+    /// release without limits; everything else is [`Self::release_slow`].
+    #[inline(always)]
+    pub(crate) fn release(&self, lease: &Lease<'_, R>) {
+        if let Some(r) = lease.lane {
+            if self.release_on_own_lane(lease.shared, lease.entry, r) {
+                return;
+            }
+        }
+        self.release_slow(lease)
+    }
+
+    #[inline(never)]
+    pub(super) fn release_slow(&self, lease: &Lease<'_, R>) {
+        let (shared, e, lane) = (lease.shared, lease.entry, lease.lane);
+        //= spec.md#F1
+        let now = self.shared();
+        self.hot.bump(Hot::Releases);
+        if !std::ptr::eq(now, shared) {
+            // Leased before a fork: a no-op in the child (S2.6).
+            return;
+        }
+        // Touch while our lease still keeps the entry alive.
+        self.touch(leased(lease));
+        if let Some(r) = lane {
+            self.lane_release(shared, e, r);
+            return;
+        }
+        let outcome = leased(lease).state.release();
+        match outcome {
+            Released::Held => {}
+            //= spec.md#R1
+            //# If this took the count to 0 with INVALID set, this thread owns
+            //# the deregistration: perform it (no lock needed).
+            Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
+            //= spec.md#R2
+            //# else if the count reached 0 and the over-limit flag is set: take
+            //# the lock exclusive, drain, evict (A10), unlock, perform the dereg
+            //# list.
+            Released::Unleased => {
+                if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
+                    self.release_over_limit(shared);
+                }
+            }
+        }
+    }
+
+    #[cold]
+    pub(super) fn release_over_limit(&self, shared: &Shared<R>) {
+        if !std::ptr::eq(self.shared_slow(), shared) {
+            return;
+        }
+        let mut deregs = DeregList::new(self, shared);
+        let mut st = self.write(shared);
+        let noted = self.note_unleased(shared, &st, true);
+        self.drain(shared, &mut st, &mut deregs);
+        self.enforce_limits(shared, &mut st, &mut deregs, &noted);
+        drop(st);
+        deregs.perform();
+    }
+}
