@@ -73,6 +73,8 @@ pub enum CacheFault {
     SkipSeqRecheck,
     /// `Faults::dereg_leased_on_invalidate`: leased entries deregistered at once.
     DeregLeasedOnInvalidate,
+    /// `Faults::fork_keeps_monitor`: a fork child reads the parent's monitor.
+    ForkKeepsMonitor,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -191,6 +193,8 @@ impl Mrcache {
             Some(CacheFault::MonitorOff) => cfg.faults.monitor_off = true,
             #[cfg(feature = "testkit")]
             Some(CacheFault::SkipSeqRecheck) => cfg.faults.skip_seq_recheck = true,
+            #[cfg(feature = "testkit")]
+            Some(CacheFault::ForkKeepsMonitor) => cfg.faults.fork_keeps_monitor = true,
             // SAFETY: the registrar's handles are plain ids that own nothing,
             // and the adapter never uses a lease's handle after an event.
             #[cfg(feature = "testkit")]
@@ -201,11 +205,20 @@ impl Mrcache {
         }
         let cache = Cache::try_new(EmitRegistrar { next: AtomicU64::new(0) }, cfg).map_err(|e| e.to_string())?;
         let cache: &'static Cache<EmitRegistrar> = Box::leak(Box::new(cache));
+        let busy = Arc::new(AtomicBool::new(false));
+        Mrcache::arm_monitor(cache, &busy)?;
+        Ok(Mrcache { cache, leases: Mutex::new(HashMap::new()), busy })
+    }
+
+    /// Opens a userfaultfd monitor, installs it as the cache's event source
+    /// and starts its thread: at the start, and again in a fork child (the
+    /// parent's monitor neither follows the child nor may be read by it,
+    /// spec.md#S2.6).
+    fn arm_monitor(cache: &'static Cache<EmitRegistrar>, busy: &Arc<AtomicBool>) -> Result<(), String> {
         let monitor = Arc::new(UffdMonitor::open().map_err(|e| format!("userfaultfd: {e}"))?);
         if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
             return Err("the cache already has an event source".into());
         }
-        let busy = Arc::new(AtomicBool::new(false));
         let b = busy.clone();
         // M1 with a `busy` flag, so a release can wait for the round its
         // event started (the releasing call returns once the event is read,
@@ -221,7 +234,7 @@ impl Mrcache {
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         });
-        Ok(Mrcache { cache, leases: Mutex::new(HashMap::new()), busy })
+        Ok(())
     }
 }
 
@@ -250,6 +263,13 @@ impl Backend for Mrcache {
     fn trim(&self) -> OpResult {
         self.cache.trim();
         Ok(json!({}))
+    }
+    fn forked(&self) {
+        // A monitor of the child's own (S2.6); until it runs the child's
+        // cache would serve every acquire uncached.
+        if let Err(e) = Mrcache::arm_monitor(self.cache, &self.busy) {
+            emit(&json!({"ev": "log", "text": format!("no monitor in the fork child: {e}")}));
+        }
     }
     fn after_release(&self, _addr: u64, _len: u64) {
         // The round that read our event (if any) is still running: wait.

@@ -617,6 +617,11 @@ impl Model {
     }
 
     //= spec.md#S2.6
+    /// The child forgets every registration. The model then caches as
+    /// before: its release events are operations, which the child sees. An
+    /// implementation whose monitor does not follow the child caches nothing
+    /// there until the child has one (the one allowed divergence, S2.6: C1 is
+    /// not judged in such a child; P1-P5 hold as here).
     fn fork(&mut self) -> Ret {
         for (id, r) in std::mem::take(&mut self.regs) {
             let view = self.view(&r);

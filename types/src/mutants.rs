@@ -49,10 +49,11 @@ pub struct FaultSwitch {
 }
 
 /// The cache's fault switches.
-pub const FAULT_SWITCHES: [FaultSwitch; 4] = [
+pub const FAULT_SWITCHES: [FaultSwitch; 5] = [
     FaultSwitch { name: "skip-seq-recheck", field: "skip_seq_recheck", mirrors: Some("no-seq-recheck") },
     FaultSwitch { name: "monitor-off", field: "monitor_off", mirrors: None },
     FaultSwitch { name: "leak-deregistration", field: "leak_deregistration", mirrors: None },
+    FaultSwitch { name: "fork-keeps-monitor", field: "fork_keeps_monitor", mirrors: None },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

@@ -141,7 +141,7 @@ impl<R: Registrar> Cache<R> {
             let mut token = self.add_inflight(&mut st, plan.span);
             drop(st);
             deregs.perform();
-            if let Some(src) = self.source.get() {
+            if let Some(src) = shared.source.get() {
                 if let Err(detail) = src.watch(plan.range) {
                     self.abandon_inflight(shared, token, &mut deregs);
                     return Err(self.fail(Error::Watch { range: plan.range, detail }));
@@ -217,8 +217,17 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#A9
             //# else insert: remove the in-flight record, insert the entry with
             //# lease count 1 and the next id, displace per S6.1
-            let e = self.insert(shared, &mut st, plan, handle, &mut deregs);
+            let (e, id) = self.insert(shared, &mut st, plan, handle, &mut deregs);
             inc(&self.counters.misses);
+            //= spec.md#F1
+            //# until a monitor runs in the child, a miss's registration is not
+            //# cached
+            if !shared.caching() {
+                // Served, never findable: deregistered at its last release
+                // (as an entry a release event took out while leased).
+                inc(&self.counters.uncached);
+                self.uncache(shared, &mut st, plan.span.first, id, &mut deregs, false);
+            }
             //= spec.md#A10
             //# evict per S6.4 into the dereg list, choosing victims only among
             //# the entries A6 noted unleased that are still findable
@@ -268,7 +277,7 @@ impl<R: Registrar> Cache<R> {
         deregs.perform();
         // The re-plan only drops evicted neighbours, so it lies
         // within the watched range; watch it anyway if not.
-        if let Some(src) = self.source.get().filter(|_| !watched.contains(&plan.range)) {
+        if let Some(src) = shared.source.get().filter(|_| !watched.contains(&plan.range)) {
             if let Err(detail) = src.watch(plan.range) {
                 self.abandon_inflight(shared, *token, deregs);
                 return Err(self.fail(Error::Watch { range: plan.range, detail }));
@@ -364,6 +373,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// A9: inserts a new entry with one lease, then displaces per S6.1.
+    /// Returns the entry and its id.
     pub(super) fn insert<'c>(
         &'c self,
         shared: &'c Shared<R>,
@@ -371,7 +381,7 @@ impl<R: Registrar> Cache<R> {
         plan: Plan,
         handle: R::Handle,
         deregs: &mut DeregList<'c, R>,
-    ) -> EntryPtr<R> {
+    ) -> (EntryPtr<R>, u64) {
         // Displaced entries, computed against the index as it is now (another
         // thread may have changed it since A4; sequentially it is A4's plan).
         let displaced: Vec<(PageSpan, u64)> = match self.config.contract.policy {
@@ -418,7 +428,7 @@ impl<R: Registrar> Cache<R> {
             }
             self.uncache(shared, st, s.first, old, deregs, false);
         }
-        e
+        (e, id)
     }
 
     /// A4's in-flight record, after widening the hull that

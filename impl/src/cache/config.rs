@@ -30,6 +30,10 @@ pub struct Faults {
     /// successful registration is deregistered exactly once"). What the
     /// tests' final "nothing registered" checks must catch.
     pub leak_deregistration: bool,
+    /// F1's detach skipped: a forked child keeps reading the parent's
+    /// monitor, which sees none of the child's releases (breaks P2 in the
+    /// child; conformance case fork-child-unmap).
+    pub fork_keeps_monitor: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     pub(super) dereg_leased_on_invalidate: bool,

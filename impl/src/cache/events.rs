@@ -147,7 +147,7 @@ impl<R: Registrar> Cache<R> {
     /// Drains the invalidation queue and the event source, applying every
     /// event (exclusive lock held).
     pub(super) fn drain<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
-        let source = self.source.get();
+        let source = shared.source.get();
         if shared.queue.is_empty() && source.is_none() {
             return;
         }
@@ -269,7 +269,7 @@ impl<R: Registrar> Cache<R> {
     /// (M1), then calls this; the events are read only under the exclusive
     /// lock. Returns `false` if no source is installed.
     pub fn monitor_round(&self) -> bool {
-        match self.source.get() {
+        match self.shared_slow().source.get() {
             Some(src) => {
                 self.drain_with(|events| src.read_pending(events));
                 true

@@ -5,6 +5,7 @@ use super::lanes;
 use super::Cache;
 use super::entry::EntryPtr;
 use super::queue::InvalidationQueue;
+use super::events::EventSource;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
@@ -12,6 +13,7 @@ use mrcache_types::PageSpan;
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
 use std::sync::{PoisonError, TryLockError};
 
 /// A registration in progress (spec.md#A4).
@@ -64,10 +66,18 @@ pub(crate) struct Shared<R: Registrar> {
     /// or read from the monitor, lowered once they are applied, so a lane hit
     /// never runs between an event's removal and its revokes.
     pub(super) draining: AtomicU64,
+    /// The asynchronous monitor this generation reads (A2, A6, M2). It
+    /// belongs to the process that installed it: a forked child's generation
+    /// starts without one (spec.md#S2.6, F1).
+    pub(super) source: OnceLock<Box<dyn EventSource>>,
+    /// Set in a forked child whose parent read a monitor: until a monitor is
+    /// installed in the child, nothing is cached (F1), since no release in
+    /// the child would be seen.
+    pub(super) monitor_required: bool,
 }
 
 impl<R: Registrar> Shared<R> {
-    pub(super) fn new(queue_capacity: usize, lane_slots: u32) -> Self {
+    pub(super) fn new(queue_capacity: usize, lane_slots: u32, monitor_required: bool) -> Self {
         Shared {
             lock: RwLock::new(State {
                 index: IntervalIndex::new(),
@@ -82,7 +92,18 @@ impl<R: Registrar> Shared<R> {
             live_bytes: plain::AtomicU64::new(0),
             lanes: lanes::Lanes::new(lane_slots),
             draining: AtomicU64::new(0),
+            source: OnceLock::new(),
+            monitor_required,
         }
+    }
+
+    //= spec.md#F1
+    //# until a monitor runs in the child, a miss's registration is not
+    //# cached
+    /// Whether A9 may make an entry findable: false in a forked child that
+    /// has not yet installed its own monitor (spec.md#S2.6).
+    pub(super) fn caching(&self) -> bool {
+        !self.monitor_required || self.source.get().is_some()
     }
 }
 

@@ -53,7 +53,10 @@
 //! and never deregistered (deregistering through a registrar fd shared with
 //! the parent would destroy the parent's registrations), and the old lock,
 //! which a thread that does not exist in the child may hold, is never taken
-//! again. Leases from the old generation are released as no-ops.
+//! again. Leases from the old generation are released as no-ops. The event
+//! source (the monitor) belongs to a generation too: the old one's watches
+//! the parent's memory and stays with it, and a child whose parent read a
+//! monitor caches nothing until it installs its own (`Shared::caching`).
 //! [`Cache::simulate_fork`] does the same on request, for replaying `Op::Fork`.
 //!
 //! # Sequential equivalence with the model
@@ -98,7 +101,6 @@ use self::stats::{Counters, HotCounters};
 use crate::error::Error;
 use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
-use std::sync::OnceLock;
 
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
 /// it by reference or in an `Arc`.
@@ -123,7 +125,6 @@ pub struct Cache<R: Registrar> {
     next_id: plain::AtomicU64,
     counters: Counters,
     hot: HotCounters,
-    source: OnceLock<Box<dyn EventSource>>,
     /// Page hull `[lo, hi)` of every registration ever planned (A4): a
     /// release event outside it cannot concern the cache. Only grows.
     hull_lo: plain::AtomicU64,
@@ -170,7 +171,7 @@ impl<R: Registrar> Cache<R> {
             lanes_on: config.lanes,
             queue_capacity,
             config,
-            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity, config.lane_slots)))),
+            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity, config.lane_slots, false)))),
             forks_seen: plain::AtomicU64::new(fork::generation()),
             pid: plain::AtomicU32::new(std::process::id()),
             forgetting: plain::AtomicBool::new(false),
@@ -181,7 +182,6 @@ impl<R: Registrar> Cache<R> {
             hull_hi: plain::AtomicU64::new(0),
             counters: Counters::default(),
             hot: HotCounters::new(),
-            source: OnceLock::new(),
         })
     }
 
@@ -194,9 +194,12 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// Installs the asynchronous monitor that A2, A6 and [`Cache::drain_with`]
-    /// read under the exclusive lock. Only one; later calls return the source.
+    /// read under the exclusive lock. Only one per process; later calls return
+    /// the source. A forked child starts without one and caches nothing until
+    /// it installs its own (spec.md#S2.6): the parent's monitor neither sees
+    /// the child's releases nor may be read by it.
     pub fn set_event_source(&self, source: Box<dyn EventSource>) -> Result<(), Box<dyn EventSource>> {
-        self.source.set(source)
+        self.shared_slow().source.set(source)
     }
 }
 

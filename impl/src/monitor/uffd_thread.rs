@@ -67,6 +67,9 @@ impl EventSource for UffdEvents {
 /// The monitor thread of one cache. Dropping it stops and joins the thread.
 //= spec.md#S7.3
 pub struct MonitorThread {
+    /// The process that started the thread: a fork child has a copy of
+    /// this handle but not the thread.
+    pid: u32,
     stop: Arc<AtomicBool>,
     rounds: Arc<AtomicU64>,
     handle: Option<JoinHandle<()>>,
@@ -75,7 +78,9 @@ pub struct MonitorThread {
 impl MonitorThread {
     /// Opens a userfaultfd monitor, installs it as `cache`'s event source and
     /// starts the monitor thread. Fails if the cache already has a source or
-    /// userfaultfd is unavailable.
+    /// userfaultfd is unavailable. In a fork child, call it again: the
+    /// parent's monitor does not follow the child, and the child's cache
+    /// caches nothing until it has its own (spec.md#S2.6).
     pub fn start<R: Registrar>(cache: &Arc<Cache<R>>) -> Result<MonitorThread, UffdError> {
         let monitor = Arc::new(UffdMonitor::open()?);
         if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
@@ -104,7 +109,7 @@ impl MonitorThread {
                 }
             })
             .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
-        Ok(MonitorThread { stop, rounds, handle: Some(handle) })
+        Ok(MonitorThread { pid: std::process::id(), stop, rounds, handle: Some(handle) })
     }
 
     /// Monitor rounds run so far.
@@ -117,7 +122,14 @@ impl Drop for MonitorThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
-            let _ = h.join();
+            if std::process::id() == self.pid {
+                let _ = h.join();
+            } else {
+                // In a fork child the thread does not exist: joining (or
+                // detaching) it would act on a thread of another process.
+                // The handle is leaked.
+                std::mem::forget(h);
+            }
         }
     }
 }
