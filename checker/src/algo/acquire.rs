@@ -107,9 +107,14 @@ impl Ctx<'_> {
         //= spec.md#P1
         let covers = r.span.contains(&acq.req) && r.access.suffices_for(acq.access);
         //= spec.md#P2
-        //# for every page of the request, the frame pinned is at least as new as
-        //# the one installed by every release event that completed before the
-        //# acquire was invoked.
+        //# A granted lease's registration pinned, for every page of the request,
+        //# the frame the process maps there when the acquire returns, considering
+        //# every release event that *happened before* the acquire began: the
+        //# releasing call (munmap, madvise, free...) returned before the acquire
+        //# was invoked. (Events concurrent with the acquire may be ordered either way.)
+        // Checked as: for every page of the request, the frame pinned is at least
+        // as new as the one installed by every release event that completed before
+        // the acquire was invoked.
         let stale = acq.req.pages().enumerate().find_map(|(i, p)| {
             let pinned = (r.span.first..r.span.end).contains(&p).then(|| r.pinned[(p - r.span.first) as usize])?;
             (pinned < acq.snap[i]).then_some((p, pinned, acq.snap[i]))
@@ -219,7 +224,8 @@ impl Ctx<'_> {
 
     //= spec.md#A1
     //= spec.md#S3.9
-    //# The fast (read-locked) hit path is taken only when the queue is empty.
+    //# The fast (read-locked) hit path is taken only when the queue is empty,
+    //# so a queued event is never missed.
     pub(super) fn a1_enter(&mut self, t: usize) {
         if !self.s.queue.is_empty() {
             note!(self, "A1: the queue is not empty: T{t} takes the slow path");
@@ -297,7 +303,7 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A5
-    //# call the registrar without the lock.
+    //# Call the registrar without the lock.
     pub(super) fn a5(&mut self, t: usize, alt: bool) {
         let plan = self.acq(t).plan.clone().expect("A4 planned");
         let pinned: Vec<u8> = plan.span.pages().map(|p| self.s.gens[p as usize]).collect();

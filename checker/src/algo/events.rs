@@ -69,8 +69,8 @@ impl Ctx<'_> {
             self.revoke(a, h);
             self.s.regs[h as usize].findable = false;
             //= spec.md#A-H
-            //# one atomic OR sets INVALID and returns the count; the invalidation
-            //# owns the deregistration iff that count was 0.
+            //# invalidation sets INVALID with one atomic OR on the state word and
+            //# owns the deregistration iff the count it saw was 0
             if self.mutant(Mutant::HandoffToctou) {
                 self.s.regs[h as usize].invalid = true;
                 self.toctou_list(a).push(h);

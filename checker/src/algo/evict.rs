@@ -77,9 +77,10 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A10
-    //# Correct order: A6 raised the over-limit flag *before* noting the
-    //# unleased entries, so that a release (R1: decrement, then read the
-    //# flag) either was noted or sees the flag.
+    //# clear the flag when the pass ends within limits, else leave it raised.
+    // Correct order: A6 raised the over-limit flag *before* noting the
+    // unleased entries, so that a release (R1: decrement, then read the
+    // flag) either was noted or sees the flag.
     pub(super) fn a10(&mut self, t: usize) {
         self.evict(t as Actor);
         if self.mutant(Mutant::OverLimitFlagLate) && self.m.over_limits(self.s) {

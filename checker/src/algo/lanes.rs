@@ -83,8 +83,9 @@ impl Ctx<'_> {
     pub(super) fn ln1_start(&mut self, t: usize, span: Span, access: Access) -> bool {
         if let Some((slot, h)) = self.m.ln1_slot(self.s, t, span, access) {
             //= spec.md#LN1
-            //# if the queue is empty and a slot of this thread's lane has exactly
-            //# the request's key (page span, access) and a non-null `ptr`
+            //# if the queue is empty, the draining count is 0, and a slot of this
+            //# thread's lane has exactly the request's key (page span, access) and
+            //# a non-null `ptr`
             note!(self, "LN1: no event pending; slot {slot} of T{t}'s lane has the key and ptr #{h}");
             self.thread_mut(t).pc = Pc::LN1Store { slot, h };
             return true;

@@ -25,8 +25,8 @@ impl Ctx<'_> {
         note!(self, "R1: T{t} decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
         if left == 0 && invalid {
             //= spec.md#A-H
-            //# a release owns the deregistration iff its decrement took the count
-            //# from 1 to 0 with INVALID set.
+            //# a release owns it iff its decrement took the count from 1 to 0 with
+            //# INVALID set.
             self.deregister(h);
             self.finish(t, Ret::Done);
             return;

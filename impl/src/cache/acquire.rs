@@ -148,7 +148,7 @@ impl<R: Registrar> Cache<R> {
                 }
             }
             //= spec.md#A5
-            //# call the registrar without the lock.
+            //# Call the registrar without the lock.
             let handle = match self.registrar.register(plan.range, plan.access) {
                 Ok(h) => h,
                 Err(err)
@@ -166,8 +166,10 @@ impl<R: Registrar> Cache<R> {
             };
             //= spec.md#A6
             //# take the lock exclusive; if inserting the planned entry could
-            //# exceed a limit (...), raise the over-limit flag and note which
-            //# findable entries are unleased (...); drain.
+            //# exceed a limit (one more entry, the plan's bytes more; the drain and
+            //# displacement only remove entries), raise the over-limit flag and
+            //# note which findable entries are unleased (one sequentially
+            //# consistent read each); drain.
             let mut st = self.write(shared);
             // Only an insert that could exceed a limit may evict (the drain
             // and displacement only remove entries): skip the O(n) note else.
@@ -216,7 +218,9 @@ impl<R: Registrar> Cache<R> {
             }
             //= spec.md#A9
             //# else insert: remove the in-flight record, insert the entry with
-            //# lease count 1 and the next id, displace per S6.1
+            //# lease count 1 and the next id, displace what S6.1 gives *now*,
+            //# recomputed under the lock (unleased → dereg list; leased → set
+            //# INVALID, deregistered at last release).
             let (e, id) = self.insert(shared, &mut st, plan, handle, &mut deregs);
             inc(&self.counters.misses);
             //= spec.md#F1
@@ -233,7 +237,7 @@ impl<R: Registrar> Cache<R> {
             //# the entries A6 noted unleased that are still findable
             self.enforce_limits(shared, &mut st, &mut deregs, &noted);
             //= spec.md#A11
-            //# unlock; perform the dereg list.
+            //# unlock; perform the dereg list
             drop(st);
             deregs.perform();
             // Once per acquire (S5.4): a later attempt (A7 retry) still reports
@@ -246,7 +250,10 @@ impl<R: Registrar> Cache<R> {
     //# On ENOMEM/EAGAIN (first time only): trim (S2.8) as a step
     //# of its own: take the lock, note the unleased entries,
     //# drain, evict the noted ones still findable and unleased
-    //# into the dereg list (...), re-plan per A4
+    //# into the dereg list (as A6/A10: an event queued before a
+    //# release the note saw is applied first), re-plan per A4
+    //# (the evicted entries no longer merge or displace), unlock,
+    //# perform the dereg list
     /// A5's trim on ENOMEM/EAGAIN, then the re-plan (new `plan` and `token`).
     #[allow(clippy::too_many_arguments)]
     fn pressure_trim<'c>(
@@ -289,7 +296,8 @@ impl<R: Registrar> Cache<R> {
     //= spec.md#A5
     //# On failure: take the lock, drain, remove the in-flight record; if a
     //# findable entry now covers the request, lease it and return it as a hit
-    //# (as A8); else unlock and return E5.
+    //# (as A8); else unlock and return E5 (E5 takes effect here, where nothing
+    //# covers the request).
     /// E5 then linearizes here, where no entry covers the request (the
     /// model's E5 needs a miss); the plan it failed on may be older.
     #[allow(clippy::too_many_arguments)]

@@ -172,7 +172,7 @@ impl<R: Registrar> Cache<R> {
     //= spec.md#A-D
     //# for each queued or read event, bump nothing but apply S2.3: findable
     //# entries overlapping it leave the index (unleased → dereg list, leased →
-    //# set INVALID); in-flight records overlapping it become stale.
+    //# set INVALID); in-flight records overlapping it become stale
     pub(super) fn apply_event<'c>(
         &'c self,
         shared: &'c Shared<R>,
@@ -223,7 +223,7 @@ impl<R: Registrar> Cache<R> {
         shared.queue.push(span);
         //= spec.md#H2
         //# try the lock exclusive: if acquired, drain, unlock, perform the dereg
-        //# list; if not, return (the holder or the next slow path drains).
+        //# list; if not, return: the holder drains after its unlock (A1, A11).
         if !held {
             if let Some(mut st) = self.try_write(shared) {
                 let mut deregs = DeregList::new(self, shared);

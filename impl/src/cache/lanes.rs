@@ -592,8 +592,8 @@ impl<R: Registrar> Cache<R> {
     #[inline(always)]
     pub(super) fn lane_hit<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<Lease<'c, R>> {
         //= spec.md#LN1
-        //# lane hit (before A1): if the queue is empty and a slot of this
-        //# thread's lane has exactly the request's key
+        //# lane hit (before A1): if the queue is empty, the draining count is 0,
+        //# and a slot of this thread's lane has exactly the request's key
         if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
             if let Some(lane) = shared.lanes.mine() {
                 let span = range.pages(self.page_size);

@@ -49,8 +49,8 @@ impl<R: Registrar> Cache<R> {
             Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
             //= spec.md#R2
             //# else if the count reached 0 and the over-limit flag is set: take
-            //# the lock exclusive, drain, evict (A10), unlock, perform the dereg
-            //# list.
+            //# the lock exclusive, raise the flag and note the unleased entries
+            //# (as A6), drain, evict (A10), unlock, perform the dereg list.
             Released::Unleased => {
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
                     self.release_over_limit(shared);
