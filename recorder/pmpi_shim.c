@@ -483,22 +483,28 @@ static void write_header(void) {
 static struct sigaction g_old_term, g_old_int;
 static void on_signal(int sig);
 
+/* Writes "<MRCACHE_TRACE_DIR>/rank-<g_rank><suffix>" into path (1100 bytes:
+   g_dir is shorter than 1024, checked where it is set). No allocation: this runs
+   inside MPI_Init and at exit, where malloc may be interposed. */
+static void rank_path(char *path, const char *suffix) {
+    size_t n = strlen(g_dir);
+    memcpy(path, g_dir, n);
+    memcpy(path + n, "/rank-", 6);
+    n += 6;
+    char num[16];
+    int i = 16;
+    unsigned r = (unsigned)g_rank;
+    do { num[--i] = (char)('0' + r % 10); r /= 10; } while (r);
+    memcpy(path + n, num + i, (size_t)(16 - i));
+    n += (size_t)(16 - i);
+    memcpy(path + n, suffix, strlen(suffix) + 1);
+}
+
 static void open_trace(int rank, int size) {
     char path[1100];
     g_rank = rank;
     g_size = size;
-    size_t n = strlen(g_dir);
-    memcpy(path, g_dir, n);
-    const char *suffix = "/rank-";
-    memcpy(path + n, suffix, 6);
-    n += 6;
-    char num[16];
-    int i = 16;
-    unsigned r = (unsigned)rank;
-    do { num[--i] = (char)('0' + r % 10); r /= 10; } while (r);
-    memcpy(path + n, num + i, (size_t)(16 - i));
-    n += (size_t)(16 - i);
-    memcpy(path + n, ".jsonl", 7);
+    rank_path(path, ".jsonl");
     g_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (g_fd < 0) {
         static const char msg[] = "libmrcache_pmpi: cannot create the trace file in MRCACHE_TRACE_DIR; not recording\n";
@@ -513,17 +519,7 @@ static void open_trace(int rank, int size) {
 
 static void write_stats(void) {
     char path[1100];
-    size_t n = strlen(g_dir);
-    memcpy(path, g_dir, n);
-    memcpy(path + n, "/rank-", 6);
-    n += 6;
-    char num[16];
-    int i = 16;
-    unsigned r = (unsigned)g_rank;
-    do { num[--i] = (char)('0' + r % 10); r /= 10; } while (r);
-    memcpy(path + n, num + i, (size_t)(16 - i));
-    n += (size_t)(16 - i);
-    memcpy(path + n, ".stats.json", 12);
+    rank_path(path, ".stats.json");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return;
     g_used = g_committed = 0;
