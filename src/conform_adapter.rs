@@ -220,20 +220,27 @@ impl Mrcache {
             return Err("the cache already has an event source".into());
         }
         let b = busy.clone();
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
         // M1 with a `busy` flag, so a release can wait for the round its
         // event started (the releasing call returns once the event is read,
         // inside the round, before the round's deregistrations).
-        std::thread::spawn(move || loop {
-            match monitor.wait_readable(20) {
-                Ok(true) => {
-                    b.store(true, Ordering::SeqCst);
-                    cache.monitor_round();
-                    b.store(false, Ordering::SeqCst);
+        std::thread::spawn(move || {
+            let _ = started.send(());
+            loop {
+                match monitor.wait_readable(20) {
+                    Ok(true) => {
+                        b.store(true, Ordering::SeqCst);
+                        cache.monitor_round();
+                        b.store(false, Ordering::SeqCst);
+                    }
+                    Ok(false) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
-                Ok(false) => {}
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         });
+        // Wait until the thread runs: its start maps its signal stack, which
+        // must not land in a hole a case's munmap leaves for its MAP_FIXED.
+        let _ = running.recv();
         Ok(())
     }
 }

@@ -9,7 +9,7 @@
 //! child installs a monitor of its own: every acquire is a miss whose
 //! registration is deregistered at its release. The fault switch
 //! `fork_keeps_monitor` puts the old behaviour back, and the child then hits
-//! a registration of memory it unmapped and mapped anew (P2).
+//! a registration of memory it replaced with new frames (P2).
 
 use mrcache::monitor::MonitorThread;
 use mrcache::registrar::counting::CountingRegistrar;
@@ -26,14 +26,16 @@ fn map() -> u64 {
     mrcache::mem::map_anon(LEN, 0).expect("mmap")
 }
 
-/// Unmaps `[a, a+LEN)` and maps fresh anonymous memory at the same address
-/// (the free-then-reuse of fork-child-unmap). Returns false if either fails.
-fn unmap_and_map_again(a: u64) -> bool {
-    // SAFETY: `a` is this test's own mapping; no lease of it is used after.
-    if unsafe { libc::munmap(a as *mut _, LEN as usize) } != 0 {
-        return false;
-    }
-    // SAFETY: MAP_FIXED over the range just unmapped, which nothing else uses.
+/// Replaces `[a, a+LEN)` by fresh anonymous memory at the same address
+/// (free-then-reuse: new frames behind the same addresses). One
+/// `mmap(MAP_FIXED)` over the old mapping, which the kernel reports as an
+/// UNMAP of the replaced range. Not `munmap` then `mmap(MAP_FIXED)`: between
+/// the two another thread can map something into the hole (a monitor thread
+/// starting up maps its signal stack there), and the MAP_FIXED would then
+/// clobber it. Returns false if the mmap fails.
+fn map_again(a: u64) -> bool {
+    // SAFETY: MAP_FIXED over this test's own mapping `[a, a+LEN)`, which
+    // nothing else uses; no lease of it is used after.
     let p = unsafe {
         libc::mmap(
             a as *mut _,
@@ -67,9 +69,7 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
 }
 
 fn monitored(faults: Faults) -> (Arc<Cache<CountingRegistrar>>, MonitorThread) {
-    let mut cfg = CacheConfig::default();
-    cfg.faults = faults;
-    let cache = Arc::new(Cache::new(CountingRegistrar::default(), cfg));
+    let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig { faults, ..CacheConfig::default() }));
     let monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");
     (cache, monitor)
 }
@@ -97,8 +97,8 @@ fn a_fork_child_caches_nothing_until_its_own_monitor_runs() {
         if r.deregistered.load(Ordering::SeqCst) != deregs + 1 || cache.stats().cached_entries != 0 {
             return 3;
         }
-        // 2. Memory the child frees and maps again is a miss (trivially: nothing is cached).
-        if !unmap_and_map_again(a) {
+        // 2. Memory the child replaces is a miss (trivially: nothing is cached).
+        if !map_again(a) {
             return 4;
         }
         match cache.acquire(a, LEN, RW) {
@@ -113,7 +113,7 @@ fn a_fork_child_caches_nothing_until_its_own_monitor_runs() {
             _ => return 7,
         }
         // 4. ...and the child's own releases are seen.
-        if !unmap_and_map_again(a) {
+        if !map_again(a) {
             return 8;
         }
         match cache.acquire(a, LEN, RW) {
@@ -128,8 +128,8 @@ fn a_fork_child_caches_nothing_until_its_own_monitor_runs() {
     assert_eq!(code, 0, "child check failed (see the codes in the child closure)");
     // The parent is unaffected: still cached, and its own monitor still sees its releases.
     assert!(cache.acquire(a, LEN, RW).unwrap().hit());
-    assert!(unmap_and_map_again(a));
-    assert!(!cache.acquire(a, LEN, RW).unwrap().hit(), "the parent's monitor missed the parent's munmap");
+    assert!(map_again(a));
+    assert!(!cache.acquire(a, LEN, RW).unwrap().hit(), "the parent's monitor missed the parent's replacement");
     drop(monitor);
 }
 
@@ -142,7 +142,7 @@ fn teeth_fork_keeps_monitor_hits_a_stale_registration_in_the_child() {
     drop(cache.acquire(a, LEN, RW).unwrap());
     let code = in_child(|| {
         drop(cache.acquire(a, LEN, RW).unwrap()); // the child's own registration, cached
-        if !unmap_and_map_again(a) {
+        if !map_again(a) {
             return 4;
         }
         // The parent's monitor saw nothing: the stale registration is a hit.

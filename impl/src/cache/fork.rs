@@ -88,7 +88,7 @@ impl<R: Registrar> Cache<R> {
     /// take the parent's events. The fresh generation caches nothing until a
     /// monitor is installed in it, if the old one read one (F1).
     pub(super) fn forget_generation(&self) {
-        // SAFETY (of the loads below): never null.
+        // SAFETY: never null; generations are freed only in `Drop`.
         let current = unsafe { &*self.shared.load(Ordering::Acquire) };
         let monitor_required = current.monitor_required || current.source.get().is_some();
         let fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, monitor_required));

@@ -89,9 +89,11 @@ impl MonitorThread {
         let stop = Arc::new(AtomicBool::new(false));
         let rounds = Arc::new(AtomicU64::new(0));
         let (cache, stop2, rounds2) = (Arc::clone(cache), stop.clone(), rounds.clone());
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name("mrcache-uffd".into())
             .spawn(move || {
+                let _ = started.send(());
                 while !stop2.load(Ordering::Acquire) {
                     //= spec.md#M1
                     //# uffd monitor thread: poll until the fd is readable, without reading.
@@ -109,6 +111,12 @@ impl MonitorThread {
                 }
             })
             .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
+        // Return only once the thread runs: its start maps memory (its stack
+        // and signal stack), which must not land in a hole the application
+        // makes later between an unmap and a MAP_FIXED of the same address.
+        // It also makes "started" mean "monitoring". A closed channel means
+        // the thread died before it ran; the join below reports nothing more.
+        let _ = running.recv();
         Ok(MonitorThread { pid: std::process::id(), stop, rounds, handle: Some(handle) })
     }
 
