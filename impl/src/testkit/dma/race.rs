@@ -1,0 +1,236 @@
+//! The windows of spec.md#S7.4, measured: one thread releases a slot while
+//! another acquires it, on purpose (unlike [`run`](super::run), where a slot
+//! is never released while it is being acquired). Acquires inside the
+//! window may be stale (P2 allows it); acquires that begin after the release
+//! returned must not be.
+
+use super::arena::{refill_holes, unmapped, Arena};
+use super::worker::fill;
+use super::{DmaCache, MonitorKind, RW};
+use crate::mem::page_size;
+use crate::monitor::MonitorThread;
+use crate::registrar::uring::UringRegistrar;
+use crate::testkit::registrar::TestRegistrar;
+use crate::{Cache, CacheConfig, Faults};
+use mrcache_model::Config;
+use mrcache_types::ReleaseKind;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Parameters of [`race`].
+#[derive(Clone, Debug)]
+pub struct RaceConfig {
+    pub seed: u64,
+    /// Rounds of each window.
+    pub rounds: u64,
+    pub monitor: MonitorKind,
+    pub faults: Faults,
+}
+
+/// What [`race`] measured. *Window* acquires are concurrent with the
+/// release (it had not returned when they began): P2 allows them a stale
+/// registration. *Later* acquires begin after the release returned: P2
+/// requires them fresh.
+#[derive(Clone, Debug)]
+pub struct RaceReport {
+    /// (a) munmap by one thread, mmap of fresh pages at the same address and
+    /// acquire by another while the munmap has not returned.
+    pub unmap_rounds: u64,
+    pub unmap_window_acquires: u64,
+    pub unmap_window_stale: u64,
+    pub unmap_later_stale: u64,
+    /// (b) madvise(DONTNEED) by one thread, acquires by another while it
+    /// runs, then one acquire after it returned.
+    pub remove_rounds: u64,
+    pub remove_window_acquires: u64,
+    pub remove_window_stale: u64,
+    pub remove_later_stale: u64,
+    pub elapsed: Duration,
+    pub cleanup: Result<(), String>,
+}
+
+impl Default for RaceConfig {
+    fn default() -> Self {
+        RaceConfig { seed: 1, rounds: 2000, monitor: MonitorKind::Uffd, faults: Faults::default() }
+    }
+}
+
+impl RaceReport {
+    pub fn render(&self) -> String {
+        format!(
+            "(a) munmap: {} rounds, {} acquires inside the window, {} of them stale (allowed: concurrent), {} stale after munmap returned; \
+             (b) madvise: {} rounds, {} acquires inside the window, {} stale (allowed), {} stale after madvise returned; {:.2} s; cleanup {}",
+            self.unmap_rounds,
+            self.unmap_window_acquires,
+            self.unmap_window_stale,
+            self.unmap_later_stale,
+            self.remove_rounds,
+            self.remove_window_acquires,
+            self.remove_window_stale,
+            self.remove_later_stale,
+            self.elapsed.as_secs_f64(),
+            match &self.cleanup {
+                Ok(()) => "clean".to_string(),
+                Err(e) => e.clone(),
+            }
+        )
+    }
+}
+
+/// Acquires `[addr, addr+len)`, DMAs a fresh pattern through the lease and
+/// reads the mapping back: `Some(stale)`, or `None` if the acquire failed.
+fn dma_check(cache: &DmaCache, addr: u64, len: u64, op: u64) -> Option<bool> {
+    let lease = cache.acquire(addr, len, RW).ok()?;
+    let h = lease.handle();
+    let mut pattern = vec![0u8; len as usize];
+    fill(&mut pattern, op);
+    // SAFETY: the racing threads own this slot; no Rust reference into it.
+    unsafe { cache.registrar().inner.dma_write(&h.inner, addr - h.range.addr, &pattern) }.ok()?;
+    let mut seen = vec![0u8; len as usize];
+    // SAFETY: the caller made sure the range is mapped (it mapped it, or it
+    // never unmaps it) and readable.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, seen.as_mut_ptr(), len as usize) };
+    Some(seen != pattern)
+}
+
+/// Measures the userfaultfd windows of spec.md#S7.4 (and shows the explicit
+/// monitor, whose hook reports after the release, has no *later* stale
+/// acquire). Two threads: a releaser and an acquirer, racing on purpose on
+/// the same slot (unlike [`run`], where a slot is never released while it is
+/// being acquired).
+///
+/// [`run`]: super::run
+pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
+    use std::sync::Barrier;
+    let page = page_size();
+    const SLOTS: u64 = 8;
+    let slot_bytes = 2 * page;
+    // SAFETY: prctl with plain integer arguments (see `run`).
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    let arena = Arena::new(SLOTS, slot_bytes, 0)?;
+    let registrar = UringRegistrar::new(256).map_err(|e| format!("io_uring registrar: {e}"))?;
+    let mut cc = CacheConfig::new(Config { page_size: page, ..Config::default() });
+    cc.faults = cfg.faults;
+    let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false), cc));
+    let monitor = match cfg.monitor {
+        MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| format!("userfaultfd monitor: {e}"))?),
+        MonitorKind::Explicit => None,
+    };
+    let explicit = cfg.monitor == MonitorKind::Explicit;
+    let barrier = Barrier::new(2);
+    let released = AtomicBool::new(false);
+    let mut report = RaceReport {
+        unmap_rounds: 0,
+        unmap_window_acquires: 0,
+        unmap_window_stale: 0,
+        unmap_later_stale: 0,
+        remove_rounds: 0,
+        remove_window_acquires: 0,
+        remove_window_stale: 0,
+        remove_later_stale: 0,
+        elapsed: Duration::ZERO,
+        cleanup: Ok(()),
+    };
+    let start = Instant::now();
+    let (base, c) = (arena.base, &*cache);
+    let counts: [AtomicU64; 8] = Default::default();
+    std::thread::scope(|s| {
+        // The releaser.
+        s.spawn(|| {
+            for round in 0..2 * cfg.rounds {
+                let addr = base + (round % SLOTS) * slot_bytes;
+                barrier.wait(); // the slot has a cached entry
+                if round % 2 == 0 {
+                    // (a) munmap; the acquirer maps fresh pages there.
+                    // SAFETY: a slot of our arena; the acquirer refills it.
+                    unsafe { libc::munmap(addr as *mut libc::c_void, slot_bytes as usize) };
+                    if explicit {
+                        let _ = c.invalidate(addr, slot_bytes, ReleaseKind::Munmap);
+                    }
+                } else {
+                    // (b) madvise(DONTNEED).
+                    // SAFETY: as above; the mapping stays, its frames go.
+                    unsafe { libc::madvise(addr as *mut libc::c_void, slot_bytes as usize, libc::MADV_DONTNEED) };
+                    if explicit {
+                        let _ = c.invalidate(addr, slot_bytes, ReleaseKind::MadviseDontneed);
+                    }
+                }
+                released.store(true, Relaxed);
+                barrier.wait(); // the acquirer's later check may begin
+                barrier.wait(); // round over
+            }
+        });
+        // The acquirer.
+        s.spawn(|| {
+            let mut op = cfg.seed << 20;
+            for round in 0..2 * cfg.rounds {
+                let addr = base + (round % SLOTS) * slot_bytes;
+                released.store(false, Relaxed);
+                op += 1;
+                let _ = dma_check(c, addr, slot_bytes, op); // cache an entry
+                barrier.wait();
+                if round % 2 == 0 {
+                    // (a): wait (bounded) for the hole, fill it, acquire.
+                    let mut spins = 0u32;
+                    while !unmapped(addr, slot_bytes, page) && !released.load(Relaxed) && spins < 200_000 {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    let concurrent = !released.load(Relaxed);
+                    if unmapped(addr, slot_bytes, page) {
+                        let _ = refill_holes(addr, slot_bytes);
+                    }
+                    op += 1;
+                    if concurrent {
+                        counts[0].fetch_add(1, Relaxed);
+                        if dma_check(c, addr, slot_bytes, op) == Some(true) {
+                            counts[1].fetch_add(1, Relaxed);
+                        }
+                    }
+                } else {
+                    // (b): acquire again and again while madvise runs.
+                    let mut n = 0;
+                    while !released.load(Relaxed) && n < 10_000 {
+                        n += 1;
+                        op += 1;
+                        counts[3].fetch_add(1, Relaxed);
+                        if dma_check(c, addr, slot_bytes, op) == Some(true) {
+                            counts[4].fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+                barrier.wait(); // the release returned
+                if unmapped(addr, slot_bytes, page) {
+                    let _ = refill_holes(addr, slot_bytes);
+                }
+                op += 1;
+                if dma_check(c, addr, slot_bytes, op) == Some(true) {
+                    counts[if round % 2 == 0 { 2 } else { 5 }].fetch_add(1, Relaxed);
+                }
+                barrier.wait();
+            }
+        });
+    });
+    report.elapsed = start.elapsed();
+    report.unmap_rounds = cfg.rounds;
+    report.remove_rounds = cfg.rounds;
+    report.unmap_window_acquires = counts[0].load(Relaxed);
+    report.unmap_window_stale = counts[1].load(Relaxed);
+    report.unmap_later_stale = counts[2].load(Relaxed);
+    report.remove_window_acquires = counts[3].load(Relaxed);
+    report.remove_window_stale = counts[4].load(Relaxed);
+    report.remove_later_stale = counts[5].load(Relaxed);
+    // As in `run`: no monitor round may be in flight during the final check.
+    drop(monitor);
+    cache.flush();
+    let reg = cache.registrar();
+    report.cleanup = if reg.live() == 0 && reg.inner.in_use() == 0 && reg.double_deregistrations.load(Relaxed) == 0 {
+        Ok(())
+    } else {
+        Err(format!("{} registrations live after the final flush", reg.live()))
+    };
+    drop(cache);
+    drop(arena);
+    Ok(report)
+}

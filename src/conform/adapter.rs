@@ -1,0 +1,143 @@
+//! The adapter process: one per case, started by `sh -c` in a process group
+//! of its own so that [`Adapter::kill`] also reaches whatever it started.
+//!
+//! Its stdout is read on a thread and handed over line by line through a
+//! channel, so a silent adapter is a timeout (`hang`), never a blocked read;
+//! end of file is [`Line::Eof`]. The last lines of the exchange and of its
+//! stderr are kept for the report.
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub(super) enum Line {
+    Text(String),
+    Eof,
+}
+
+pub(super) struct Adapter {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pub(super) rx: Receiver<Line>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub(super) transcript: Vec<String>,
+}
+
+const TRANSCRIPT_KEEP: usize = 24;
+
+impl Adapter {
+    pub(super) fn spawn(cmd: &str) -> Result<Adapter> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {cmd}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start the adapter `{cmd}`"))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut s = String::new();
+                match r.read_line(&mut s) {
+                    Ok(0) | Err(_) => {
+                        let _ = tx.send(Line::Eof);
+                        return;
+                    }
+                    Ok(_) => {
+                        if tx.send(Line::Text(s.trim_end().to_string())).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        let errs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let errs2 = errs.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines() {
+                let Ok(l) = l else { return };
+                let mut v = errs2.lock().unwrap_or_else(|e| e.into_inner());
+                v.push(l);
+                if v.len() > 8 {
+                    v.remove(0);
+                }
+            }
+        });
+        Ok(Adapter { child, stdin, rx, stderr: errs, transcript: Vec::new() })
+    }
+
+    pub(super) fn note(&mut self, s: String) {
+        self.transcript.push(s);
+        if self.transcript.len() > TRANSCRIPT_KEEP {
+            self.transcript.remove(0);
+        }
+    }
+
+    pub(super) fn send(&mut self, v: &Value, line: usize) -> Result<(), String> {
+        let s = v.to_string();
+        self.note(format!("> {s}    (case line {line})"));
+        let stdin = self.stdin.as_mut().ok_or("the adapter's stdin is closed")?;
+        stdin
+            .write_all(s.as_bytes())
+            .and_then(|()| stdin.write_all(b"\n"))
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("cannot write to the adapter: {e}"))
+    }
+
+    /// Kills the adapter's whole process group.
+    pub(super) fn kill(&mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: signals our own child's process group (spawned with process_group(0)).
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+
+    /// After EOF: how the adapter ended (waits up to 2 s, then kills).
+    pub(super) fn exit_status(&mut self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    return match (st.code(), st.signal()) {
+                        (Some(c), _) => format!("exited with status {c}"),
+                        (_, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
+                        _ => "ended".into(),
+                    };
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    self.kill();
+                    return "closed its stdout and did not exit within 2 s (killed)".into();
+                }
+            }
+        }
+    }
+
+    pub(super) fn stderr_tail(&self) -> Vec<String> {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "signal",
+    }
+}

@@ -1,0 +1,236 @@
+//! The case files (conformance/README.md): a header, then JSON-line records
+//! that wrap the one [`Op`] enum (`{"op":...}` plus `buf`, `thread`,
+//! `pause`), memory operations (`{"mem":...}`) and `{"ctl":"continue"}`.
+//!
+//! Parsing is strict: an unknown header field, memory operation or control,
+//! a record the runner could not send (a release event, `alloc` or `free` as
+//! an op; a pause on anything but an acquire or a memory operation) or a
+//! missing length, name or `buf` is an error naming the file and line, never
+//! skipped. Case names are unique within a directory.
+
+use anyhow::{anyhow, bail, Context, Result};
+use mrcache_types::Op;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Memory operations the adapter performs for real (docs/conformance-protocol.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemKind {
+    Munmap,
+    Mmap,
+    MmapFixed,
+    MadviseDontneed,
+    MadviseFree,
+    MremapMove,
+    MremapShrink,
+    Malloc,
+    Free,
+    BrkGrow,
+    BrkShrink,
+}
+
+impl MemKind {
+    const ALL: [(&'static str, MemKind); 11] = [
+        ("munmap", MemKind::Munmap),
+        ("mmap", MemKind::Mmap),
+        ("mmap_fixed", MemKind::MmapFixed),
+        ("madvise_dontneed", MemKind::MadviseDontneed),
+        ("madvise_free", MemKind::MadviseFree),
+        ("mremap_move", MemKind::MremapMove),
+        ("mremap_shrink", MemKind::MremapShrink),
+        ("malloc", MemKind::Malloc),
+        ("free", MemKind::Free),
+        ("brk_grow", MemKind::BrkGrow),
+        ("brk_shrink", MemKind::BrkShrink),
+    ];
+    pub fn name(self) -> &'static str {
+        MemKind::ALL.iter().find(|(_, k)| *k == self).map(|(n, _)| *n).unwrap_or("?")
+    }
+}
+
+/// One record of a case.
+#[derive(Clone, Debug)]
+pub enum Record {
+    /// An [`Op`] (acquire, release, flush, trim, fork), addresses relative to `buf`.
+    Op { op: Op, buf: Option<String>, thread: u64, pause: bool },
+    /// A memory operation, addresses relative to `buf` (default: the arena).
+    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, thread: u64, pause: bool },
+    /// Let the paused `thread` go on.
+    Continue { thread: u64 },
+}
+
+/// A conformance case (conformance/README.md).
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub name: String,
+    pub purpose: String,
+    pub spec: Vec<String>,
+    pub needs: Vec<String>,
+    pub max_regions: Option<u64>,
+    pub max_pinned_bytes: Option<u64>,
+    pub path: PathBuf,
+    /// (line number, record)
+    pub records: Vec<(usize, Record)>,
+}
+
+pub(super) fn field_u64(obj: &Map<String, Value>, key: &str, at: &str) -> Result<Option<u64>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| anyhow!("{at}: field `{key}`: {n} is not an unsigned integer")),
+        Some(Value::String(s)) => {
+            let parsed = match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => s.parse(),
+            };
+            parsed.map(Some).map_err(|_| anyhow!("{at}: field `{key}`: `{s}` is not a number"))
+        }
+        Some(v) => bail!("{at}: field `{key}`: expected a number or a \"0x...\" string, found {v}"),
+    }
+}
+
+fn field_str(obj: &Map<String, Value>, key: &str, at: &str) -> Result<Option<String>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => bail!("{at}: field `{key}`: expected a string, found {v}"),
+    }
+}
+
+fn field_bool(obj: &Map<String, Value>, key: &str, at: &str) -> Result<bool> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(v) => bail!("{at}: field `{key}`: expected true or false, found {v}"),
+    }
+}
+
+impl Case {
+    pub fn load(path: &Path) -> Result<Case> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read case {}", path.display()))?;
+        Case::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Case> {
+        let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+        let (_, head) = lines.next().ok_or_else(|| anyhow!("{}: empty case file", path.display()))?;
+        let at = format!("{}:1", path.display());
+        let h: Map<String, Value> = serde_json::from_str(head).with_context(|| format!("{at}: header is not a JSON object"))?;
+        match h.get("mrcache_conformance") {
+            Some(v) if v.as_u64() == Some(1) => {}
+            _ => bail!("{at}: the header must start with \"mrcache_conformance\": 1"),
+        }
+        const HEADER: [&str; 7] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes"];
+        if let Some(k) = h.keys().find(|k| !HEADER.contains(&k.as_str())) {
+            bail!("{at}: unknown header field `{k}` (expected one of {})", HEADER.join(", "));
+        }
+        let name = field_str(&h, "name", &at)?.ok_or_else(|| anyhow!("{at}: the header needs a `name`"))?;
+        let purpose = field_str(&h, "purpose", &at)?.ok_or_else(|| anyhow!("{at}: the header needs a one-line `purpose`"))?;
+        let strings = |key: &str| -> Result<Vec<String>> {
+            match h.get(key) {
+                None => Ok(Vec::new()),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_str().map(String::from).ok_or_else(|| anyhow!("{at}: `{key}` must be a list of strings")))
+                    .collect(),
+                Some(_) => bail!("{at}: `{key}` must be a list of strings"),
+            }
+        };
+        let spec = strings("spec")?;
+        if spec.is_empty() {
+            bail!("{at}: the header must name the spec IDs the case checks (`spec`)");
+        }
+        let needs = strings("needs")?;
+        let max_regions = field_u64(&h, "max_regions", &at)?;
+        let max_pinned_bytes = field_u64(&h, "max_pinned_bytes", &at)?;
+        let mut records = Vec::new();
+        for (i, line) in lines {
+            let n = i + 1;
+            let at = format!("{}:{n}", path.display());
+            let mut obj: Map<String, Value> =
+                serde_json::from_str(line).with_context(|| format!("{at}: not a JSON object"))?;
+            let thread = field_u64(&obj, "thread", &at)?.unwrap_or(0);
+            let pause = field_bool(&obj, "pause", &at)?;
+            let buf = field_str(&obj, "buf", &at)?;
+            if let Some(ctl) = field_str(&obj, "ctl", &at)? {
+                match ctl.as_str() {
+                    "continue" => records.push((n, Record::Continue { thread })),
+                    other => bail!("{at}: unknown ctl `{other}` (expected continue)"),
+                }
+            } else if let Some(mem) = field_str(&obj, "mem", &at)? {
+                let kind = MemKind::ALL
+                    .iter()
+                    .find(|(s, _)| *s == mem)
+                    .map(|(_, k)| *k)
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "{at}: unknown memory operation `{mem}` (expected {})",
+                            MemKind::ALL.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+                        )
+                    })?;
+                let addr = field_u64(&obj, "addr", &at)?.unwrap_or(0);
+                let len = field_u64(&obj, "len", &at)?.unwrap_or(0);
+                let new_len = field_u64(&obj, "new_len", &at)?.unwrap_or(0);
+                let name = field_str(&obj, "name", &at)?;
+                let needs_len = !matches!(kind, MemKind::Free);
+                if needs_len && len == 0 {
+                    bail!("{at}: field `len`: `{mem}` needs a length above 0");
+                }
+                if matches!(kind, MemKind::Malloc | MemKind::BrkGrow) && name.is_none() {
+                    bail!("{at}: `{mem}` needs a `name` that later records use as `buf`");
+                }
+                if matches!(kind, MemKind::Free | MemKind::BrkShrink) && buf.is_none() {
+                    bail!("{at}: `{mem}` needs the `buf` it applies to");
+                }
+                if kind == MemKind::MremapShrink && (new_len == 0 || new_len >= len) {
+                    bail!("{at}: field `new_len`: mremap_shrink needs 0 < new_len < len");
+                }
+                records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, thread, pause }));
+            } else if obj.contains_key("op") {
+                for k in ["thread", "pause", "buf"] {
+                    obj.remove(k);
+                }
+                let op: Op = serde_json::from_value(Value::Object(obj)).with_context(|| format!("{at}: not an op"))?;
+                match op {
+                    Op::ReleaseEvent { .. } | Op::Alloc { .. } | Op::Free { .. } => bail!(
+                        "{at}: `{}` is not a conformance record: the adapter performs real memory operations (use {{\"mem\": ...}})",
+                        op.name()
+                    ),
+                    _ => {}
+                }
+                if let Some(Err(e)) = op.range() {
+                    bail!("{at}: {e}");
+                }
+                if pause && !matches!(op, Op::Acquire { .. }) {
+                    bail!("{at}: only an acquire or a memory operation can pause");
+                }
+                records.push((n, Record::Op { op, buf, thread, pause }));
+            } else {
+                bail!("{at}: a record needs `op`, `mem` or `ctl`");
+            }
+        }
+        Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, path: path.to_path_buf(), records })
+    }
+
+    /// Every `*.jsonl` under `dir` (or `dir` itself if it is a file), by name.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Case>> {
+        if dir.is_file() {
+            return Ok(vec![Case::load(dir)?]);
+        }
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read the case directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        paths.sort();
+        let cases = paths.iter().map(|p| Case::load(p)).collect::<Result<Vec<_>>>()?;
+        let mut names = std::collections::HashSet::new();
+        for c in &cases {
+            if !names.insert(c.name.clone()) {
+                bail!("{}: case name `{}` is used twice", c.path.display(), c.name);
+            }
+        }
+        Ok(cases)
+    }
+}

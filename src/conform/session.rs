@@ -1,0 +1,159 @@
+//! One case from start to verdict: start the adapter, exchange hellos, check
+//! the capabilities and limits the case needs, set up both judges, drive the
+//! records (`CaseRun::run`) and turn what the judges found into one
+//! [`CaseResult`]. The adapter is killed whatever the outcome; a failing or
+//! diverging case keeps the tail of the exchange and of the adapter's stderr.
+
+use super::adapter::{Adapter, Line};
+use super::hello::{parse_hello, Hello};
+use super::{Case, CaseResult, CaseRun, ConformArgs, Stop, Verdict, PROTOCOL};
+use mrcache_model::{Config, Model, OverlapPolicy};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String) -> CaseResult {
+    CaseResult {
+        case: case.name.clone(),
+        verdict,
+        rule: rule.into(),
+        line,
+        detail,
+        divergence: None,
+        l1: String::new(),
+        transcript: Vec::new(),
+    }
+}
+
+pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hello>) {
+    let mut ad = match Adapter::spawn(&args.adapter) {
+        Ok(a) => a,
+        Err(e) => return (Some(result(case, Verdict::Fail, "crash", 0, format!("{e:#}"))), None),
+    };
+    let hello_cmd = json!({
+        "seq": 0, "cmd": "hello", "protocol": PROTOCOL, "case": case.name,
+        "config": {"max_regions": case.max_regions, "max_pinned_bytes": case.max_pinned_bytes},
+    });
+    let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
+    let hello = (|| -> Result<Hello, (String, String)> {
+        ad.send(&hello_cmd, 1).map_err(|e| ("crash".into(), e))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match ad.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Line::Text(t)) => {
+                    ad.note(format!("< {t}"));
+                    let v: Value = serde_json::from_str(&t)
+                        .map_err(|e| ("protocol".into(), format!("adapter line is not JSON ({e}): `{t}`")))?;
+                    if v.get("ev").is_some() {
+                        continue;
+                    }
+                    return parse_hello(&v, "hello").map_err(|e| ("protocol".into(), e));
+                }
+                Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
+                Err(_) => return Err(("hang".into(), format!("no hello within {:.1} s", args.timeout))),
+            }
+        }
+    })();
+    let hello = match hello {
+        Ok(h) => h,
+        Err((rule, detail)) => {
+            let mut r = result(case, Verdict::Fail, &rule, 1, detail);
+            r.transcript = ad.transcript.clone();
+            r.transcript.extend(ad.stderr_tail().into_iter().map(|l| format!("stderr: {l}")));
+            ad.kill();
+            return (Some(r), None);
+        }
+    };
+    // Capabilities the case needs.
+    let mut needs = case.needs.clone();
+    if case.max_regions.is_some() || case.max_pinned_bytes.is_some() {
+        needs.push("limits".into());
+    }
+    if let Some(n) = needs.iter().find(|n| !hello.caps.contains(n)) {
+        let _ = ad.send(&json!({"seq": 1, "cmd": "end"}), 0);
+        ad.kill();
+        return (Some(result(case, Verdict::Unsupported, "-", 1, format!("the adapter lacks the `{n}` capability"))), Some(hello));
+    }
+    if (case.max_regions.is_some() && hello.limits.max_regions != case.max_regions)
+        || (case.max_pinned_bytes.is_some() && hello.limits.max_pinned_bytes != case.max_pinned_bytes)
+    {
+        ad.kill();
+        return (
+            Some(result(case, Verdict::Fail, "protocol", 1, format!(
+                "the case asks for max_regions {:?} max_pinned_bytes {:?}; the adapter declared {:?} {:?}",
+                case.max_regions, case.max_pinned_bytes, hello.limits.max_regions, hello.limits.max_pinned_bytes
+            ))),
+            Some(hello),
+        );
+    }
+    let policy = args.policy.or(hello.policy);
+    let config = Config {
+        policy: policy.unwrap_or(OverlapPolicy::Independent),
+        page_size: hello.page_size,
+        chunk_pages: 1,
+        eviction: hello.eviction,
+        limits: hello.limits,
+    };
+    if let Err(e) = config.validate() {
+        ad.kill();
+        return (Some(result(case, Verdict::Fail, "protocol", 1, format!("hello: {e}"))), Some(hello));
+    }
+    let mut bufs = HashMap::new();
+    bufs.insert("arena".to_string(), (hello.arena.addr, hello.arena.len));
+    let mut run = CaseRun {
+        case,
+        args,
+        ad,
+        seq: 0,
+        pending: BTreeMap::new(),
+        page: hello.page_size,
+        access_classes: hello.access_classes.clone(),
+        bufs,
+        models: vec![Model::new(config)],
+        log: Vec::new(),
+        // C rules bind only a peer that declared a policy itself; `--policy`
+        // picks what the model compares an undeclared peer with.
+        declared: hello.policy.is_some(),
+        next_model_id: 1,
+        divergence: None,
+        events: Vec::new(),
+        event_seq: 0,
+        regs: HashMap::new(),
+        reg_order: 0,
+        leases: HashMap::new(),
+        lease_count: HashMap::new(),
+        deregs_buffered: Vec::new(),
+        snap: None,
+        note: None,
+        deferred: Vec::new(),
+        ops_done: 0,
+        l1_since: HashMap::new(),
+        l1_worst: None,
+        failure: None,
+    };
+    let outcome = run.run();
+    let mut r = match outcome {
+        Ok(()) => match (&run.failure, &run.divergence) {
+            (Some(f), _) => result(case, Verdict::Fail, &f.rule, f.line, f.detail.clone()),
+            (None, Some(d)) => result(case, Verdict::Diverges, &d.rule, d.line, d.detail.clone()),
+            (None, None) => result(case, Verdict::Pass, "-", 0, String::new()),
+        },
+        Err(Stop::Unsupported(line, why)) => result(case, Verdict::Unsupported, "-", line, why),
+        Err(Stop::Fail(f)) => result(case, Verdict::Fail, &f.rule, f.line, f.detail),
+    };
+    if r.verdict == Verdict::Fail || r.verdict == Verdict::Diverges {
+        r.transcript = run.ad.transcript.clone();
+        r.transcript.extend(run.ad.stderr_tail().into_iter().map(|l| format!("stderr: {l}")));
+    }
+    if r.verdict == Verdict::Fail {
+        if let Some(d) = &run.divergence {
+            r.divergence = Some(format!("line {}: {} {}", d.line, d.rule, d.detail));
+        }
+    }
+    r.l1 = run.l1_summary();
+    if let Some(n) = &run.note {
+        r.divergence = Some(n.clone());
+    }
+    run.ad.kill();
+    (Some(r), Some(hello))
+}
