@@ -3,7 +3,6 @@
 use super::Cache;
 use super::generation::Shared;
 use super::stats::add;
-#[cfg(any(test, feature = "testkit"))]
 use super::EventSource;
 use crate::registrar::Registrar;
 use crate::sync::{plain, Ordering};
@@ -63,7 +62,11 @@ impl<R: Registrar> Cache<R> {
             let gen = generation();
             let pid = std::process::id();
             if gen != self.forks_seen.load(Ordering::Acquire) || pid != self.pid.load(Ordering::Acquire) {
-                self.forget_generation();
+                #[cfg(any(test, feature = "testkit"))]
+                let keep_monitor = self.config.faults.fork_keeps_monitor;
+                #[cfg(not(any(test, feature = "testkit")))]
+                let keep_monitor = false;
+                self.forget_generation(keep_monitor);
                 self.pid.store(pid, Ordering::Release);
                 self.forks_seen.store(gen, Ordering::Release);
             }
@@ -81,19 +84,30 @@ impl<R: Registrar> Cache<R> {
 
     //= spec.md#S2.6
     /// Installs a fresh generation and leaks the old one: its entries are
-    /// forgotten without registrar calls; its leases release as no-ops. The
-    /// old generation's monitor stays with it: in a real child it watches
-    /// the parent's memory (a userfaultfd context follows the mm that opened
-    /// it), so reading it would see none of the child's releases and would
-    /// take the parent's events. The fresh generation caches nothing until a
-    /// monitor is installed in it, if the old one read one (F1).
-    pub(super) fn forget_generation(&self) {
+    /// forgotten without registrar calls; its leases release as no-ops. In a
+    /// real child (`keep_monitor` false) the old generation's monitor stays
+    /// with it: a userfaultfd context watches the memory of the process that
+    /// opened it, so reading it would see none of the child's releases and
+    /// would take the parent's events; the fresh generation then caches
+    /// nothing until a monitor is installed in it, if the old one read one
+    /// (F1). A replayed fork (same process) keeps reading the same monitor.
+    pub(super) fn forget_generation(&self, keep_monitor: bool) {
         // SAFETY: never null; generations are freed only in `Drop`.
         let current = unsafe { &*self.shared.load(Ordering::Acquire) };
-        let monitor_required = current.monitor_required || current.source.get().is_some();
-        let fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, monitor_required));
-        #[cfg(any(test, feature = "testkit"))]
-        let fresh = self.fork_keeps_monitor(fresh, current);
+        let mut fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, false));
+        if keep_monitor {
+            let current: *const Shared<R> = current;
+            // SAFETY: `current` becomes an old generation, which is never
+            // freed while the cache lives (only the last one is, in `Drop`,
+            // and a generation's source is only read through the cache).
+            let current: &'static Shared<R> = unsafe { &*current };
+            fresh.monitor_required = current.monitor_required;
+            if let Some(src) = current.source.get() {
+                let _ = fresh.source.set(Box::new(KeptMonitor(&**src)));
+            }
+        } else {
+            fresh.monitor_required = current.monitor_required || current.source.get().is_some();
+        }
         let old = self.shared.swap(Box::into_raw(fresh), Ordering::AcqRel);
         // SAFETY: never null; deliberately leaked from here on (never freed).
         let old = unsafe { &*old };
@@ -103,40 +117,22 @@ impl<R: Registrar> Cache<R> {
         add(&self.counters.lane_releases_forgotten, r);
     }
 
-    /// The fault switch `fork_keeps_monitor`: the child's generation reads
-    /// the parent's monitor (the behaviour before F1 detached it).
-    #[cfg(any(test, feature = "testkit"))]
-    fn fork_keeps_monitor(&self, mut fresh: Box<Shared<R>>, current: &Shared<R>) -> Box<Shared<R>> {
-        if !self.config.faults.fork_keeps_monitor {
-            return fresh;
-        }
-        fresh.monitor_required = false;
-        let current: *const Shared<R> = current;
-        // SAFETY: `current` becomes an old generation, which is never freed
-        // while the cache lives (only the last one is, in `Drop`, and a
-        // generation's source is only read through the cache).
-        let current: &'static Shared<R> = unsafe { &*current };
-        if let Some(src) = current.source.get() {
-            let _ = fresh.source.set(Box::new(ParentMonitor(&**src)));
-        }
-        fresh
-    }
-
     /// Replays `Op::Fork` (spec.md#S2.6): forgets every registration without
     /// calling the registrar, as a forked child does at its first operation.
     /// Leases held now release as no-ops. The forgotten handles are leaked.
+    /// The process is the same, so the cache keeps reading its monitor.
     pub fn simulate_fork(&self) {
         let _ = self.shared();
-        self.with_forget_flag(|| self.forget_generation());
+        self.with_forget_flag(|| self.forget_generation(true));
     }
 }
 
-/// The parent's monitor, read by a child (fault switch `fork_keeps_monitor`).
-#[cfg(any(test, feature = "testkit"))]
-struct ParentMonitor(&'static dyn EventSource);
+/// An old generation's monitor, read by the next one: after a replayed fork
+/// (same process), or in a real child under the F1 fault switch (the
+/// behaviour before F1 detached it).
+struct KeptMonitor(&'static dyn EventSource);
 
-#[cfg(any(test, feature = "testkit"))]
-impl EventSource for ParentMonitor {
+impl EventSource for KeptMonitor {
     fn read_pending(&self, out: &mut Vec<super::ReleaseEvent>) {
         self.0.read_pending(out)
     }

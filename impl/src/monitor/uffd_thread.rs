@@ -183,6 +183,29 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#S2.6
+    fn a_replayed_fork_keeps_reading_the_monitor() {
+        // Op::Fork replayed in the same process: the monitor still watches
+        // this process's memory. Were it detached, the munmap below would
+        // wait forever for a read that the monitor thread no longer does.
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let _monitor = MonitorThread::start(&cache).unwrap();
+        let a = map(4 << 12);
+        drop(cache.acquire(a, 4 << 12, Access::LOCAL_WRITE).unwrap());
+        cache.simulate_fork();
+        drop(cache.acquire(a, 4 << 12, Access::LOCAL_WRITE).unwrap());
+        assert!(cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit(), "cached after the replayed fork");
+        // SAFETY: `a` is our mapping, no lease is held.
+        assert_eq!(unsafe { libc::munmap(a as *mut _, 4 << 12) }, 0);
+        let a2 = map(4 << 12);
+        if a2 == a {
+            assert!(!cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        }
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a2 as *mut _, 4 << 12) };
+    }
+
+    #[test]
     fn unwatchable_memory_is_refused_clearly() {
         let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
         let _monitor = MonitorThread::start(&cache).unwrap();
