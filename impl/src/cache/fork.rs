@@ -66,7 +66,7 @@ impl<R: Registrar> Cache<R> {
                 let keep_monitor = self.config.faults.fork_keeps_monitor;
                 #[cfg(not(any(test, feature = "testkit")))]
                 let keep_monitor = false;
-                self.forget_generation(keep_monitor);
+                let _leaked = self.forget_generation(keep_monitor);
                 self.pid.store(pid, Ordering::Release);
                 self.forks_seen.store(gen, Ordering::Release);
             }
@@ -91,7 +91,7 @@ impl<R: Registrar> Cache<R> {
     /// would take the parent's events; the fresh generation then caches
     /// nothing until a monitor is installed in it, if the old one read one
     /// (F1). A replayed fork (same process) keeps reading the same monitor.
-    pub(super) fn forget_generation(&self, keep_monitor: bool) {
+    pub(super) fn forget_generation(&self, keep_monitor: bool) -> usize {
         // SAFETY: never null; generations are freed only in `Drop`.
         let current = unsafe { &*self.shared.load(Ordering::Acquire) };
         let mut fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, false));
@@ -108,13 +108,15 @@ impl<R: Registrar> Cache<R> {
         } else {
             fresh.monitor_required = current.monitor_required || current.source.get().is_some();
         }
-        let old = self.shared.swap(Box::into_raw(fresh), Ordering::AcqRel);
-        // SAFETY: never null; deliberately leaked from here on (never freed).
-        let old = unsafe { &*old };
+        let old_ptr = self.shared.swap(Box::into_raw(fresh), Ordering::AcqRel);
+        // SAFETY: never null; leaked from here on (freed only by `Drop`, and
+        // only if a replayed fork replaced it).
+        let old = unsafe { &*old_ptr };
         add(&self.counters.forgotten, old.live_regs.load(Ordering::Acquire));
         let (h, r) = old.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
         add(&self.counters.lane_hits_forgotten, h);
         add(&self.counters.lane_releases_forgotten, r);
+        old_ptr as usize
     }
 
     /// Replays `Op::Fork` (spec.md#S2.6): forgets every registration without
@@ -123,7 +125,10 @@ impl<R: Registrar> Cache<R> {
     /// The process is the same, so the cache keeps reading its monitor.
     pub fn simulate_fork(&self) {
         let _ = self.shared();
-        self.with_forget_flag(|| self.forget_generation(true));
+        self.with_forget_flag(|| {
+            let old = self.forget_generation(true);
+            self.replayed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(old);
+        });
     }
 }
 

@@ -119,6 +119,11 @@ pub struct Cache<R: Registrar> {
     forks_seen: plain::AtomicU64,
     pid: plain::AtomicU32,
     forgetting: plain::AtomicBool,
+    /// Generations replaced by [`Cache::simulate_fork`] (same process): unlike
+    /// a real child's, they are freed in `Drop`, with their monitor (whose fd
+    /// would otherwise stay open, and a later munmap of watched memory wait
+    /// forever for a reader).
+    replayed: std::sync::Mutex<Vec<usize>>,
     /// Logical clock of uses (LRU) and GreedyDual-Size inflation value.
     clock: plain::AtomicU64,
     gds_floor: plain::AtomicU64,
@@ -175,6 +180,7 @@ impl<R: Registrar> Cache<R> {
             forks_seen: plain::AtomicU64::new(fork::generation()),
             pid: plain::AtomicU32::new(std::process::id()),
             forgetting: plain::AtomicBool::new(false),
+            replayed: std::sync::Mutex::new(Vec::new()),
             clock: plain::AtomicU64::new(0),
             gds_floor: plain::AtomicU64::new(0),
             next_id: plain::AtomicU64::new(1),
@@ -213,6 +219,17 @@ impl<R: Registrar> Drop for Cache<R> {
         // SAFETY: the current generation, created by Box::into_raw; no lease
         // can outlive the cache, so nothing refers to it any more.
         drop(unsafe { Box::from_raw(p) });
+        // The generations a replayed fork replaced, newest first (a newer one
+        // may read an older one's monitor). Same process: no fork happened,
+        // and no lease outlives the cache.
+        let replayed = std::mem::take(&mut *self.replayed.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if std::process::id() == self.pid.load(Ordering::Acquire) {
+            for g in replayed.into_iter().rev() {
+                // SAFETY: created by Box::into_raw, swapped out by
+                // `simulate_fork` and referred to by nothing any more.
+                drop(unsafe { Box::from_raw(g as *mut Shared<R>) });
+            }
+        }
     }
 }
 
