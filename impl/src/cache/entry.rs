@@ -75,7 +75,8 @@ pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
 #[inline]
 pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> {
     // SAFETY: the lease keeps the entry alive (A-H: nobody frees an entry
-    // with leases; forgotten generations are never freed).
+    // with leases; forgotten generations are freed, if ever, only in the
+    // cache's `Drop`, which no lease outlives).
     unsafe { lease.entry.0.as_ref() }
 }
 

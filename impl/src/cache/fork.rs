@@ -97,9 +97,11 @@ impl<R: Registrar> Cache<R> {
         let mut fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, false));
         if keep_monitor {
             let current: *const Shared<R> = current;
-            // SAFETY: `current` becomes an old generation, which is never
-            // freed while the cache lives (only the last one is, in `Drop`,
-            // and a generation's source is only read through the cache).
+            // SAFETY: `current` becomes an old generation, which is not
+            // freed while the cache lives (a replayed fork's are freed in
+            // `Drop`, newest first, so after the generation reading this
+            // one's source; a generation's source is only read through the
+            // cache).
             let current: &'static Shared<R> = unsafe { &*current };
             fresh.monitor_required = current.monitor_required;
             if let Some(src) = current.source.get() {
