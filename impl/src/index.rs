@@ -138,6 +138,10 @@ pub struct IntervalIndex<T, const ROOM: usize = { FANOUT + 1 }> {
     len: usize,
     /// Most entries since the last rebuild (see module docs).
     peak: usize,
+    /// Inserts ever made (never reset): while it is unchanged, a request
+    /// that had no covering entry still has none, since only an insert can
+    /// add one (the callers' A3 and A8 skip their lookups so).
+    inserts: u64,
 }
 
 /// What a removal left behind in a subtree.
@@ -257,7 +261,13 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             height: 0,
             len: 0,
             peak: 0,
+            inserts: 0,
         }
+    }
+
+    /// The number of inserts ever made (see the field's docs).
+    pub fn inserts(&self) -> u64 {
+        self.inserts
     }
 
     pub fn len(&self) -> usize {
@@ -321,6 +331,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             self.height += 1;
         }
         self.len += 1;
+        self.inserts += 1;
         self.peak = self.peak.max(self.len);
     }
 
@@ -399,6 +410,28 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         let max_end = right.max_end();
         let r = self.alloc_inner(right);
         Some((lo, max_end, r))
+    }
+
+    /// The entry with this first page and id, if present. `O(log n)`: one
+    /// descent by key (the eviction order's validity check, spec.md#A10).
+    pub fn find(&self, first: u64, id: u64) -> Option<&Slot<T>> {
+        let (mut node, mut level) = (self.root, self.height);
+        // One step per level: bounded by the height.
+        while level > 0 {
+            let inner = &self.inners[node as usize];
+            node = inner.child[inner.route((first, id))];
+            level -= 1;
+        }
+        let leaf = &self.leaves[node as usize];
+        let n = leaf.n;
+        let mut pos = leaf.starts[..n].partition_point(|&s| s < first);
+        while pos < n && leaf.starts[pos] == first {
+            if leaf.slots[pos].id == id {
+                return Some(&leaf.slots[pos]);
+            }
+            pos += 1;
+        }
+        None
     }
 
     /// Removes the entry with this first page and id. `O(B · log n)`

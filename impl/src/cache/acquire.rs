@@ -62,6 +62,8 @@ impl<R: Registrar> Cache<R> {
             }
         };
         let span = range.pages(self.page_size);
+        // The index's insert count when A1 missed (see `IntervalIndex::inserts`).
+        let mut a1_missed_at = None;
         if shared.queue.is_empty() {
             //= spec.md#A1
             //# if the queue is empty, take the lock *shared*; look up a covering
@@ -93,8 +95,9 @@ impl<R: Registrar> Cache<R> {
                 self.hot.bump(Hot::Hits);
                 return Ok(Lease::new(self, shared, e, true, false));
             }
+            a1_missed_at = Some(st.index.inserts());
         }
-        self.acquire_slow(shared, range, span, access)
+        self.acquire_slow(shared, range, span, access, a1_missed_at)
     }
 
     #[inline(never)]
@@ -104,10 +107,11 @@ impl<R: Registrar> Cache<R> {
         range: Range,
         span: PageSpan,
         access: Access,
+        a1_missed_at: Option<u64>,
     ) -> Result<Lease<'c, R>, Error> {
         // F1 with the pid: we are about to take the exclusive lock. (Same
         // generation as the fast path's unless a fork just happened.)
-        let _ = shared;
+        let first_shared: *const Shared<R> = shared;
         let shared = self.shared_slow();
         let mut deregs = DeregList::new(self, shared);
         let mut pressure_used = false;
@@ -120,7 +124,15 @@ impl<R: Registrar> Cache<R> {
             self.drain(shared, &mut st, &mut deregs);
             //= spec.md#A3
             //# look up again; on a hit, lease it, unlock, perform the dereg list, return.
-            if let Some(slot) = st.index.covering(span, access) {
+            // Skipped when nothing was inserted since A1 missed (the drain
+            // only removes): the lookup would miss again. Same generation
+            // only: a fork replaces the index.
+            let unchanged = attempts == 1
+                && std::ptr::eq(shared, first_shared)
+                && a1_missed_at == Some(st.index.inserts());
+            if unchanged {
+                // (no lookup)
+            } else if let Some(slot) = st.index.covering(span, access) {
                 let e = slot.value;
                 let entry = indexed(slot);
                 entry.state.acquire();
@@ -139,6 +151,9 @@ impl<R: Registrar> Cache<R> {
                 return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
             };
             let mut token = self.add_inflight(&mut st, plan.span);
+            // No entry covers the request now (A3): A8 may skip its lookup
+            // while nothing is inserted.
+            let a4_inserts = st.index.inserts();
             drop(st);
             deregs.perform();
             if let Some(src) = shared.source.get() {
@@ -174,7 +189,8 @@ impl<R: Registrar> Cache<R> {
             // Only an insert that could exceed a limit may evict (the drain
             // and displacement only remove entries): skip the O(n) note else.
             let noted = if self.could_exceed_limits(&st, plan.range.len) {
-                self.note_unleased(shared, &st, true)
+                let (regions, bytes) = self.insert_excess(&st, plan.range.len);
+                self.note_victims(shared, &mut st, regions, bytes)
             } else {
                 Noted::default()
             };
@@ -186,7 +202,10 @@ impl<R: Registrar> Cache<R> {
             //# inserted it): lease it and return it as a hit
             // Checked first (A7 "first A8's test"): a findable entry is fresh,
             // whether or not our own registration went stale meanwhile.
-            if let Some(slot) = st.index.covering(span, access) {
+            // Skipped when nothing was inserted since A4, which saw no cover
+            // (and the pressure trim only removes).
+            let a8 = if st.index.inserts() == a4_inserts { None } else { st.index.covering(span, access) };
+            if let Some(slot) = a8 {
                 let e = slot.value;
                 let entry = indexed(slot);
                 entry.state.acquire();
@@ -267,7 +286,7 @@ impl<R: Registrar> Cache<R> {
         token: &mut u64,
     ) -> Result<(), Error> {
         let mut st = self.write(shared);
-        let noted = self.note_unleased(shared, &st, false);
+        let noted = self.note_all_unleased(shared, &mut st);
         self.drain(shared, &mut st, deregs);
         st.take_inflight(*token);
         self.evict_all_unleased(shared, &mut st, deregs, &noted);
@@ -413,6 +432,7 @@ impl<R: Registrar> Cache<R> {
             priority: plain::AtomicU64::new(0),
             cost: per_page_cost_ns(plan.span.count(), self.page_size),
             memoized: plain::AtomicBool::new(false),
+            noted: plain::AtomicU64::new(0),
             view,
             keys,
             handle: ManuallyDrop::new(handle),
@@ -422,6 +442,7 @@ impl<R: Registrar> Cache<R> {
         self.touch(&entry);
         let e = EntryPtr::new(entry);
         st.index.insert(plan.span, id, plan.access, e);
+        self.add_candidate(st, e, plan.span.first, id);
         st.cached_bytes += bytes;
         shared.cached.fetch_add(1, Ordering::Relaxed);
         inc(&self.counters.registrations);
@@ -443,8 +464,15 @@ impl<R: Registrar> Cache<R> {
     /// [`Cache::may_hold`] reads. The hull grows before the registrar runs, so
     /// an event that misses it happened before the registration began.
     pub(super) fn add_inflight(&self, st: &mut State<R>, span: PageSpan) -> u64 {
-        self.hull_lo.fetch_min(span.first, Ordering::SeqCst);
-        self.hull_hi.fetch_max(span.end, Ordering::SeqCst);
+        // Written only when it grows: a hull already holding the span was
+        // read as such by any event that read it since (it only grows), so
+        // skipping the write changes nothing `may_hold` can answer.
+        if span.first < self.hull_lo.load(Ordering::SeqCst) {
+            self.hull_lo.fetch_min(span.first, Ordering::SeqCst);
+        }
+        if span.end > self.hull_hi.load(Ordering::SeqCst) {
+            self.hull_hi.fetch_max(span.end, Ordering::SeqCst);
+        }
         st.add_inflight(span)
     }
 }

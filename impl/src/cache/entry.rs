@@ -24,6 +24,9 @@ pub(crate) struct Entry<R: Registrar> {
     pub(super) cost: u64,
     /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
     pub(super) memoized: plain::AtomicBool,
+    /// The number of the last note (A6, R2, trim) that found it unleased.
+    /// Written only under the lock exclusive (the lock orders it).
+    pub(super) noted: plain::AtomicU64,
     pub(crate) view: RegView,
     pub(crate) keys: Keys,
     /// Taken exactly once by the deregistration owner (or by the P3 fault).

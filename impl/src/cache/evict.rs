@@ -9,15 +9,18 @@ use super::generation::{Shared, State};
 use super::stats::inc;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
+use super::entry::EntryPtr;
+use super::evict_order::{policy_key, Candidate};
 use mrcache_types::config::EvictionPolicy;
 
-/// Ids of the entries an eviction pass may take (see [`Cache::note_unleased`]).
+/// The entries an eviction pass may take (see [`Cache::note_victims`]): those
+/// whose `noted` number is this note's. `Noted(0)` notes nothing.
 #[derive(Default)]
-pub(super) struct Noted(pub(super) Vec<u64>);
+pub(super) struct Noted(u64);
 
 impl Noted {
-    pub(super) fn contains(&self, id: u64) -> bool {
-        self.0.binary_search(&id).is_ok()
+    pub(super) fn contains<R: Registrar>(&self, e: &Entry<R>) -> bool {
+        self.0 != 0 && e.noted.load(Ordering::Relaxed) == self.0
     }
 }
 
@@ -28,58 +31,172 @@ impl<R: Registrar> Cache<R> {
             || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes > m)
     }
 
-    //= spec.md#S6.3
-    /// The next victim among unleased findable entries: least (last_use, id)
-    /// for LRU, least (H, last_use, id) for GreedyDual-Size.
-    /// Returns `(first page, id, priority)`.
-    pub(super) fn victim(&self, st: &State<R>, noted: &Noted) -> Option<(u64, u64, u64)> {
-        let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
-        // (sort key, first page, id, priority) of the best candidate so far.
-        type Candidate = ((u64, u64, u64), u64, u64, u64);
-        let mut best: Option<Candidate> = None;
-        for (s, slot) in st.index.iter() {
-            let e = indexed(slot);
-            // Noted unleased and not leased since (an entry is never leased
-            // again once unleased under our lock: leasing needs the lock).
-            if !noted.contains(slot.id) || e.state.leases() != 0 {
-                continue;
-            }
-            let last = e.last_use.load(Ordering::Relaxed);
-            let prio = e.priority.load(Ordering::Relaxed);
-            let key = if cost_aware { (prio, last, slot.id) } else { (last, slot.id, 0) };
-            let better = match &best {
-                None => true,
-                Some(b) => key < b.0,
-            };
-            if better {
-                best = Some((key, s.first, slot.id, prio));
-            }
-        }
-        best.map(|(_, first, id, prio)| (first, id, prio))
+    fn cost_aware(&self) -> bool {
+        self.config.contract.eviction == EvictionPolicy::CostAware
     }
 
-    /// A6 / R2 / S2.8: the findable entries unleased now, read (SeqCst)
-    /// after raising the over-limit flag if `raise_flag`. Taken *before* the
-    /// drain: an event queued before a release this note sees was pushed
+    /// The entry's current policy key ([`policy_key`]).
+    fn key_now(&self, e: &Entry<R>, id: u64) -> (u64, u64, u64) {
+        policy_key(self.cost_aware(), e.last_use.load(Ordering::Relaxed), e.priority.load(Ordering::Relaxed), id)
+    }
+
+    /// A9: the new entry becomes a victim candidate (with limits only:
+    /// nothing else evicts in policy order).
+    pub(super) fn add_candidate(&self, st: &mut State<R>, e: EntryPtr<R>, first: u64, id: u64) {
+        if !self.limits_active {
+            return;
+        }
+        // SAFETY: just inserted by A9 under the lock exclusive, which we hold.
+        let key = self.key_now(unsafe { e.get() }, id);
+        st.order.push(Candidate { key, first });
+        if st.order.needs_rebuild(st.index.len()) {
+            // One candidate per entry, except those a pending note holds
+            // out (A9 runs between A6's note and A10): they come back from
+            // `st.noted`.
+            let held_out: std::collections::HashSet<u64> = st.noted.iter().map(|c| c.id()).collect();
+            let fresh: Vec<Candidate> = st
+                .index
+                .iter()
+                .filter(|(_, slot)| !held_out.contains(&slot.id))
+                .map(|(s, slot)| Candidate { key: self.key_now(indexed(slot), slot.id), first: s.first })
+                .collect();
+            st.order.rebuild(fresh.into_iter());
+        }
+    }
+
+    //= spec.md#A6
+    //# raise the over-limit flag and note which findable entries are
+    //# unleased (one sequentially consistent read each)
+    /// A6 / R2: after raising the over-limit flag, notes the unleased
+    /// findable entries A10 may need: in policy order (S6.3), the least ones
+    /// until they cover the excess of `regions` entries and `bytes` bytes
+    /// (the insert's excess in A6, the current one in R2). Taken *before*
+    /// the drain: an event queued before a release this note sees was pushed
     /// before the note (the release came after the event returned), so the
     /// drain applies it before any victim is chosen. Releases after the note
-    /// are treated as leased (they take effect after this operation) and, with
-    /// the flag raised, run R2 themselves.
-    pub(super) fn note_unleased(&self, shared: &Shared<R>, st: &State<R>, raise_flag: bool) -> Noted {
-        if raise_flag {
-            shared.over_limit.store(true, Ordering::SeqCst);
-        }
+    /// are treated as leased (they take effect after this operation) and,
+    /// with the flag raised, run R2 themselves.
+    ///
+    /// Noting this prefix instead of every unleased entry chooses the same
+    /// victims: noted entries are not used until A10 (lock exclusive, lanes
+    /// revoked), so their keys and order stay; the drain and the
+    /// displacement only remove entries, each removal lowering the excess by
+    /// at least as much as it removes from the prefix; so the noted entries
+    /// still findable cover what A10 must evict, and they are the least ones
+    /// of the full note. Debug builds check this against the full note.
+    pub(super) fn note_victims(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> Noted {
+        shared.over_limit.store(true, Ordering::SeqCst);
         //= spec.md#LN5
         //# A6 (when it notes), R2 and trim revoke every slot before they note
-        self.revoke(shared, |_| true);
-        let mut ids: Vec<u64> = st
-            .index
+        self.revoke_all(shared);
+        let noted = self.next_note(st);
+        // Candidates left by an operation that noted and then exited before
+        // A10 (A7, A8): they go back into the order first.
+        let mut prefix = std::mem::take(&mut st.noted);
+        for c in prefix.drain(..) {
+            st.order.push(c);
+        }
+        #[cfg(debug_assertions)]
+        {
+            st.full_note = st.index.iter().filter(|(_, slot)| indexed(slot).state.leases() == 0).map(|(_, slot)| slot.id).collect();
+            st.full_note.sort_unstable();
+        }
+        let (mut n, mut b) = (0u64, 0u64);
+        let mut passed = std::mem::take(&mut st.passed);
+        // Bounded: each turn pops a candidate; a re-push needs a use of that
+        // entry since its last push, and a noted entry is not used until A10.
+        while n < regions || b < bytes {
+            let Some(c) = st.order.pop() else { break };
+            let Some(slot) = st.index.find(c.first, c.id()) else {
+                continue; // its entry left the index: garbage
+            };
+            let e = indexed(slot);
+            if e.state.leases() != 0 {
+                passed.push(c);
+                continue;
+            }
+            // Unleased: not used until we unlock, so this key is stable.
+            let key = self.key_now(e, c.id());
+            if key != c.key {
+                debug_assert!(key > c.key, "policy keys only grow");
+                st.order.push(Candidate { key, first: c.first });
+                continue;
+            }
+            e.noted.store(noted.0, Ordering::Relaxed);
+            n += 1;
+            b += e.view.len;
+            prefix.push(c);
+        }
+        // The full note A10 is checked against (debug builds): what this walk
+        // read for the entries it read, and an SeqCst read of its own (taken
+        // before the walk, within the same note) for the rest. Both are notes
+        // the spec allows: one read per entry, between the flag and the drain.
+        #[cfg(debug_assertions)]
+        {
+            let leased_in_walk: std::collections::HashSet<u64> = passed.iter().map(|c| c.id()).collect();
+            st.full_note.retain(|id| !leased_in_walk.contains(id));
+            st.full_note.extend(prefix.iter().map(|c| c.id()));
+            st.full_note.sort_unstable();
+            st.full_note.dedup();
+        }
+        for c in passed.drain(..) {
+            st.order.push(c);
+        }
+        st.passed = passed;
+        st.noted = prefix;
+        noted
+    }
+
+    /// A new note number.
+    fn next_note(&self, st: &mut State<R>) -> Noted {
+        st.note_epoch += 1;
+        Noted(st.note_epoch)
+    }
+
+    /// S2.8 (trim): every findable entry unleased now, read (SeqCst) after
+    /// revoking the lanes; before the drain, as in [`Self::note_victims`].
+    pub(super) fn note_all_unleased(&self, shared: &Shared<R>, st: &mut State<R>) -> Noted {
+        //= spec.md#LN5
+        //# A6 (when it notes), R2 and trim revoke every slot before they note
+        self.revoke_all(shared);
+        let noted = self.next_note(st);
+        for (_, slot) in st.index.iter() {
+            let e = indexed(slot);
+            if e.state.leases() == 0 {
+                e.noted.store(noted.0, Ordering::Relaxed);
+            }
+        }
+        noted
+    }
+
+    /// The excess A6 notes for: one more entry of `bytes`, per limit.
+    pub(super) fn insert_excess(&self, st: &State<R>, bytes: u64) -> (u64, u64) {
+        let l = &self.config.contract.limits;
+        (
+            l.max_regions.map_or(0, |m| (st.index.len() as u64 + 1).saturating_sub(m)),
+            l.max_pinned_bytes.map_or(0, |m| st.cached_bytes.saturating_add(bytes).saturating_sub(m)),
+        )
+    }
+
+    /// The excess R2 notes for: the current one.
+    pub(super) fn current_excess(&self, st: &State<R>) -> (u64, u64) {
+        let l = &self.config.contract.limits;
+        (
+            l.max_regions.map_or(0, |m| (st.index.len() as u64).saturating_sub(m)),
+            l.max_pinned_bytes.map_or(0, |m| st.cached_bytes.saturating_sub(m)),
+        )
+    }
+
+    /// Debug builds: the victim the full note would give (the least noted
+    /// entry still findable and unleased), to check [`Self::enforce_limits`].
+    #[cfg(debug_assertions)]
+    fn full_note_victim(&self, st: &State<R>) -> Option<u64> {
+        st.index
             .iter()
-            .filter(|(_, slot)| indexed(slot).state.leases() == 0)
-            .map(|(_, slot)| slot.id)
-            .collect();
-        ids.sort_unstable();
-        Noted(ids)
+            .filter(|(_, slot)| st.full_note.binary_search(&slot.id).is_ok() && indexed(slot).state.leases() == 0)
+            .map(|(_, slot)| self.key_now(indexed(slot), slot.id))
+            .min()
+            .map(|k| k.2)
     }
 
     /// Whether inserting one more entry of `bytes` could put the cache over a
@@ -92,7 +209,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// Clears the over-limit flag when within limits (an exit that evicts
-    /// nothing after [`Cache::note_unleased`] raised it).
+    /// nothing after [`Cache::note_victims`] raised it).
     pub(super) fn settle_over_limit(&self, shared: &Shared<R>, st: &State<R>) {
         if self.limits_active && !self.over_limits(st) {
             shared.over_limit.store(false, Ordering::SeqCst);
@@ -114,11 +231,36 @@ impl<R: Registrar> Cache<R> {
         if !self.limits_active {
             return;
         }
+        if noted.0 == 0 {
+            // Nothing noted (A6 found no excess possible): no victims.
+            self.settle_over_limit(shared, st);
+            return;
+        }
+        let prefix = std::mem::take(&mut st.noted);
+        let mut rest = prefix.iter();
+        // Bounded by the noted candidates.
         while self.over_limits(st) {
-            let Some((first, id, prio)) = self.victim(st, noted) else { break };
+            let Some(c) = rest.next() else { break };
+            let Some(slot) = st.index.find(c.first, c.id()) else { continue };
+            let e = indexed(slot);
+            if !noted.contains(e) || e.state.leases() != 0 {
+                debug_assert!(false, "a noted entry was leased before A10");
+                st.order.push(*c);
+                continue;
+            }
+            #[cfg(debug_assertions)]
+            assert_eq!(self.full_note_victim(st), Some(c.id()), "the noted prefix chose another victim than the full note");
+            let prio = e.priority.load(Ordering::Relaxed);
             self.gds_floor.fetch_max(prio, Ordering::Relaxed);
             inc(&self.counters.evictions);
-            self.uncache(shared, st, first, id, deregs, false);
+            self.uncache(shared, st, c.first, c.id(), deregs, false);
+        }
+        #[cfg(debug_assertions)]
+        if self.over_limits(st) {
+            assert_eq!(self.full_note_victim(st), None, "the noted prefix ran out before the full note");
+        }
+        for c in rest {
+            st.order.push(*c);
         }
         self.settle_over_limit(shared, st);
     }
@@ -135,7 +277,7 @@ impl<R: Registrar> Cache<R> {
         let unleased: Vec<(u64, u64)> = st
             .index
             .iter()
-            .filter(|(_, slot)| noted.contains(slot.id) && indexed(slot).state.leases() == 0)
+            .filter(|(_, slot)| noted.contains(indexed(slot)) && indexed(slot).state.leases() == 0)
             .map(|(s, slot)| (s.first, slot.id))
             .collect();
         for (first, id) in unleased {
@@ -154,10 +296,12 @@ impl<R: Registrar> Cache<R> {
         if !self.limits_active {
             return;
         }
+        // fetch_max, not a store: two concurrent uses may store out of
+        // order, and the eviction order needs keys that only grow.
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
-        entry.last_use.store(now, Ordering::Relaxed);
+        entry.last_use.fetch_max(now, Ordering::Relaxed);
         if self.config.contract.eviction == EvictionPolicy::CostAware {
-            entry.priority.store(self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost), Ordering::Relaxed);
+            entry.priority.fetch_max(self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost), Ordering::Relaxed);
         }
     }
 
@@ -172,6 +316,8 @@ impl<R: Registrar> Cache<R> {
         for (_, slot) in st.index.take_all() {
             self.retire(shared, &mut st, slot, &mut deregs, false);
         }
+        st.order.clear();
+        st.noted.clear();
         shared.over_limit.store(false, Ordering::SeqCst);
         drop(st);
         deregs.perform();
@@ -185,7 +331,7 @@ impl<R: Registrar> Cache<R> {
         let shared = self.shared_slow();
         let mut deregs = DeregList::new(self, shared);
         let mut st = self.write(shared);
-        let noted = self.note_unleased(shared, &st, false);
+        let noted = self.note_all_unleased(shared, &mut st);
         self.drain(shared, &mut st, &mut deregs);
         self.evict_all_unleased(shared, &mut st, &mut deregs, &noted);
         drop(st);

@@ -31,6 +31,19 @@ pub(crate) struct State<R: Registrar> {
     pub(super) next_token: u64,
     /// Bytes of findable entries (max_pinned_bytes, S6.4).
     pub(super) cached_bytes: u64,
+    /// Victim candidates in policy order (A10, R2), kept only with limits.
+    pub(super) order: super::evict_order::EvictionOrder,
+    /// The last note's number (A6, R2, trim; 0: none yet).
+    pub(super) note_epoch: u64,
+    /// The candidates the last A6 / R2 note took out of `order`, in policy
+    /// order, until its A10 (or the next note) puts them back.
+    pub(super) noted: Vec<super::evict_order::Candidate>,
+    /// Scratch for the note: leased candidates passed over (kept for its
+    /// allocation).
+    pub(super) passed: Vec<super::evict_order::Candidate>,
+    /// Debug builds: the ids the full note would have noted (A10's check).
+    #[cfg(debug_assertions)]
+    pub(super) full_note: Vec<u64>,
 }
 
 impl<R: Registrar> State<R> {
@@ -84,6 +97,12 @@ impl<R: Registrar> Shared<R> {
                 inflight: Vec::new(),
                 next_token: 0,
                 cached_bytes: 0,
+                order: Default::default(),
+                note_epoch: 0,
+                noted: Vec::new(),
+                passed: Vec::new(),
+                #[cfg(debug_assertions)]
+                full_note: Vec::new(),
             }),
             queue: InvalidationQueue::with_capacity(queue_capacity),
             over_limit: AtomicBool::new(false),

@@ -237,6 +237,13 @@ pub(crate) struct Lane<R: Registrar> {
     /// increments: no shared counter on the hit path). `Stats` adds them.
     hits: plain::AtomicU64,
     releases: plain::AtomicU64,
+    /// Memos made (LN2, under the cache lock shared), and their number when
+    /// a revoke of every slot last left them all null (under the lock
+    /// exclusive): equal means no slot points anywhere, so the revoke of
+    /// every slot before a note (LN5) skips the lane instead of reading each
+    /// slot. Ordered by the cache lock.
+    memos: plain::AtomicU64,
+    clean_at: plain::AtomicU64,
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
     claim: Arc<plain::AtomicBool>,
@@ -334,6 +341,8 @@ impl<R: Registrar> Lanes<R> {
                     slots: (0..self.slots_per_lane).map(|_| LaneSlot::new()).collect(),
                     hits: plain::AtomicU64::new(0),
                     releases: plain::AtomicU64::new(0),
+                    memos: plain::AtomicU64::new(0),
+                    clean_at: plain::AtomicU64::new(0),
                     claim: Arc::new(plain::AtomicBool::new(true)),
                 }));
                 match cell.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
@@ -487,6 +496,7 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     // Before `ptr` is published: a revoke that sees the flag clear finds no
     // slot pointing to the entry (both under the cache lock).
     e.memoized.store(true, Ordering::Relaxed);
+    lane.memos.store(lane.memos.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     s.key_first.store(span.first, Ordering::Relaxed);
     s.key_rest.store(key_rest(span, access), Ordering::Relaxed);
     s.passed_over.store(0, Ordering::Relaxed);
@@ -689,6 +699,17 @@ impl<R: Registrar> Cache<R> {
     //# `remote`, then `held`) is above 0, pin it
     /// Revokes the lane memos of the entries `which` selects (lock exclusive).
     pub(super) fn revoke(&self, shared: &Shared<R>, which: impl Fn(*mut Entry<R>) -> bool) {
+        self.revoke_where(shared, false, which)
+    }
+
+    /// Revokes every slot's memo (A6, R2 and trim before they note).
+    pub(super) fn revoke_all(&self, shared: &Shared<R>) {
+        self.revoke_where(shared, true, |_| true)
+    }
+
+    /// `every`: `which` selects every entry (so a lane whose memos are all
+    /// revoked already can be skipped).
+    fn revoke_where(&self, shared: &Shared<R>, every: bool, which: impl Fn(*mut Entry<R>) -> bool) {
         let mut installed = shared.lanes.installed().peekable();
         if installed.peek().is_none() {
             return;
@@ -696,6 +717,13 @@ impl<R: Registrar> Cache<R> {
         let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
         let mut nulled = Vec::new();
         for l in installed {
+            let memos = l.memos.load(Ordering::Relaxed);
+            if every && memos == l.clean_at.load(Ordering::Relaxed) {
+                continue; // no memo since the last revoke of every slot
+            }
+            if every {
+                l.clean_at.store(memos, Ordering::Relaxed);
+            }
             for s in l.slots() {
                 let p = s.ptr.load(Ordering::Relaxed);
                 if !p.is_null() && which(p) {

@@ -75,6 +75,7 @@ mod dereg;
 mod entry;
 mod events;
 mod evict;
+mod evict_order;
 mod fork;
 mod generation;
 mod harness;

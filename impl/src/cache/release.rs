@@ -50,7 +50,8 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#R2
             //# else if the count reached 0 and the over-limit flag is set: take
             //# the lock exclusive, raise the flag and note the unleased entries
-            //# (as A6), drain, evict (A10), unlock, perform the dereg list.
+            //# (as A6, covering the current excess), drain, evict (A10), unlock,
+            //# perform the dereg list.
             Released::Unleased => {
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
                     self.release_over_limit(shared);
@@ -66,7 +67,8 @@ impl<R: Registrar> Cache<R> {
         }
         let mut deregs = DeregList::new(self, shared);
         let mut st = self.write(shared);
-        let noted = self.note_unleased(shared, &st, true);
+        let (regions, bytes) = self.current_excess(&st);
+        let noted = self.note_victims(shared, &mut st, regions, bytes);
         self.drain(shared, &mut st, &mut deregs);
         self.enforce_limits(shared, &mut st, &mut deregs, &noted);
         drop(st);
