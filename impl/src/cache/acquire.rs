@@ -187,7 +187,7 @@ impl<R: Registrar> Cache<R> {
             //# consistent read each); drain.
             let mut st = self.write(shared);
             // Only an insert that could exceed a limit may evict (the drain
-            // and displacement only remove entries): skip the O(n) note else.
+            // and displacement only remove entries): skip the note else.
             let noted = if self.could_exceed_limits(&st, plan.range.len) {
                 let (regions, bytes) = self.insert_excess(&st, plan.range.len);
                 self.note_victims(shared, &mut st, regions, bytes)

@@ -15,7 +15,12 @@
 //! - per entry, the **state word** ([`EntryState`]: lease count + INVALID) and
 //!   the LRU / GreedyDual-Size stamps, all atomics, so the hit path only needs
 //!   the lock shared;
-//! - the **over-limit flag** (R2).
+//! - the **over-limit flag** (R2);
+//! - with limits, the **eviction order** ([`evict_order`]): a lazy min-heap
+//!   of victim candidates in policy order, under the lock exclusive, so that
+//!   A6 / R2 note only the least unleased entries that cover the excess and
+//!   A10 evicts them without scanning the index (spec.md#A6 allows the
+//!   shorter note; debug builds check each victim against the full note).
 //!
 //! The registrar is never called with the lock held. Every deregistration is
 //! collected in a per-operation dereg list and performed after the lock is
