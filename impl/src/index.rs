@@ -649,11 +649,24 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             0 => return None,
             i => i - 1,
         };
-        if c > 0 && leaf.ep[c - 1].pmax >= g {
-            return self.covering_walk(span, access);
+        // No entry of an earlier leaf reaches `g` (the descent checked every
+        // earlier sibling's prefix maximum), so the covering entries are
+        // among this leaf's candidates `0..=c`: walk them backwards while
+        // the prefix maximum before them still reaches `g` (overlapping
+        // entries, e.g. 16 KiB at an 8 KiB stride), keeping the lowest id.
+        // Bounded by the leaf: O(B), no second descent.
+        let mut best: Option<&Slot<T>> = None;
+        let mut j = c;
+        loop {
+            let s = &leaf.slots[j];
+            if leaf.ep[j].end >= g && s.access.suffices_for(access) && best.is_none_or(|b| s.id < b.id) {
+                best = Some(s);
+            }
+            if j == 0 || leaf.ep[j - 1].pmax < g {
+                return best;
+            }
+            j -= 1;
         }
-        let s = &leaf.slots[c];
-        (leaf.ep[c].end >= g && s.access.suffices_for(access)).then_some(s)
     }
 
     /// [`Self::covering`] when several entries may cover: the full walk.
