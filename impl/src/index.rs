@@ -89,6 +89,29 @@ pub struct Slot<T> {
     pub value: T,
 }
 
+/// Asks for every cache line of a leaf's first pages at once, before its
+/// binary search: the search's probes would otherwise miss one line after
+/// another (a leaf's `starts` span five lines), and a hit among 10⁵ scattered
+/// entries waits on those misses. A hint only: no effect on results.
+#[inline(always)]
+fn prefetch_leaf<T, const ROOM: usize>(leaf: &Leaf<T, ROOM>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = leaf.starts.as_ptr().cast::<i8>();
+        let bytes = std::mem::size_of_val(&leaf.starts);
+        let mut off = 0;
+        // Bounded by the array's size (ROOM * 8 bytes).
+        while off < bytes {
+            // SAFETY: a prefetch is a hint that never faults; the address is
+            // inside `leaf.starts`.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(off)) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = leaf;
+}
+
 /// An entry's end page and the prefix maximum of the ends up to it, side by
 /// side: a hit reads both from one cache line.
 #[derive(Clone, Copy, Debug, Default)]
@@ -642,6 +665,9 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 return None;
             }
             node = inner.child[c] as usize;
+            if level == 1 {
+                prefetch_leaf(&self.leaves[node]);
+            }
             level -= 1;
         }
         let leaf = &self.leaves[node];

@@ -244,3 +244,33 @@ fn lane_slots_must_be_a_power_of_two_in_range() {
         assert_eq!(c.diagnostics().lane_hits, 1);
     }
 }
+
+/// A lane whose memos are not hit (more buffers in turn than slots) goes
+/// dry: it probes and memoizes on one acquire in 16, so its misses stop
+/// paying for it. When keys repeat again its sampled probes hit and it
+/// leaves the spell: a hot loop is served by the lane again.
+#[test]
+fn a_dry_lane_recovers_when_keys_repeat() {
+    let c = cache();
+    let buffers = 4 * u64::from(CacheConfig::default().lane_slots);
+    for round in 0..3 {
+        for i in 0..buffers {
+            let l = c.acquire(A + i * LEN, LEN, Access::LOCAL_WRITE).unwrap();
+            assert_eq!(l.hit(), round > 0);
+            l.release();
+        }
+    }
+    let thrash_hits = c.diagnostics().lane_hits;
+    // Each buffer came back after 4 × the slots: no memo survives that.
+    assert!(thrash_hits < buffers / 8, "lane hits while thrashing: {thrash_hits}");
+    for _ in 0..4000 {
+        let l = c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap();
+        assert!(l.hit());
+        assert_eq!(l.view().id, 1, "a lane hit returns A1's answer");
+        l.release();
+    }
+    let hot = c.diagnostics().lane_hits - thrash_hits;
+    // Back within a few windows (64 probes each, 16 acquires per probe while
+    // dry): most of the hot loop is lane hits.
+    assert!(hot > 3000, "lane hits in the hot loop: {hot}");
+}
