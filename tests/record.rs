@@ -205,6 +205,13 @@ fn records_a_tiny_mpi_program_at_two_ranks() {
 
 /// A job killed by SIGTERM keeps the records written so far: the recorder
 /// flushes on the signal, and the trace still parses.
+///
+/// The signal comes after progress, not after a time: rank 0 sends SIGTERM
+/// to mpirun (its parent) after 50 broadcasts, and mpirun passes it to the
+/// ranks as it would the recorder's `--timeout` signal. (Stopping the job
+/// after a fixed 15 s failed on a loaded machine, where mpirun took longer
+/// than that to start the ranks: no acquire had happened yet.) The timeouts
+/// left only bound a hung job.
 #[test]
 fn a_job_stopped_by_sigterm_keeps_its_trace() {
     let dir = scratch("record-sigterm");
@@ -212,13 +219,17 @@ fn a_job_stopped_by_sigterm_keeps_its_trace() {
     std::fs::write(
         &src,
         r#"#include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     static char buf[1 << 16];
-    for (int i = 0; i < 100000; i++) {   /* ~100 s: the test stops it after 3 */
+    for (int i = 0; i < 100000; i++) {   /* ~100 s: stopped after 50 */
         MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (rank == 0 && i == 50) kill(getppid(), SIGTERM);   /* mpirun */
         usleep(1000);
     }
     MPI_Finalize();
@@ -232,9 +243,9 @@ int main(int argc, char **argv) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out_dir = dir.join("traces");
     let run = Command::new("timeout")
-        .args(["60", env!("CARGO_BIN_EXE_mrcache"), "record", "-o"])
+        .args(["600", env!("CARGO_BIN_EXE_mrcache"), "record", "-o"])
         .arg(&out_dir)
-        .args(["--timeout", "15", "--", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["--timeout", "300", "--", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
         .arg(&exe)
         .output()
         .unwrap();
