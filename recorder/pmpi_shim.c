@@ -204,11 +204,20 @@ static void rec_begin(uint64_t t, int in_mpi) {
     if (t_tid) { PUTS(",\"thread\":"); put_u64((uint64_t)t_tid); }
     if (in_mpi) PUTS(",\"in_mpi\":true");
 }
+/* Records are also written out when the oldest unwritten one is older than
+ * this: a rank that dies without running the SIGTERM handler (mpirun's
+ * SIGKILL after its SIGTERM, on a loaded machine) loses at most this much of
+ * its trace, not the whole buffer. Timed by the records' own clock. */
+#define FLUSH_AFTER_NS 100000000ull
+static uint64_t g_last_flush_t;
 static void rec_end(void) {
     PUTS("}\n");
     g_committed = g_used;
     g_records++;
-    if (g_used > BUF_SIZE - BUF_SLACK) flush_locked();
+    if (g_used > BUF_SIZE - BUF_SLACK || g_last_t - g_last_flush_t > FLUSH_AFTER_NS) {
+        flush_locked();
+        g_last_flush_t = g_last_t;
+    }
 }
 
 /* ------------------------------------------------------------------------ */
