@@ -170,6 +170,9 @@ pub struct Diagnostics {
     pub queue_capacity: u64,
     /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
+    /// Releases its owner thread made on its own lane (spec.md#LN3, the
+    /// fast release), included in `Stats::releases`.
+    pub lane_releases: u64,
     /// Lanes this generation has made (at most [`MAX_LANES`]).
     pub lanes: u64,
     /// Lane slots holding a pin now (LN5: revoked while leased).
@@ -234,6 +237,7 @@ impl<R: Registrar> Cache<R> {
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
             lane_hits: self.lane_counts(shared).0,
+            lane_releases: self.lane_counts(shared).1,
             lanes: shared.lanes.installed().count() as u64,
             pinned_slots: shared
                 .lanes
