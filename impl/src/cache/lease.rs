@@ -106,12 +106,15 @@ impl<R: Registrar> fmt::Debug for Lease<'_, R> {
 }
 
 impl<'c, R: Registrar + 'static> Lease<'c, R> {
-    /// The same lease with its borrow of the cache erased.
+    /// The same lease with its borrow of the cache erased, for an owner that
+    /// keeps the cache alive by other means: [`OwnedLease`] (an `Arc`), the C
+    /// API (its handle owns the cache and refuses to be destroyed while a
+    /// lease is out). Costs nothing: the lease is the same bits.
     ///
     /// # Safety
     /// The cache (and so every generation it owns: old ones are freed only
     /// in its `Drop`) must outlive the returned lease.
-    pub(super) unsafe fn erase_borrow(self) -> Lease<'static, R> {
+    pub unsafe fn erase_borrow(self) -> Lease<'static, R> {
         let this = std::mem::ManuallyDrop::new(self);
         let cache: *const Cache<R> = this.cache;
         let shared: *const Shared<R> = this.shared;
