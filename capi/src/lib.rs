@@ -22,7 +22,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use registrar::{mrcache_dereg_fn, mrcache_reg_fn, mrcache_registrar_t};
+pub use registrar::mrcache_registrar_t;
 pub use slab::mrcache_lease_t;
 pub use status::mrcache_status_t;
 

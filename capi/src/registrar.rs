@@ -14,22 +14,8 @@ use mrcache_types::{Access, Range};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
-/// `reg(ctx, addr, len, access, &handle, &lkey, &rkey)`: pin `[addr,
-/// addr+len)` (page-aligned) with `access` (`MRCACHE_ACCESS_*` bits); store a
-/// handle and the keys; return 0 or an errno.
-pub type mrcache_reg_fn = unsafe extern "C" fn(
-    ctx: *mut c_void,
-    addr: *mut c_void,
-    len: usize,
-    access: u32,
-    handle: *mut *mut c_void,
-    lkey: *mut u32,
-    rkey: *mut u32,
-) -> c_int;
-
-/// `dereg(ctx, handle)`: unpin a handle `reg` returned; 0 or an errno (the
-/// handle is gone either way: it is never passed again).
-pub type mrcache_dereg_fn = unsafe extern "C" fn(ctx: *mut c_void, handle: *mut c_void) -> c_int;
+type RegFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32, *mut *mut c_void, *mut u32, *mut u32) -> c_int;
+type DeregFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 
 /// A registrar: two callbacks and their context.
 ///
@@ -41,10 +27,25 @@ pub type mrcache_dereg_fn = unsafe extern "C" fn(ctx: *mut c_void, handle: *mut 
 pub struct mrcache_registrar_t {
     /// Passed to both callbacks as is.
     pub ctx: *mut c_void,
-    /// Required.
-    pub reg: Option<mrcache_reg_fn>,
-    /// Required.
-    pub dereg: Option<mrcache_dereg_fn>,
+    /// Required. `reg(ctx, addr, len, access, &handle, &lkey, &rkey)`: pin
+    /// `[addr, addr+len)` (page-aligned) with `access` (`MRCACHE_ACCESS_*`
+    /// bits); store a handle and the keys; return 0 or an errno (a negative
+    /// errno counts as its absolute value). ENOMEM and EAGAIN make the cache
+    /// evict its unleased registrations and retry once (spec.md#S5.4).
+    pub reg: Option<
+        unsafe extern "C" fn(
+            ctx: *mut c_void,
+            addr: *mut c_void,
+            len: usize,
+            access: u32,
+            handle: *mut *mut c_void,
+            lkey: *mut u32,
+            rkey: *mut u32,
+        ) -> c_int,
+    >,
+    /// Required. `dereg(ctx, handle)`: unpin a handle `reg` returned; 0 or an
+    /// errno (the handle is gone either way: it is never passed again).
+    pub dereg: Option<unsafe extern "C" fn(ctx: *mut c_void, handle: *mut c_void) -> c_int>,
 }
 
 thread_local! {
@@ -83,8 +84,8 @@ pub(crate) fn not_in_callback(id: u64) -> Result<(), Failure> {
 /// The C callbacks as the cache's [`Registrar`].
 pub struct CRegistrar {
     ctx: *mut c_void,
-    reg: mrcache_reg_fn,
-    dereg: mrcache_dereg_fn,
+    reg: RegFn,
+    dereg: DeregFn,
     /// The owning cache's id, for the re-entry flag.
     pub(crate) cache_id: u64,
 }
@@ -124,6 +125,8 @@ impl Registrar for CRegistrar {
 
     fn register(&self, range: Range, access: Access) -> Result<CHandle, RegistrarError> {
         let (mut ptr, mut lkey, mut rkey) = (std::ptr::null_mut(), 0u32, 0u32);
+        #[cfg(test)]
+        crate::tests::maybe_panic();
         let rc = {
             let _mark = InCallback::enter(self.cache_id);
             // SAFETY: the callback's contract (header): it reads nothing but

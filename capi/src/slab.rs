@@ -25,7 +25,7 @@ use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-/// A lease as C holds it: an opaque value. Zero (`MRCACHE_LEASE_NONE`) is
+/// A lease as C holds it: an opaque value. An all-zero lease is
 /// never a valid lease.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
