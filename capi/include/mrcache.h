@@ -163,7 +163,7 @@ typedef struct mrcache_registrar_t {
   int (*dereg)(void *ctx, void *handle);
 } mrcache_registrar_t;
 
-// A lease as C holds it: an opaque value. Zero (`MRCACHE_LEASE_NONE`) is
+// A lease as C holds it: an opaque value. An all-zero lease is
 // never a valid lease.
 typedef struct mrcache_lease_t {
   // Opaque: do not interpret.
