@@ -143,8 +143,6 @@ pub struct mrcache_stats_t {
 
 /// A cache (opaque).
 pub struct mrcache_t {
-    /// Unique per process; the re-entry flag's key.
-    id: u64,
     cache: Arc<Cache<CRegistrar>>,
     /// Stopped (joined) first in `mrcache_destroy`.
     monitor: Mutex<Option<MonitorThread>>,
@@ -267,7 +265,7 @@ pub unsafe extern "C" fn mrcache_create(
         } else {
             None
         };
-        let h = Box::new(mrcache_t { id, cache, monitor: Mutex::new(monitor), leases: LeaseSlab::new(id as u16) });
+        let h = Box::new(mrcache_t { cache, monitor: Mutex::new(monitor), leases: LeaseSlab::new(id) });
         // SAFETY: non-null; the caller passes a writable pointer.
         unsafe { cache_out.write(Box::into_raw(h)) };
         Ok(())
@@ -281,7 +279,7 @@ pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_statu
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
-        not_in_callback(h.id)?;
+        not_in_callback(h.cache.registrar())?;
         let held = h.leases.held();
         if held > 0 {
             return Err(Failure::new(MRCACHE_BUSY, format!("{held} leases are still held: release them first")));
@@ -309,7 +307,7 @@ pub unsafe extern "C" fn mrcache_acquire(
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
         non_null(lease, "lease")?;
-        not_in_callback(h.id)?;
+        not_in_callback(h.cache.registrar())?;
         let access = access_of(access)?;
         let l: Lease<'_, CRegistrar> = h.cache.acquire(addr as u64, len as u64, access).map_err(Failure::from)?;
         // SAFETY: the handle (which owns the cache) outlives the lease:
@@ -330,7 +328,7 @@ pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_l
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
-        not_in_callback(h.id)?;
+        not_in_callback(h.cache.registrar())?;
         h.leases.take(lease)?.release();
         Ok(())
     })
@@ -402,7 +400,7 @@ pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
-        not_in_callback(h.id)?;
+        not_in_callback(h.cache.registrar())?;
         h.cache.flush();
         Ok(())
     })
@@ -414,7 +412,7 @@ pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
-        not_in_callback(h.id)?;
+        not_in_callback(h.cache.registrar())?;
         h.cache.trim();
         Ok(())
     })

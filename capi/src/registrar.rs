@@ -13,6 +13,7 @@ use mrcache_impl::registrar::{Keys, Registrar, RegistrarError};
 use mrcache_types::{Access, Range};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 type RegFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32, *mut *mut c_void, *mut u32, *mut u32) -> c_int;
 type DeregFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
@@ -54,25 +55,34 @@ thread_local! {
 }
 
 /// Marks this thread as inside a callback of cache `id` until dropped
-/// (restoring any outer mark: a callback may use another cache).
-struct InCallback(u64);
+/// (restoring any outer mark: a callback may use another cache), and counts
+/// it in the cache's `active` callbacks.
+struct InCallback<'a> {
+    outer: u64,
+    active: &'a AtomicU64,
+}
 
-impl InCallback {
-    fn enter(id: u64) -> InCallback {
-        InCallback(IN_CALLBACK_OF.with(|c| c.replace(id)))
+impl<'a> InCallback<'a> {
+    fn enter(id: u64, active: &'a AtomicU64) -> InCallback<'a> {
+        active.fetch_add(1, Ordering::SeqCst);
+        InCallback { outer: IN_CALLBACK_OF.with(|c| c.replace(id)), active }
     }
 }
 
-impl Drop for InCallback {
+impl Drop for InCallback<'_> {
     fn drop(&mut self) {
-        IN_CALLBACK_OF.with(|c| c.set(self.0));
+        IN_CALLBACK_OF.with(|c| c.set(self.outer));
+        self.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// `Err(BUSY)` if this thread is inside a registrar callback of cache `id`.
+/// `Err(BUSY)` if this thread is inside a registrar callback of `registrar`'s
+/// cache. The hit path pays one load: the thread-local flag is read only
+/// while some thread runs a callback of this cache (a thread inside one has
+/// counted itself in `active` before setting its flag).
 #[inline(always)]
-pub(crate) fn not_in_callback(id: u64) -> Result<(), Failure> {
-    if IN_CALLBACK_OF.with(|c| c.get()) == id {
+pub(crate) fn not_in_callback(registrar: &CRegistrar) -> Result<(), Failure> {
+    if registrar.active.load(Ordering::SeqCst) != 0 && IN_CALLBACK_OF.with(|c| c.get()) == registrar.cache_id {
         return Err(Failure::new(
             MRCACHE_BUSY,
             "called from inside a registrar callback of the same cache (only mrcache_invalidate, mrcache_stats, mrcache_lease_keys, mrcache_lease_view and mrcache_last_error are allowed there)",
@@ -88,6 +98,8 @@ pub struct CRegistrar {
     dereg: DeregFn,
     /// The owning cache's id, for the re-entry flag.
     pub(crate) cache_id: u64,
+    /// Callbacks running now, on any thread.
+    active: AtomicU64,
 }
 
 // SAFETY: the header requires both callbacks to be callable from any thread
@@ -98,7 +110,7 @@ unsafe impl Sync for CRegistrar {}
 
 impl CRegistrar {
     pub(crate) fn new(r: &mrcache_registrar_t, cache_id: u64) -> Option<CRegistrar> {
-        Some(CRegistrar { ctx: r.ctx, reg: r.reg?, dereg: r.dereg?, cache_id })
+        Some(CRegistrar { ctx: r.ctx, reg: r.reg?, dereg: r.dereg?, cache_id, active: AtomicU64::new(0) })
     }
 }
 
@@ -128,7 +140,7 @@ impl Registrar for CRegistrar {
         #[cfg(test)]
         crate::tests::maybe_panic();
         let rc = {
-            let _mark = InCallback::enter(self.cache_id);
+            let _mark = InCallback::enter(self.cache_id, &self.active);
             // SAFETY: the callback's contract (header): it reads nothing but
             // its arguments and writes the three out-pointers, which point at
             // our locals.
@@ -145,7 +157,7 @@ impl Registrar for CRegistrar {
 
     fn deregister(&self, handle: CHandle) -> Result<(), RegistrarError> {
         let rc = {
-            let _mark = InCallback::enter(self.cache_id);
+            let _mark = InCallback::enter(self.cache_id, &self.active);
             // SAFETY: `handle.ptr` is what `reg` returned, passed back once.
             unsafe { (self.dereg)(self.ctx, handle.ptr) }
         };

@@ -13,6 +13,10 @@
 //! - slots are never freed before the slab: chunks are allocated once (on
 //!   first use) and freed in `Drop`, so any index below the fresh counter
 //!   names memory that stays valid.
+//! - free slots are on the slab's lock-free free list or in the local free
+//!   list of one thread ([`LOCAL_FREE`]: up to [`LOCAL_FREE_MAX`] slots of
+//!   one cache), which serves that thread's acquires and releases without
+//!   an atomic read-modify-write; a slot is in exactly one place.
 //! - a generation wraps after 2^28 uses of one slot: a handle kept that long
 //!   could alias; a tag is 16 bits: the 65,536th cache created reuses one.
 
@@ -21,7 +25,9 @@ use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
-use std::cell::UnsafeCell;
+use std::cell::{RefCell, UnsafeCell};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -45,6 +51,8 @@ const CHUNK: u32 = 1024;
 const CHUNKS: usize = (MAX_LEASES / CHUNK) as usize;
 const LIVE: u32 = 1;
 
+/// One cache line each: two threads' leases never share one.
+#[repr(align(64))]
 struct Slot {
     /// `generation << 1 | LIVE`.
     state: AtomicU32,
@@ -77,8 +85,27 @@ impl Slot {
     }
 }
 
+/// Free slots a thread keeps for itself (of the cache it used last).
+pub(crate) const LOCAL_FREE_MAX: usize = 64;
+
+/// One thread's free slots: of the slab whose `id` it names, while that slab
+/// lives (`alive`; a destroyed cache's slots are simply forgotten).
+struct LocalFree {
+    id: u64,
+    alive: Arc<AtomicBool>,
+    slots: Vec<u32>,
+}
+
+thread_local! {
+    static LOCAL_FREE: RefCell<Option<LocalFree>> = const { RefCell::new(None) };
+}
+
 /// The lease handles of one cache.
 pub(crate) struct LeaseSlab {
+    /// Unique per process (never reused): the key of the threads' free lists.
+    id: u64,
+    /// Cleared when the slab goes: threads then drop their free lists of it.
+    alive: Arc<AtomicBool>,
     /// This cache's tag in every handle (1..=65535).
     tag: u64,
     /// Each a leaked `Box<[Slot]>` of `CHUNK` slots, or null.
@@ -103,9 +130,12 @@ fn invalid(h: mrcache_lease_t) -> Failure {
 }
 
 impl LeaseSlab {
-    pub(crate) fn new(tag: u16) -> LeaseSlab {
+    pub(crate) fn new(id: u64) -> LeaseSlab {
+        let tag = (id % 0xffff) as u16 + 1;
         LeaseSlab {
-            tag: u64::from(tag.max(1)),
+            id,
+            alive: Arc::new(AtomicBool::new(true)),
+            tag: u64::from(tag),
             chunks: (0..CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             free_head: AtomicU64::new(0),
             fresh: AtomicU32::new(0),
@@ -168,10 +198,49 @@ impl LeaseSlab {
         Ok(index)
     }
 
+    /// A free slot from this thread's own list, if it holds this slab's.
+    #[inline]
+    fn pop_local(&self) -> Option<u32> {
+        LOCAL_FREE
+            .try_with(|l| match &mut *l.borrow_mut() {
+                Some(local) if local.id == self.id => local.slots.pop(),
+                _ => None,
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Keeps a freed slot in this thread's list if there is room (taking
+    /// the list over if it is empty or its slab is gone); else `false`.
+    #[inline]
+    fn push_local(&self, index: u32) -> bool {
+        LOCAL_FREE
+            .try_with(|l| {
+                let mut l = l.borrow_mut();
+                match &mut *l {
+                    Some(local) if local.id == self.id => {
+                        if local.slots.len() < LOCAL_FREE_MAX {
+                            local.slots.push(index);
+                            return true;
+                        }
+                        false
+                    }
+                    Some(local) if !local.slots.is_empty() && local.alive.load(Ordering::Acquire) => false,
+                    _ => {
+                        let mut slots = Vec::with_capacity(LOCAL_FREE_MAX);
+                        slots.push(index);
+                        *l = Some(LocalFree { id: self.id, alive: self.alive.clone(), slots });
+                        true
+                    }
+                }
+            })
+            .unwrap_or(false)
+    }
+
     /// Stores `lease` and returns its handle.
     #[inline]
     pub(crate) fn insert(&self, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
-        let index = match self.pop_free() {
+        let index = match self.pop_local().or_else(|| self.pop_free()) {
             Some(i) => i,
             None => self.fresh_slot()?,
         };
@@ -219,7 +288,9 @@ impl LeaseSlab {
         // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
         // the inserting thread wrote (acquire order), and only we read it.
         let lease = unsafe { (*slot.lease.get()).assume_init_read() };
-        self.push_free(index, slot);
+        if !self.push_local(index) {
+            self.push_free(index, slot);
+        }
         Ok(lease)
     }
 
@@ -251,6 +322,7 @@ impl LeaseSlab {
 
 impl Drop for LeaseSlab {
     fn drop(&mut self) {
+        self.alive.store(false, Ordering::Release);
         for cell in self.chunks.iter() {
             let p = cell.load(Ordering::Acquire);
             if !p.is_null() {
