@@ -329,7 +329,14 @@ pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_l
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
         not_in_callback(h.cache.registrar())?;
-        h.leases.take(lease)?.release();
+        match h.leases.take(lease) {
+            Ok(l) => l.release(),
+            Err(e) => {
+                // E4: counted as a release call and an error (spec.md#S2).
+                h.cache.count_unknown_release();
+                return Err(e);
+            }
+        }
         Ok(())
     })
 }

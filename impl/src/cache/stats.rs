@@ -273,6 +273,15 @@ impl<R: Registrar> Cache<R> {
         self.hot.bump(Hot::Releases);
     }
 
+    /// Counts a release of a lease that is not held: E4, which changes nothing
+    /// but the counters (spec.md#S2: a release call and an error). The typed
+    /// Rust API cannot express it; a handle-based one (the C API's stale or
+    /// double-released handles) can.
+    pub fn count_unknown_release(&self) {
+        self.count_release();
+        self.count_error();
+    }
+
     pub(crate) fn count_acquire(&self) {
         let _ = self.shared();
         self.hot.bump(Hot::Acquires);
