@@ -27,8 +27,10 @@ native=$(CARGO_TARGET_DIR=$target cargo rustc --release --quiet -p mrcache-capi 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 capi/include/mrcache.h "$prefix/include/"
-install -m 755 "$target/release/libmrcache.so" "$prefix/lib/"
-install -m 644 "$target/release/libmrcache.a" "$prefix/lib/"
+# Built as libmrcache_capi.* (the crate name `mrcache` is the cache's); the
+# shared library's SONAME is already libmrcache.so (capi/build.rs).
+install -m 755 "$target/release/libmrcache_capi.so" "$prefix/lib/libmrcache.so"
+install -m 644 "$target/release/libmrcache_capi.a" "$prefix/lib/libmrcache.a"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@REQUIRES_PRIVATE@|$requires|" \
   -e "s|@LIBS_PRIVATE@|$native|" capi/mrcache.pc.in >"$prefix/lib/pkgconfig/mrcache.pc"
 echo "installed mrcache $version under $prefix${features:+ (with verbs)}"

@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use mrcache::mrcache_monitor_t::*;
-use mrcache::mrcache_status_t::*;
-use mrcache::*;
+use mrcache_capi::mrcache_monitor_t::*;
+use mrcache_capi::mrcache_status_t::*;
+use mrcache_capi::*;
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
 use std::sync::atomic::Ordering;

@@ -13,8 +13,8 @@
 mod common;
 
 use common::*;
-use mrcache::mrcache_status_t::*;
-use mrcache::*;
+use mrcache_capi::mrcache_status_t::*;
+use mrcache_capi::*;
 use mrcache_model::Model;
 use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_types::{Access, Op, OpError, ReleaseKind, Ret, Stats};

@@ -1,4 +1,5 @@
-//! The library C programs link: `cargo build --release -p mrcache-capi`
+//! The library C programs link (installed as libmrcache.so / .a by
+//! ci/install.sh): `cargo build --release -p mrcache-capi`
 //! (alone: a workspace build would merge in the test kit's features). It
 //! holds the C API and the cache, and nothing of the test kit, the reference
 //! model or stateright.
@@ -27,7 +28,7 @@ fn production_build() -> PathBuf {
 #[test]
 fn the_c_library_has_the_api_and_no_test_code() {
     let dir = production_build();
-    for lib in ["libmrcache.so", "libmrcache.a"] {
+    for lib in ["libmrcache_capi.so", "libmrcache_capi.a"] {
         let path = dir.join(lib);
         let symbols = run(Command::new("nm").args(["-C", "--defined-only"]).arg(&path));
         for api in ["mrcache_create", "mrcache_acquire", "mrcache_release", "mrcache_destroy", "mrcache_last_error"] {
@@ -39,7 +40,9 @@ fn the_c_library_has_the_api_and_no_test_code() {
         }
     }
     // The shared library exports the C API and nothing of Rust's.
-    let dynamic = run(Command::new("nm").args(["-D", "--defined-only"]).arg(dir.join("libmrcache.so")));
+    let dynamic = run(Command::new("nm").args(["-D", "--defined-only"]).arg(dir.join("libmrcache_capi.so")));
     let exported: Vec<&str> = dynamic.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
     assert!(exported.iter().all(|s| s.starts_with("mrcache_")), "exports other than mrcache_*: {exported:?}");
+    let dynamic = run(Command::new("readelf").args(["-d"]).arg(dir.join("libmrcache_capi.so")));
+    assert!(dynamic.contains("Library soname: [libmrcache.so]"), "SONAME is not libmrcache.so:\n{dynamic}");
 }

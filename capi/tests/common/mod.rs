@@ -1,7 +1,7 @@
 //! A counting registrar written as C callbacks, and helpers.
 #![allow(dead_code)]
 
-use mrcache::*;
+use mrcache_capi::*;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
