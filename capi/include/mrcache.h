@@ -16,9 +16,10 @@
  *  - Leases are values (mrcache_lease_t): copy them freely, release each
  *    once, from any thread. mrcache_destroy refuses (MRCACHE_BUSY) while a
  *    lease is held.
- *  - fork: a child's cache starts empty and caches nothing through a
- *    parent's userfaultfd monitor; leases taken before the fork release as
- *    no-ops in the child (spec.md S2.6).
+ *  - fork: a child's cache starts empty; leases taken before the fork
+ *    release as no-ops in the child; with MRCACHE_MONITOR_UFFD it caches
+ *    nothing (the parent's monitor does not follow it) until the child calls
+ *    mrcache_monitor_start (spec.md S2.6).
  *
  * Callbacks (mrcache_registrar_t)
  *  - reg and dereg are called from any thread, concurrently, never with a
@@ -28,9 +29,9 @@
  *    mrcache_invalidate on any cache (it only queues the event),
  *    mrcache_stats, mrcache_lease_keys, mrcache_lease_view,
  *    mrcache_last_error, and anything on another cache.
- *  - mrcache_acquire, mrcache_release, mrcache_flush, mrcache_trim and
- *    mrcache_destroy on the same cache return MRCACHE_BUSY from inside its
- *    callbacks.
+ *  - mrcache_acquire, mrcache_release, mrcache_flush, mrcache_trim,
+ *    mrcache_monitor_start and mrcache_destroy on the same cache return
+ *    MRCACHE_BUSY from inside its callbacks.
  */
 
 #ifndef MRCACHE_H
@@ -272,6 +273,13 @@ enum mrcache_status_t mrcache_stats(const struct mrcache_t *cache, struct mrcach
 // the thread's next call into the library), and its errno (the registrar's,
 // for `MRCACHE_REGISTRAR`; 0 if none) in `*errno_out` unless NULL.
 const char *mrcache_last_error(int *errno_out);
+
+// Starts the userfaultfd monitor (spec.md#S7.3) for a cache that has none:
+// one created without it, or, after `fork`, the child's cache (the parent's
+// monitor does not follow the child, whose cache caches nothing until it has
+// its own, spec.md#S2.6). `MRCACHE_BUSY` if this process's cache already
+// has a monitor; `MRCACHE_UNSUPPORTED` if userfaultfd is unavailable.
+enum mrcache_status_t mrcache_monitor_start(struct mrcache_t *cache);
 
 // Fills `*out` with the built-in verbs registrar for `pd` (a `struct
 // ibv_pd *` the caller owns and keeps until `mrcache_destroy`).

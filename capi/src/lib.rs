@@ -482,6 +482,33 @@ pub unsafe extern "C" fn mrcache_last_error(errno_out: *mut c_int) -> *const c_c
     std::panic::catch_unwind(|| status::last_error(errno_out)).unwrap_or(c"".as_ptr())
 }
 
+/// Starts the userfaultfd monitor (spec.md#S7.3) for a cache that has none:
+/// one created without it, or, after `fork`, the child's cache (the parent's
+/// monitor does not follow the child, whose cache caches nothing until it has
+/// its own, spec.md#S2.6). `MRCACHE_BUSY` if this process's cache already
+/// has a monitor; `MRCACHE_UNSUPPORTED` if userfaultfd is unavailable.
+#[no_mangle]
+pub unsafe extern "C" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache_status_t {
+    guard(|| {
+        // SAFETY: the caller passes NULL or a live handle.
+        let h = unsafe { handle(cache) }?;
+        not_in_callback(h.cache.registrar())?;
+        let mut slot = h.monitor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match MonitorThread::start(&h.cache) {
+            Ok(m) => {
+                // A parent's monitor, copied by fork, is dropped here: its
+                // drop sees another pid and leaves the (absent) thread alone.
+                *slot = Some(m);
+                Ok(())
+            }
+            Err(mrcache_impl::monitor::uffd::UffdError::AlreadyMonitored) => {
+                Err(Failure::new(MRCACHE_BUSY, "the cache already has a monitor in this process"))
+            }
+            Err(e) => Err(Failure { status: MRCACHE_UNSUPPORTED, errno: libc::ENOSYS, message: format!("userfaultfd monitor: {e}") }),
+        }
+    })
+}
+
 /// Fills `*out` with the built-in verbs registrar for `pd` (a `struct
 /// ibv_pd *` the caller owns and keeps until `mrcache_destroy`).
 /// `MRCACHE_NO_DEVICE` if the library was built without verbs.

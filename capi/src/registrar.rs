@@ -5,8 +5,8 @@
 //! Invariant: the cache never calls its registrar with its lock held
 //! (spec.md#A4, L1), so a callback may free memory (a munmap is seen by the
 //! uffd monitor, a hook's `mrcache_invalidate` only queues: H1/H2). A
-//! callback may not acquire, release, flush, trim or destroy on the same
-//! cache: those return `MRCACHE_BUSY` there.
+//! callback may not acquire, release, flush, trim, start a monitor or destroy
+//! on the same cache: those return `MRCACHE_BUSY` there.
 
 use crate::status::{Failure, MRCACHE_BUSY};
 use mrcache_impl::registrar::{Keys, Registrar, RegistrarError};

@@ -80,6 +80,7 @@ fn null_arguments_each_get_null_argument() {
         assert_eq!(mrcache_stats(null(), null_mut()), MRCACHE_NULL_ARGUMENT);
         assert_eq!(mrcache_stats(cache, null_mut()), MRCACHE_NULL_ARGUMENT);
         assert_eq!(mrcache_destroy(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_monitor_start(null_mut()), MRCACHE_NULL_ARGUMENT);
         assert_eq!(mrcache_registrar_verbs(null_mut(), null_mut()), MRCACHE_NULL_ARGUMENT);
         let mut e = 0;
         assert!(!mrcache_last_error(null_mut()).is_null());
@@ -185,7 +186,9 @@ fn reenter(c: &Counting) {
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
     let st = unsafe { mrcache_acquire(cache, (2usize << 32) as *const c_void, 4096, 0, &mut l) };
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
-    let others = unsafe { [mrcache_flush(cache), mrcache_trim(cache), mrcache_destroy(cache), mrcache_release(cache, l)] };
+    let others = unsafe {
+        [mrcache_flush(cache), mrcache_trim(cache), mrcache_destroy(cache), mrcache_release(cache, l), mrcache_monitor_start(cache)]
+    };
     assert!(others.iter().all(|s| *s == MRCACHE_BUSY), "{others:?}");
     c.reentry.store(st as i32, Ordering::SeqCst);
 }
@@ -293,4 +296,70 @@ fn status_names() {
     let name = |s: i32| unsafe { std::ffi::CStr::from_ptr(mrcache_status_name(s)) }.to_str().unwrap().to_owned();
     assert_eq!(name(MRCACHE_BUSY as i32), "MRCACHE_BUSY");
     assert_eq!(name(12345), "(not an mrcache status)");
+}
+
+/// After fork the child's cache caches nothing through the parent's monitor
+/// (spec.md#S2.6) until the child starts its own with mrcache_monitor_start.
+#[test]
+fn a_fork_child_starts_its_own_monitor() {
+    let c = Counting::default();
+    let cfg = config(MRCACHE_MONITOR_UFFD);
+    let r = registrar(&c);
+    let mut cache = null_mut();
+    // SAFETY: valid pointers.
+    let st = unsafe { mrcache_create(&cfg, &r, &mut cache) };
+    if st == MRCACHE_UNSUPPORTED {
+        eprintln!("skipped: userfaultfd unavailable: {}", last_error().0);
+        return;
+    }
+    assert_eq!(st, MRCACHE_OK);
+    let a = map(LEN);
+    let hit = |cache: *mut mrcache_t| -> bool {
+        let before = stats(cache).hits;
+        let mut l = mrcache_lease_t::default();
+        // SAFETY: a live cache, mapped memory.
+        unsafe {
+            assert_eq!(mrcache_acquire(cache, a, LEN, 0, &mut l), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        }
+        stats(cache).hits > before
+    };
+    hit(cache);
+    assert!(hit(cache));
+    // SAFETY: a live cache that has its monitor.
+    assert_eq!(unsafe { mrcache_monitor_start(cache) }, MRCACHE_BUSY, "one monitor per cache");
+    // SAFETY: the child only calls the C API and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut code = 0;
+            if hit(cache) || hit(cache) {
+                code |= 1; // cached through the parent's monitor
+            }
+            // SAFETY: the child's copy of the cache.
+            if unsafe { mrcache_monitor_start(cache) } != MRCACHE_OK {
+                code |= 2;
+            }
+            hit(cache);
+            if !hit(cache) {
+                code |= 4; // its own monitor: caching again
+            }
+            code
+        }))
+        .unwrap_or(99);
+        // SAFETY: leaves the child without running the harness's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child failed (bits: 1 cached early, 2 no monitor, 4 no hit)");
+    assert!(hit(cache), "the parent still hits");
+    // SAFETY: no lease is held.
+    unsafe {
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+        libc::munmap(a, LEN);
+    }
 }

@@ -85,6 +85,7 @@ int main(void) {
   EXPECT_ST(mrcache_stats(NULL, &s), MRCACHE_NULL_ARGUMENT);
   EXPECT_ST(mrcache_stats(cache, NULL), MRCACHE_NULL_ARGUMENT);
   EXPECT_ST(mrcache_destroy(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_monitor_start(NULL), MRCACHE_NULL_ARGUMENT);
   EXPECT_ST(mrcache_registrar_verbs(NULL, &r), MRCACHE_NULL_ARGUMENT);
 
   /* Ranges and flags. */
