@@ -313,6 +313,12 @@ impl LeaseSlab {
         Ok((keys, RegView { id, addr, len, access }))
     }
 
+    /// Slots made so far.
+    #[cfg(test)]
+    pub(crate) fn slots_made(&self) -> u32 {
+        self.fresh.load(Ordering::Relaxed)
+    }
+
     /// Leases held now (a scan; for `mrcache_destroy` and the stats).
     pub(crate) fn held(&self) -> u64 {
         let fresh = self.fresh.load(Ordering::Acquire);

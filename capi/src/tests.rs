@@ -1,3 +1,5 @@
+//! Unit tests of the C API's internals: lease slots are reused; the panic test.
+//!
 //! The panic test. A panic can only start in Rust code, and the production
 //! library has no panicking path a C caller can reach on purpose, so the
 //! unit-test build (only) can make the registrar adapter panic on request, in
@@ -20,11 +22,11 @@ pub(crate) fn maybe_panic() {
     }
 }
 
-static REGISTERED: AtomicU64 = AtomicU64::new(0);
-static DEREGISTERED: AtomicU64 = AtomicU64::new(0);
+/// The callbacks' context: (registered, deregistered).
+type Counts = (AtomicU64, AtomicU64);
 
 unsafe extern "C" fn reg(
-    _: *mut c_void,
+    ctx: *mut c_void,
     addr: *mut c_void,
     _: usize,
     _: u32,
@@ -32,7 +34,8 @@ unsafe extern "C" fn reg(
     lkey: *mut u32,
     rkey: *mut u32,
 ) -> c_int {
-    REGISTERED.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: `ctx` is the test's `Counts`, alive until its cache is destroyed.
+    unsafe { &*(ctx as *const Counts) }.0.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the adapter's out-pointers.
     unsafe {
         *handle = addr;
@@ -42,14 +45,16 @@ unsafe extern "C" fn reg(
     0
 }
 
-unsafe extern "C" fn dereg(_: *mut c_void, _: *mut c_void) -> c_int {
-    DEREGISTERED.fetch_add(1, Ordering::SeqCst);
+unsafe extern "C" fn dereg(ctx: *mut c_void, _: *mut c_void) -> c_int {
+    // SAFETY: as in `reg`.
+    unsafe { &*(ctx as *const Counts) }.1.fetch_add(1, Ordering::SeqCst);
     0
 }
 
 #[test]
 fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable() {
-    let r = mrcache_registrar_t { ctx: std::ptr::null_mut(), reg: Some(reg), dereg: Some(dereg) };
+    let counts: Counts = Default::default();
+    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
     let mut cfg = std::mem::MaybeUninit::uninit();
     let mut cache = std::ptr::null_mut();
     let addr = (1usize << 32) as *const c_void;
@@ -78,6 +83,27 @@ fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable(
         assert_eq!((s.hits, s.leases_held, s.cached_entries), (1, 0, 1), "{s:?}");
         assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
     }
-    assert_eq!(REGISTERED.load(Ordering::SeqCst), 1);
-    assert_eq!(DEREGISTERED.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.0.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.1.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_thread_reuses_its_lease_slots() {
+    let counts: Counts = Default::default();
+    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    let mut cache = std::ptr::null_mut();
+    let addr = (1usize << 33) as *const c_void;
+    let mut lease = mrcache_lease_t::default();
+    // SAFETY: valid pointers throughout, as a C caller passes them.
+    unsafe {
+        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
+        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        for _ in 0..1000 {
+            assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
+        }
+        assert_eq!((*cache).leases.slots_made(), 1, "one slot serves a thread's acquire/release loop");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
 }
