@@ -363,3 +363,38 @@ fn a_fork_child_starts_its_own_monitor() {
         libc::munmap(a, LEN);
     }
 }
+
+/// Two threads releasing the same lease at once: exactly one succeeds, the
+/// other gets MRCACHE_INVALID_LEASE (the slot's generation changes by one
+/// compare-exchange), and the registration is released once.
+#[test]
+fn a_concurrent_double_release_releases_once() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE) as usize;
+    for _ in 0..500 {
+        let mut l = mrcache_lease_t::default();
+        // SAFETY: a live cache, a writable lease.
+        assert_eq!(unsafe { mrcache_acquire(cache as *mut _, buf(), LEN, 0, &mut l) }, MRCACHE_OK);
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<mrcache_status_t> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        // SAFETY: a live cache.
+                        unsafe { mrcache_release(cache as *mut _, l) }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ok = results.iter().filter(|s| **s == MRCACHE_OK).count();
+        assert_eq!(ok, 1, "{results:?}");
+        assert!(results.contains(&MRCACHE_INVALID_LEASE));
+    }
+    let s = stats(cache as *mut _);
+    assert_eq!((s.leases_held, s.releases, s.errors), (0, 1000, 500), "500 releases and 500 E4s");
+    // SAFETY: no lease is held.
+    assert_eq!(unsafe { mrcache_destroy(cache as *mut _) }, MRCACHE_OK);
+    assert_eq!(c.deregistered.load(Ordering::SeqCst), 1);
+}
