@@ -5,8 +5,9 @@
 #   openmpi-bin libopenmpi-dev: `mrcache record` (the PMPI recorder is built against mpi.h; tests/record.rs runs mpirun),
 #     and the Open MPI grdma conformance adapter (conformance/adapters/ompi.c)
 #   libucx-dev: the UCX ucs_rcache conformance adapter (conformance/adapters/ucx.c) and bench/ucx/run.sh's UCX arm
+#   valgrind: ci/c-tests.sh runs the C examples and C tests of libmrcache under it
 set -euo pipefail
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,9 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="concurrent": print(m["executable"])')
 MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds 60 --name smoke -- \
   "$concurrent" --exact four_threads_with_limits
+# The C library: installed to a temporary prefix, the C examples and tests
+# built out of tree with pkg-config and run, natively and under valgrind.
+bash ci/c-tests.sh
 # The verbs registrar builds and its device-free tests run.
 cargo test -p mrcache --features verbs --lib registrar::verbs
 # loom: the lease handoff, the invalidation queue and the sequence retry.

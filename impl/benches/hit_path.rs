@@ -66,6 +66,19 @@ fn hit(c: &mut Criterion) {
             b.iter(|| drop(cache.acquire(black_box(base + 64), 4096, Access::LOCAL_WRITE).unwrap()))
         });
     }
+    // Owned leases (`acquire_owned`) on one 64 KiB registration, beside the
+    // borrowed lease on the same one: the difference is the `Arc` count.
+    {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let base = 1u64 << 32;
+        drop(cache.acquire(base, 64 << 10, Access::LOCAL_WRITE).unwrap());
+        g.bench_function("64 KiB, borrowed lease", |b| {
+            b.iter(|| cache.acquire(black_box(base), 64 << 10, Access::LOCAL_WRITE).unwrap().release())
+        });
+        g.bench_function("64 KiB, owned lease", |b| {
+            b.iter(|| cache.acquire_owned(black_box(base), 64 << 10, Access::LOCAL_WRITE).unwrap().release())
+        });
+    }
     let lock = RwLock::new(0u64);
     let count = AtomicU64::new(0);
     g.bench_function("floor: shared lock + lease inc/dec", |b| {
@@ -109,6 +122,12 @@ fn two_threads(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
         });
+        // Owned leases on both threads: each also counts on the `Arc`.
+        if lanes {
+            g.bench_function("mrcache, owned lease (partner borrowed)", |b| {
+                b.iter(|| cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
+            });
+        }
         stop.store(true, Ordering::Relaxed);
         partner.join().unwrap();
     }

@@ -96,7 +96,7 @@ pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent};
 pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
-pub use lease::Lease;
+pub use lease::{Lease, OwnedLease};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
 pub use state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;

@@ -170,6 +170,9 @@ pub struct Diagnostics {
     pub queue_capacity: u64,
     /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
+    /// Releases its owner thread made on its own lane (spec.md#LN3, the
+    /// fast release), included in `Stats::releases`.
+    pub lane_releases: u64,
     /// Lanes this generation has made (at most [`MAX_LANES`]).
     pub lanes: u64,
     /// Lane slots holding a pin now (LN5: revoked while leased).
@@ -234,6 +237,7 @@ impl<R: Registrar> Cache<R> {
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
             lane_hits: self.lane_counts(shared).0,
+            lane_releases: self.lane_counts(shared).1,
             lanes: shared.lanes.installed().count() as u64,
             pinned_slots: shared
                 .lanes
@@ -267,6 +271,15 @@ impl<R: Registrar> Cache<R> {
     pub(crate) fn count_release(&self) {
         let _ = self.shared();
         self.hot.bump(Hot::Releases);
+    }
+
+    /// Counts a release of a lease that is not held: E4, which changes nothing
+    /// but the counters (spec.md#S2: a release call and an error). The typed
+    /// Rust API cannot express it; a handle-based one (the C API's stale or
+    /// double-released handles) can.
+    pub fn count_unknown_release(&self) {
+        self.count_release();
+        self.count_error();
     }
 
     pub(crate) fn count_acquire(&self) {

@@ -1,0 +1,342 @@
+//! Lease handles: a slab of slots, each holding one [`Lease`], named by
+//! `(cache tag, generation, index)` packed in a `u64`.
+//!
+//! Invariants:
+//! - a slot's `state` is `generation << 1 | LIVE`; it is LIVE exactly while
+//!   its `lease` cell holds a lease. Only the thread that popped the slot
+//!   from the free list writes the cell (then sets LIVE, release order);
+//!   only the thread whose compare-exchange cleared LIVE (and bumped the
+//!   generation) reads the lease out. So a double release, a stale handle
+//!   (its generation is gone) and a foreign one (another cache's tag, an
+//!   index never handed out) fail the compare-exchange or the decoding and
+//!   get `MRCACHE_INVALID_LEASE`; nothing is dereferenced on their behalf.
+//! - slots are never freed before the slab: chunks are allocated once (on
+//!   first use) and freed in `Drop`, so any index below the fresh counter
+//!   names memory that stays valid.
+//! - free slots are on the slab's lock-free free list or in the local free
+//!   list of one thread ([`LOCAL_FREE`]: up to [`LOCAL_FREE_MAX`] slots of
+//!   one cache), which serves that thread's acquires and releases without
+//!   an atomic read-modify-write; a slot is in exactly one place.
+//! - a generation wraps after 2^28 uses of one slot: a handle kept that long
+//!   could alias; a tag is 16 bits: the 65,536th cache created reuses one.
+
+use crate::registrar::CRegistrar;
+use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
+use mrcache_impl::registrar::Keys;
+use mrcache_impl::Lease;
+use mrcache_types::RegView;
+use std::cell::{RefCell, UnsafeCell};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// A lease as C holds it: an opaque value. An all-zero lease is
+/// never a valid lease.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct mrcache_lease_t {
+    /// Opaque: do not interpret.
+    pub opaque: u64,
+}
+
+const INDEX_BITS: u32 = 20;
+const GEN_BITS: u32 = 28;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
+/// Leases one cache can hold at once.
+pub(crate) const MAX_LEASES: u32 = 1 << INDEX_BITS;
+const CHUNK: u32 = 1024;
+const CHUNKS: usize = (MAX_LEASES / CHUNK) as usize;
+const LIVE: u32 = 1;
+
+/// One cache line each: two threads' leases never share one.
+#[repr(align(64))]
+struct Slot {
+    /// `generation << 1 | LIVE`.
+    state: AtomicU32,
+    /// Free list link: index + 1 of the next free slot, 0 at the end.
+    next_free: AtomicU32,
+    lease: UnsafeCell<MaybeUninit<Lease<'static, CRegistrar>>>,
+    /// Copies of the lease's keys and view, readable by any thread without
+    /// owning the slot (a seqlock on `state`).
+    lkey: AtomicU32,
+    rkey: AtomicU32,
+    access: AtomicU32,
+    id: AtomicU64,
+    addr: AtomicU64,
+    len: AtomicU64,
+}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            state: AtomicU32::new(0),
+            next_free: AtomicU32::new(0),
+            lease: UnsafeCell::new(MaybeUninit::uninit()),
+            lkey: AtomicU32::new(0),
+            rkey: AtomicU32::new(0),
+            access: AtomicU32::new(0),
+            id: AtomicU64::new(0),
+            addr: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Free slots a thread keeps for itself (of the cache it used last).
+pub(crate) const LOCAL_FREE_MAX: usize = 64;
+
+/// One thread's free slots: of the slab whose `id` it names, while that slab
+/// lives (`alive`; a destroyed cache's slots are simply forgotten).
+struct LocalFree {
+    id: u64,
+    alive: Arc<AtomicBool>,
+    slots: Vec<u32>,
+}
+
+thread_local! {
+    static LOCAL_FREE: RefCell<Option<LocalFree>> = const { RefCell::new(None) };
+}
+
+/// The lease handles of one cache.
+pub(crate) struct LeaseSlab {
+    /// Unique per process (never reused): the key of the threads' free lists.
+    id: u64,
+    /// Cleared when the slab goes: threads then drop their free lists of it.
+    alive: Arc<AtomicBool>,
+    /// This cache's tag in every handle (1..=65535).
+    tag: u64,
+    /// Each a leaked `Box<[Slot]>` of `CHUNK` slots, or null.
+    chunks: Box<[AtomicPtr<Slot>]>,
+    /// Treiber stack of free slots: `aba counter << 32 | (index + 1)`.
+    free_head: AtomicU64,
+    /// Slots handed out so far (indices below it have a chunk).
+    fresh: AtomicU32,
+}
+
+// SAFETY: the `lease` cells are only touched by the thread that owns the slot
+// (see the module invariants); everything else is atomic.
+unsafe impl Sync for LeaseSlab {}
+// SAFETY: as above; leases are `Send`.
+unsafe impl Send for LeaseSlab {}
+
+fn invalid(h: mrcache_lease_t) -> Failure {
+    Failure::new(
+        MRCACHE_INVALID_LEASE,
+        format!("lease {:#x} is not held by this cache (released already, stale, or another cache's)", h.opaque),
+    )
+}
+
+impl LeaseSlab {
+    pub(crate) fn new(id: u64) -> LeaseSlab {
+        let tag = (id % 0xffff) as u16 + 1;
+        LeaseSlab {
+            id,
+            alive: Arc::new(AtomicBool::new(true)),
+            tag: u64::from(tag),
+            chunks: (0..CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            free_head: AtomicU64::new(0),
+            fresh: AtomicU32::new(0),
+        }
+    }
+
+    fn slot(&self, index: u32) -> Option<&Slot> {
+        let chunk = self.chunks.get((index / CHUNK) as usize)?.load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null chunk holds CHUNK slots and lives as long as the slab.
+        Some(unsafe { &*chunk.add((index % CHUNK) as usize) })
+    }
+
+    fn pop_free(&self) -> Option<u32> {
+        let mut h = self.free_head.load(Ordering::Acquire);
+        loop {
+            let top = h as u32;
+            if top == 0 {
+                return None;
+            }
+            let next = self.slot(top - 1)?.next_free.load(Ordering::Relaxed);
+            let new = ((h >> 32).wrapping_add(1) << 32) | u64::from(next);
+            match self.free_head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(top - 1),
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    fn push_free(&self, index: u32, slot: &Slot) {
+        let mut h = self.free_head.load(Ordering::Relaxed);
+        loop {
+            slot.next_free.store(h as u32, Ordering::Relaxed);
+            let new = ((h >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
+            match self.free_head.compare_exchange_weak(h, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    /// A free slot, from the free list or fresh (allocating its chunk once).
+    #[cold]
+    fn fresh_slot(&self) -> Result<u32, Failure> {
+        let index = self
+            .fresh
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_LEASES).then_some(n + 1))
+            .map_err(|_| Failure::new(MRCACHE_TOO_MANY_LEASES, format!("more than {MAX_LEASES} leases held at once")))?;
+        let cell = &self.chunks[(index / CHUNK) as usize];
+        if cell.load(Ordering::Acquire).is_null() {
+            let chunk: Box<[Slot]> = (0..CHUNK).map(|_| Slot::empty()).collect();
+            let p = Box::into_raw(chunk) as *mut Slot;
+            if cell.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                // SAFETY: ours, from Box::into_raw just above, never shared.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK as usize)) });
+            }
+        }
+        Ok(index)
+    }
+
+    /// A free slot from this thread's own list, if it holds this slab's.
+    #[inline]
+    fn pop_local(&self) -> Option<u32> {
+        LOCAL_FREE
+            .try_with(|l| match &mut *l.borrow_mut() {
+                Some(local) if local.id == self.id => local.slots.pop(),
+                _ => None,
+            })
+            .ok()
+            .flatten()
+    }
+
+    /// Keeps a freed slot in this thread's list if there is room (taking
+    /// the list over if it is empty or its slab is gone); else `false`.
+    #[inline]
+    fn push_local(&self, index: u32) -> bool {
+        LOCAL_FREE
+            .try_with(|l| {
+                let mut l = l.borrow_mut();
+                match &mut *l {
+                    Some(local) if local.id == self.id => {
+                        if local.slots.len() < LOCAL_FREE_MAX {
+                            local.slots.push(index);
+                            return true;
+                        }
+                        false
+                    }
+                    Some(local) if !local.slots.is_empty() && local.alive.load(Ordering::Acquire) => false,
+                    _ => {
+                        let mut slots = Vec::with_capacity(LOCAL_FREE_MAX);
+                        slots.push(index);
+                        *l = Some(LocalFree { id: self.id, alive: self.alive.clone(), slots });
+                        true
+                    }
+                }
+            })
+            .unwrap_or(false)
+    }
+
+    /// Stores `lease` and returns its handle.
+    #[inline]
+    pub(crate) fn insert(&self, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
+        let index = match self.pop_local().or_else(|| self.pop_free()) {
+            Some(i) => i,
+            None => self.fresh_slot()?,
+        };
+        let Some(slot) = self.slot(index) else {
+            return Err(Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk"));
+        };
+        let generation = slot.state.load(Ordering::Relaxed) >> 1;
+        // Seqlock writer: the copies change only after the slot left LIVE
+        // (its release bumped the generation); readers recheck the state.
+        fence(Ordering::Release);
+        let (keys, view) = (lease.keys(), lease.view());
+        slot.lkey.store(keys.lkey, Ordering::Relaxed);
+        slot.rkey.store(keys.rkey, Ordering::Relaxed);
+        slot.access.store(u32::from(view.access.bits()), Ordering::Relaxed);
+        slot.id.store(view.id, Ordering::Relaxed);
+        slot.addr.store(view.addr, Ordering::Relaxed);
+        slot.len.store(view.len, Ordering::Relaxed);
+        // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
+        // touches the cell until the LIVE store below publishes it.
+        unsafe { (*slot.lease.get()).write(lease) };
+        slot.state.store(generation << 1 | LIVE, Ordering::Release);
+        Ok(mrcache_lease_t { opaque: self.tag << 48 | u64::from(generation) << INDEX_BITS | u64::from(index) })
+    }
+
+    /// The slot and generation a handle names, if it is this slab's.
+    #[inline]
+    fn decode(&self, h: mrcache_lease_t) -> Result<(u32, &Slot, u32), Failure> {
+        if h.opaque >> 48 != self.tag {
+            return Err(invalid(h));
+        }
+        let index = (h.opaque & INDEX_MASK) as u32;
+        let generation = (h.opaque >> INDEX_BITS) as u32 & GEN_MASK;
+        let slot = self.slot(index).ok_or_else(|| invalid(h))?;
+        Ok((index, slot, generation))
+    }
+
+    /// Takes the lease out of its slot (the handle is dead afterwards).
+    #[inline]
+    pub(crate) fn take(&self, h: mrcache_lease_t) -> Result<Lease<'static, CRegistrar>, Failure> {
+        let (index, slot, generation) = self.decode(h)?;
+        let next = (generation + 1) & GEN_MASK;
+        if slot.state.compare_exchange(generation << 1 | LIVE, next << 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return Err(invalid(h));
+        }
+        // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
+        // the inserting thread wrote (acquire order), and only we read it.
+        let lease = unsafe { (*slot.lease.get()).assume_init_read() };
+        if !self.push_local(index) {
+            self.push_free(index, slot);
+        }
+        Ok(lease)
+    }
+
+    /// The keys and view of a held lease.
+    pub(crate) fn read(&self, h: mrcache_lease_t) -> Result<(Keys, RegView), Failure> {
+        let (_, slot, generation) = self.decode(h)?;
+        let live = generation << 1 | LIVE;
+        if slot.state.load(Ordering::Acquire) != live {
+            return Err(invalid(h));
+        }
+        let keys = Keys { lkey: slot.lkey.load(Ordering::Relaxed), rkey: slot.rkey.load(Ordering::Relaxed) };
+        let access = mrcache_types::Access::from_bits(slot.access.load(Ordering::Relaxed) as u8);
+        let (id, addr, len) =
+            (slot.id.load(Ordering::Relaxed), slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed));
+        fence(Ordering::Acquire);
+        if slot.state.load(Ordering::Relaxed) != live {
+            return Err(invalid(h));
+        }
+        let access = access.ok_or_else(|| invalid(h))?;
+        Ok((keys, RegView { id, addr, len, access }))
+    }
+
+    /// Slots made so far.
+    #[cfg(test)]
+    pub(crate) fn slots_made(&self) -> u32 {
+        self.fresh.load(Ordering::Relaxed)
+    }
+
+    /// Leases held now (a scan; for `mrcache_destroy` and the stats).
+    pub(crate) fn held(&self) -> u64 {
+        let fresh = self.fresh.load(Ordering::Acquire);
+        (0..fresh).filter_map(|i| self.slot(i)).filter(|s| s.state.load(Ordering::Acquire) & LIVE != 0).count() as u64
+    }
+}
+
+impl Drop for LeaseSlab {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::Release);
+        for cell in self.chunks.iter() {
+            let p = cell.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: from Box::into_raw of a CHUNK-slot box in `fresh_slot`.
+                // A lease still inside is leaked (not dropped): its cache may
+                // be gone; `mrcache_destroy` refuses while any is held.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK as usize)) });
+            }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Unit tests of the C API's internals: lease slots are reused; the panic test.
+//!
+//! The panic test. A panic can only start in Rust code, and the production
+//! library has no panicking path a C caller can reach on purpose, so the
+//! unit-test build (only) can make the registrar adapter panic on request, in
+//! the middle of an acquire (after the cache planned the registration, before
+//! the callback). The entry point must return MRCACHE_INTERNAL with the
+//! message, and the cache must stay usable and consistent.
+
+use crate::*;
+use std::cell::Cell;
+use std::ffi::CStr;
+
+thread_local! {
+    static PANIC_IN_REG: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by `CRegistrar::register` in test builds.
+pub(crate) fn maybe_panic() {
+    if PANIC_IN_REG.with(|p| p.replace(false)) {
+        panic!("injected registrar panic");
+    }
+}
+
+/// The callbacks' context: (registered, deregistered).
+type Counts = (AtomicU64, AtomicU64);
+
+unsafe extern "C" fn reg(
+    ctx: *mut c_void,
+    addr: *mut c_void,
+    _: usize,
+    _: u32,
+    handle: *mut *mut c_void,
+    lkey: *mut u32,
+    rkey: *mut u32,
+) -> c_int {
+    // SAFETY: `ctx` is the test's `Counts`, alive until its cache is destroyed.
+    unsafe { &*(ctx as *const Counts) }.0.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the adapter's out-pointers.
+    unsafe {
+        *handle = addr;
+        *lkey = 7;
+        *rkey = 8;
+    }
+    0
+}
+
+unsafe extern "C" fn dereg(ctx: *mut c_void, _: *mut c_void) -> c_int {
+    // SAFETY: as in `reg`.
+    unsafe { &*(ctx as *const Counts) }.1.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+#[test]
+fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable() {
+    let counts: Counts = Default::default();
+    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    let mut cache = std::ptr::null_mut();
+    let addr = (1usize << 32) as *const c_void;
+    let mut lease = mrcache_lease_t::default();
+    // SAFETY: valid pointers throughout, as a C caller passes them.
+    unsafe {
+        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
+        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        PANIC_IN_REG.with(|p| p.set(true));
+        assert_eq!(mrcache_acquire(cache, addr, 65536, 0, &mut lease), MRCACHE_INTERNAL);
+        let mut errno = -1;
+        let msg = CStr::from_ptr(mrcache_last_error(&mut errno)).to_string_lossy().into_owned();
+        assert!(msg.contains("injected registrar panic"), "{msg}");
+        assert_eq!(errno, 0);
+        assert_eq!(lease, mrcache_lease_t::default(), "no lease handed out");
+        // Usable: the same acquire now registers, hits, releases; destroy
+        // deregisters everything registered.
+        assert_eq!(mrcache_acquire(cache, addr, 65536, 0, &mut lease), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
+        assert_eq!(mrcache_acquire(cache, addr, 65536, 0, &mut lease), MRCACHE_OK);
+        let mut view = std::mem::MaybeUninit::uninit();
+        assert_eq!(mrcache_lease_view(cache, lease, view.as_mut_ptr()), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
+        let mut s = mrcache_stats_t { size: std::mem::size_of::<mrcache_stats_t>() as u32, ..Default::default() };
+        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_OK);
+        assert_eq!((s.hits, s.leases_held, s.cached_entries), (1, 0, 1), "{s:?}");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+    assert_eq!(counts.0.load(Ordering::SeqCst), 1);
+    assert_eq!(counts.1.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_thread_reuses_its_lease_slots() {
+    let counts: Counts = Default::default();
+    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    let mut cache = std::ptr::null_mut();
+    let addr = (1usize << 33) as *const c_void;
+    let mut lease = mrcache_lease_t::default();
+    // SAFETY: valid pointers throughout, as a C caller passes them.
+    unsafe {
+        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
+        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        for _ in 0..1000 {
+            assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
+        }
+        assert_eq!((*cache).leases.slots_made(), 1, "one slot serves a thread's acquire/release loop");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}

@@ -1,0 +1,400 @@
+//! The C API called as C calls it (through the `extern "C"` functions):
+//! every bad argument gets its status, leases are generation-checked,
+//! re-entry from a callback is BUSY, a callback may unmap memory.
+
+mod common;
+
+use common::*;
+use mrcache_capi::mrcache_monitor_t::*;
+use mrcache_capi::mrcache_status_t::*;
+use mrcache_capi::*;
+use std::ffi::c_void;
+use std::ptr::{null, null_mut};
+use std::sync::atomic::Ordering;
+
+const LEN: usize = 64 << 10;
+
+fn buf() -> *const c_void {
+    (1usize << 32) as *const c_void
+}
+
+#[test]
+fn hit_keys_view_stats_and_release() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE);
+    let mut a = mrcache_lease_t::default();
+    let mut b = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, MRCACHE_ACCESS_LOCAL_WRITE, &mut a), MRCACHE_OK);
+        assert_eq!(mrcache_acquire(cache, buf().add(100), 4096, MRCACHE_ACCESS_LOCAL_READ, &mut b), MRCACHE_OK);
+        assert_ne!(a, b, "two leases, two handles");
+        let (mut lkey, mut rkey) = (0, 0);
+        assert_eq!(mrcache_lease_keys(cache, a, &mut lkey, &mut rkey), MRCACHE_OK);
+        assert_eq!((lkey, rkey), (1, 1001));
+        let mut v = std::mem::MaybeUninit::<mrcache_view_t>::uninit();
+        assert_eq!(mrcache_lease_view(cache, b, v.as_mut_ptr()), MRCACHE_OK);
+        let v = v.assume_init();
+        assert_eq!((v.id, v.addr as usize, v.len), (1, 1 << 32, LEN), "the hit is the first registration");
+        assert_eq!(v.access, MRCACHE_ACCESS_LOCAL_WRITE);
+        let s = stats(cache);
+        assert_eq!((s.acquires, s.hits, s.misses, s.leases_held), (2, 1, 1, 2));
+        assert_eq!(mrcache_destroy(cache), MRCACHE_BUSY, "leases are held");
+        assert_eq!(mrcache_release(cache, a), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, b), MRCACHE_OK);
+        assert_eq!(stats(cache).leases_held, 0);
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+    assert_eq!(c.registered.load(Ordering::SeqCst), 1);
+    assert_eq!(c.deregistered.load(Ordering::SeqCst), 1, "destroy deregisters what is cached");
+}
+
+#[test]
+fn null_arguments_each_get_null_argument() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_EXPLICIT);
+    let cfg = config(MRCACHE_MONITOR_NONE);
+    let r = registrar(&c);
+    let mut out = null_mut();
+    let mut l = mrcache_lease_t::default();
+    let (mut k1, mut k2) = (0u32, 0u32);
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_config_init(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_create(null(), &r, &mut out), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_create(&cfg, null(), &mut out), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_create(&cfg, &r, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert!(out.is_null(), "nothing created");
+        assert_eq!(mrcache_acquire(null_mut(), buf(), LEN, 0, &mut l), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, 0, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert!(last_error().0.contains("lease is NULL"), "{}", last_error().0);
+        assert_eq!(mrcache_release(null_mut(), l), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_lease_keys(null(), l, &mut k1, &mut k2), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_lease_keys(cache, l, null_mut(), &mut k2), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_lease_keys(cache, l, &mut k1, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_lease_view(null(), l, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_lease_view(cache, l, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_invalidate(null_mut(), buf(), LEN), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_flush(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_trim(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_stats(null(), null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_stats(cache, null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_destroy(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_monitor_start(null_mut()), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_registrar_verbs(null_mut(), null_mut()), MRCACHE_NULL_ARGUMENT);
+        let mut e = 0;
+        assert!(!mrcache_last_error(null_mut()).is_null());
+        mrcache_last_error(&mut e);
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}
+
+#[test]
+fn bad_ranges_access_config_and_sizes() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE);
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, buf(), 0, 0, &mut l), MRCACHE_EMPTY_RANGE);
+        assert_eq!(mrcache_acquire(cache, (usize::MAX - 10) as *const c_void, 100, 0, &mut l), MRCACHE_WRAPPING_RANGE);
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, 16, &mut l), MRCACHE_INVALID_ARGUMENT);
+        assert_eq!(mrcache_invalidate(cache, buf(), 0), MRCACHE_EMPTY_RANGE);
+        assert_eq!(mrcache_invalidate(cache, (usize::MAX - 10) as *const c_void, 100), MRCACHE_WRAPPING_RANGE);
+        assert_eq!(l, mrcache_lease_t::default(), "no lease written on failure");
+        let mut s = mrcache_stats_t::default();
+        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_INVALID_ARGUMENT, "size 0");
+        // An older caller's smaller struct gets only what fits.
+        s.size = 24;
+        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_OK);
+        // Two acquires reached the cache (E1, E2); the bad access flags did not.
+        assert_eq!((s.size, s.version, s.acquires, s.misses), (24, MRCACHE_ABI_VERSION, 2, 0));
+        let r = registrar(&c);
+        let mut out = null_mut();
+        for bad in [
+            mrcache_config_t { overlap: 3, ..config(MRCACHE_MONITOR_NONE) },
+            mrcache_config_t { eviction: 2, ..config(MRCACHE_MONITOR_NONE) },
+            mrcache_config_t { monitor: 3, ..config(MRCACHE_MONITOR_NONE) },
+            mrcache_config_t { size: 8, ..config(MRCACHE_MONITOR_NONE) },
+        ] {
+            assert_eq!(mrcache_create(&bad, &r, &mut out), MRCACHE_INVALID_CONFIG);
+            assert!(out.is_null());
+        }
+        let no_dereg = mrcache_registrar_t { dereg: None, ..r };
+        assert_eq!(mrcache_create(&config(MRCACHE_MONITOR_NONE), &no_dereg, &mut out), MRCACHE_INVALID_CONFIG);
+        assert!(last_error().0.contains("required"));
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}
+
+#[test]
+fn double_stale_and_foreign_leases_are_invalid_lease() {
+    let c = Counting::default();
+    let (x, y) = (create(&c, MRCACHE_MONITOR_NONE), create(&c, MRCACHE_MONITOR_NONE));
+    let mut l = mrcache_lease_t::default();
+    let (mut k1, mut k2) = (0, 0);
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(x, buf(), LEN, 0, &mut l), MRCACHE_OK);
+        assert_eq!(mrcache_release(y, l), MRCACHE_INVALID_LEASE, "another cache's lease");
+        assert_eq!(mrcache_lease_keys(y, l, &mut k1, &mut k2), MRCACHE_INVALID_LEASE);
+        assert_eq!(mrcache_release(x, l), MRCACHE_OK);
+        assert_eq!(mrcache_release(x, l), MRCACHE_INVALID_LEASE, "double release");
+        assert_eq!(mrcache_lease_keys(x, l, &mut k1, &mut k2), MRCACHE_INVALID_LEASE, "released");
+        // The slot is reused by the next acquire: the old handle stays dead.
+        let mut m = mrcache_lease_t::default();
+        assert_eq!(mrcache_acquire(x, buf(), LEN, 0, &mut m), MRCACHE_OK);
+        assert_ne!(m, l);
+        assert_eq!(mrcache_release(x, l), MRCACHE_INVALID_LEASE, "stale handle of a reused slot");
+        for junk in [0u64, 1, u64::MAX, l.opaque ^ (1 << 40), l.opaque | 0xfffff] {
+            assert_eq!(mrcache_release(x, mrcache_lease_t { opaque: junk }), MRCACHE_INVALID_LEASE, "{junk:#x}");
+        }
+        assert_eq!(stats(x).leases_held, 1, "the live lease is untouched");
+        assert_eq!(mrcache_release(x, m), MRCACHE_OK);
+        assert_eq!(mrcache_destroy(x), MRCACHE_OK);
+        assert_eq!(mrcache_destroy(y), MRCACHE_OK);
+    }
+}
+
+#[test]
+fn registrar_errno_and_message_are_reported() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE);
+    c.fail_with.store(libc::EFAULT, Ordering::SeqCst);
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, 0, &mut l), MRCACHE_REGISTRAR);
+        let (msg, errno) = last_error();
+        assert_eq!(errno, libc::EFAULT);
+        assert!(msg.contains("E5"), "{msg}");
+        c.fail_with.store(-libc::ENOMEM, Ordering::SeqCst);
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, 0, &mut l), MRCACHE_REGISTRAR);
+        assert_eq!(last_error().1, libc::ENOMEM, "a negative errno counts as its absolute value");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}
+
+fn reenter(c: &Counting) {
+    let cache = c.cache.load(Ordering::SeqCst) as *mut mrcache_t;
+    let mut l = mrcache_lease_t::default();
+    // Allowed: invalidate only queues (H1); stats reads counters.
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let inv = unsafe { mrcache_invalidate(cache, (3usize << 32) as *const c_void, 4096) };
+    assert_eq!(inv, MRCACHE_OK);
+    assert_eq!(stats(cache).leases_held, 0);
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let st = unsafe { mrcache_acquire(cache, (2usize << 32) as *const c_void, 4096, 0, &mut l) };
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let others = unsafe {
+        [mrcache_flush(cache), mrcache_trim(cache), mrcache_destroy(cache), mrcache_release(cache, l), mrcache_monitor_start(cache)]
+    };
+    assert!(others.iter().all(|s| *s == MRCACHE_BUSY), "{others:?}");
+    c.reentry.store(st as i32, Ordering::SeqCst);
+}
+
+#[test]
+fn a_callback_calling_into_its_own_cache_gets_busy() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_EXPLICIT);
+    c.hook.store(reenter as fn(&Counting) as usize as u64, Ordering::SeqCst);
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, 0, &mut l), MRCACHE_OK, "{}", last_error().0);
+        assert_eq!(c.reentry.load(Ordering::SeqCst), MRCACHE_BUSY as i32);
+        assert!(c.registered.load(Ordering::SeqCst) == 1, "the re-entrant acquire registered nothing");
+        c.hook.store(0, Ordering::SeqCst);
+        // Outside the callback, everything works again.
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        assert_eq!(mrcache_flush(cache), MRCACHE_OK);
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}
+
+static UNMAP_TARGET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn unmap_other(_: &Counting) {
+    let p = UNMAP_TARGET.swap(0, Ordering::SeqCst);
+    if p != 0 {
+        // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+        assert_eq!(unsafe { libc::munmap(p as *mut c_void, LEN) }, 0);
+    }
+}
+
+#[test]
+fn a_callback_that_unmaps_watched_memory_works_under_the_uffd_monitor() {
+    let c = Counting::default();
+    let cfg = config(MRCACHE_MONITOR_UFFD);
+    let r = registrar(&c);
+    let mut cache = null_mut();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let st = unsafe { mrcache_create(&cfg, &r, &mut cache) };
+    if st == MRCACHE_UNSUPPORTED {
+        eprintln!("skipped: userfaultfd unavailable: {}", last_error().0);
+        return;
+    }
+    assert_eq!(st, MRCACHE_OK);
+    c.cache.store(cache as u64, Ordering::SeqCst);
+    let (a, b) = (map(LEN), map(LEN));
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, b, LEN, 0, &mut l), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        // While registering `a`, the callback unmaps `b` (cached, watched):
+        // the munmap waits for the monitor thread, which needs the cache lock
+        // the acquire does not hold while calling the registrar.
+        UNMAP_TARGET.store(b as usize, Ordering::SeqCst);
+        c.hook.store(unmap_other as fn(&Counting) as usize as u64, Ordering::SeqCst);
+        assert_eq!(mrcache_acquire(cache, a, LEN, 0, &mut l), MRCACHE_OK, "{}", last_error().0);
+        assert_eq!(UNMAP_TARGET.load(Ordering::SeqCst), 0, "the callback ran its munmap");
+        c.hook.store(0, Ordering::SeqCst);
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        let s = stats(cache);
+        assert_eq!(s.invalidations, 1, "{s:?}");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+        libc::munmap(a, LEN);
+    }
+    assert_eq!(c.registered.load(Ordering::SeqCst), c.deregistered.load(Ordering::SeqCst));
+}
+
+#[test]
+fn leases_released_on_other_threads() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE) as usize;
+    let leases: Vec<u64> = (0..64)
+        .map(|i| {
+            let mut l = mrcache_lease_t::default();
+            // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+            let st = unsafe { mrcache_acquire(cache as *mut _, buf().add(i * 8192), 4096, 0, &mut l) };
+            assert_eq!(st, MRCACHE_OK);
+            l.opaque
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for chunk in leases.chunks(16) {
+            s.spawn(move || {
+                for &l in chunk {
+                    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+                    let st = unsafe { mrcache_release(cache as *mut _, mrcache_lease_t { opaque: l }) };
+                    assert_eq!(st, MRCACHE_OK);
+                }
+            });
+        }
+    });
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(stats(cache as *mut _).leases_held, 0);
+        assert_eq!(mrcache_destroy(cache as *mut _), MRCACHE_OK);
+    }
+}
+
+#[test]
+fn status_names() {
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let name = |s: i32| unsafe { std::ffi::CStr::from_ptr(mrcache_status_name(s)) }.to_str().unwrap().to_owned();
+    assert_eq!(name(MRCACHE_BUSY as i32), "MRCACHE_BUSY");
+    assert_eq!(name(12345), "(not an mrcache status)");
+}
+
+/// After fork the child's cache caches nothing through the parent's monitor
+/// (spec.md#S2.6) until the child starts its own with mrcache_monitor_start.
+#[test]
+fn a_fork_child_starts_its_own_monitor() {
+    let c = Counting::default();
+    let cfg = config(MRCACHE_MONITOR_UFFD);
+    let r = registrar(&c);
+    let mut cache = null_mut();
+    // SAFETY: valid pointers.
+    let st = unsafe { mrcache_create(&cfg, &r, &mut cache) };
+    if st == MRCACHE_UNSUPPORTED {
+        eprintln!("skipped: userfaultfd unavailable: {}", last_error().0);
+        return;
+    }
+    assert_eq!(st, MRCACHE_OK);
+    let a = map(LEN);
+    let hit = |cache: *mut mrcache_t| -> bool {
+        let before = stats(cache).hits;
+        let mut l = mrcache_lease_t::default();
+        // SAFETY: a live cache, mapped memory.
+        unsafe {
+            assert_eq!(mrcache_acquire(cache, a, LEN, 0, &mut l), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        }
+        stats(cache).hits > before
+    };
+    hit(cache);
+    assert!(hit(cache));
+    // SAFETY: a live cache that has its monitor.
+    assert_eq!(unsafe { mrcache_monitor_start(cache) }, MRCACHE_BUSY, "one monitor per cache");
+    // SAFETY: the child only calls the C API and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut code = 0;
+            if hit(cache) || hit(cache) {
+                code |= 1; // cached through the parent's monitor
+            }
+            // SAFETY: the child's copy of the cache.
+            if unsafe { mrcache_monitor_start(cache) } != MRCACHE_OK {
+                code |= 2;
+            }
+            hit(cache);
+            if !hit(cache) {
+                code |= 4; // its own monitor: caching again
+            }
+            code
+        }))
+        .unwrap_or(99);
+        // SAFETY: leaves the child without running the harness's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "child failed (bits: 1 cached early, 2 no monitor, 4 no hit)");
+    assert!(hit(cache), "the parent still hits");
+    // SAFETY: no lease is held.
+    unsafe {
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+        libc::munmap(a, LEN);
+    }
+}
+
+/// Two threads releasing the same lease at once: exactly one succeeds, the
+/// other gets MRCACHE_INVALID_LEASE (the slot's generation changes by one
+/// compare-exchange), and the registration is released once.
+#[test]
+fn a_concurrent_double_release_releases_once() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE) as usize;
+    for _ in 0..500 {
+        let mut l = mrcache_lease_t::default();
+        // SAFETY: a live cache, a writable lease.
+        assert_eq!(unsafe { mrcache_acquire(cache as *mut _, buf(), LEN, 0, &mut l) }, MRCACHE_OK);
+        let barrier = std::sync::Barrier::new(2);
+        let results: Vec<mrcache_status_t> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        // SAFETY: a live cache.
+                        unsafe { mrcache_release(cache as *mut _, l) }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ok = results.iter().filter(|s| **s == MRCACHE_OK).count();
+        assert_eq!(ok, 1, "{results:?}");
+        assert!(results.contains(&MRCACHE_INVALID_LEASE));
+    }
+    let s = stats(cache as *mut _);
+    assert_eq!((s.leases_held, s.releases, s.errors), (0, 1000, 500), "500 releases and 500 E4s");
+    // SAFETY: no lease is held.
+    assert_eq!(unsafe { mrcache_destroy(cache as *mut _) }, MRCACHE_OK);
+    assert_eq!(c.deregistered.load(Ordering::SeqCst), 1);
+}

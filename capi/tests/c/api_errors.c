@@ -1,0 +1,150 @@
+/* api_errors.c: the C API's answers to bad arguments and misuse, from C,
+ * against the installed header and library (ci/c-tests.sh runs it under
+ * valgrind). Each check prints on failure; exits 1 if any failed. */
+#include <mrcache.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+#define EXPECT_ST(call, want) do { mrcache_status_t st_ = (call); if (st_ != (want)) { \
+  fprintf(stderr, "%s:%d: %s gave %s, expected %s (%s)\n", __FILE__, __LINE__, #call, \
+          mrcache_status_name(st_), #want, mrcache_last_error(NULL)); failures++; } } while (0)
+#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+
+struct ctx { mrcache_t *cache; unsigned long reg, dereg; int fail_errno; mrcache_status_t reentry[5]; int reenter; };
+
+static int reg(void *p, void *addr, size_t len, uint32_t access, void **handle, uint32_t *lkey, uint32_t *rkey) {
+  struct ctx *c = p;
+  (void)len; (void)access;
+  if (c->fail_errno) return c->fail_errno;
+  if (c->reenter) {
+    mrcache_lease_t l;
+    c->reentry[0] = mrcache_acquire(c->cache, (void *)(uintptr_t)0x300000000, 4096, 0, &l);
+    c->reentry[1] = mrcache_flush(c->cache);
+    c->reentry[2] = mrcache_trim(c->cache);
+    c->reentry[3] = mrcache_destroy(c->cache);
+    c->reentry[4] = mrcache_invalidate(c->cache, (void *)(uintptr_t)0x400000000, 4096); /* allowed: queues */
+  }
+  c->reg++;
+  *handle = addr; *lkey = (uint32_t)c->reg; *rkey = 7;
+  return 0;
+}
+static int dereg(void *p, void *handle) { (void)handle; ((struct ctx *)p)->dereg++; return 0; }
+
+static void *release_elsewhere(void *arg) {
+  void **a = arg;
+  mrcache_lease_t *l = a[1];
+  return (void *)(uintptr_t)mrcache_release(a[0], *l);
+}
+
+int main(void) {
+  struct ctx c;
+  memset(&c, 0, sizeof c);
+  mrcache_registrar_t r = { &c, reg, dereg };
+  mrcache_config_t cfg;
+  mrcache_t *cache = NULL, *other = NULL;
+  mrcache_lease_t l, m;
+  mrcache_stats_t s = { .size = sizeof s };
+  uint32_t lkey, rkey;
+  mrcache_view_t view;
+  char *buf = (char *)(uintptr_t)0x100000000;
+  int e = -1;
+
+  /* NULL everywhere. */
+  EXPECT_ST(mrcache_config_init(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_config_init(&cfg), MRCACHE_OK);
+  EXPECT_ST(mrcache_create(NULL, &r, &cache), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_create(&cfg, NULL, &cache), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_create(&cfg, &r, NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT(strstr(mrcache_last_error(&e), "cache_out is NULL") && e == 0);
+  /* Bad configurations and registrars. */
+  cfg.overlap = 9;
+  EXPECT_ST(mrcache_create(&cfg, &r, &cache), MRCACHE_INVALID_CONFIG);
+  mrcache_config_init(&cfg);
+  cfg.size = 4;
+  EXPECT_ST(mrcache_create(&cfg, &r, &cache), MRCACHE_INVALID_CONFIG);
+  mrcache_config_init(&cfg);
+  mrcache_registrar_t half = { &c, reg, NULL };
+  EXPECT_ST(mrcache_create(&cfg, &half, &cache), MRCACHE_INVALID_CONFIG);
+  EXPECT(cache == NULL);
+  EXPECT_ST(mrcache_create(&cfg, &r, &cache), MRCACHE_OK);
+  EXPECT_ST(mrcache_create(&cfg, &r, &other), MRCACHE_OK);
+  c.cache = cache;
+
+  EXPECT_ST(mrcache_acquire(NULL, buf, 4096, 0, &l), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0, NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_release(NULL, l), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_lease_keys(cache, l, NULL, &rkey), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_lease_keys(cache, l, &lkey, NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_lease_view(cache, l, NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_invalidate(NULL, buf, 1), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_flush(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_trim(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_stats(NULL, &s), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_stats(cache, NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_destroy(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_monitor_start(NULL), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_registrar_verbs(NULL, &r), MRCACHE_NULL_ARGUMENT);
+
+  /* Ranges and flags. */
+  EXPECT_ST(mrcache_acquire(cache, buf, 0, 0, &l), MRCACHE_EMPTY_RANGE);
+  EXPECT_ST(mrcache_acquire(cache, (void *)(UINTPTR_MAX - 10), 100, 0, &l), MRCACHE_WRAPPING_RANGE);
+  EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0x100, &l), MRCACHE_INVALID_ARGUMENT);
+  EXPECT_ST(mrcache_invalidate(cache, buf, 0), MRCACHE_EMPTY_RANGE);
+  EXPECT_ST(mrcache_invalidate(cache, (void *)(UINTPTR_MAX - 10), 100), MRCACHE_WRAPPING_RANGE);
+  s.size = 0;
+  EXPECT_ST(mrcache_stats(cache, &s), MRCACHE_INVALID_ARGUMENT);
+  s.size = sizeof s;
+
+  /* Registrar errors carry the errno. */
+  c.fail_errno = 14; /* EFAULT */
+  EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0, &l), MRCACHE_REGISTRAR);
+  mrcache_last_error(&e);
+  EXPECT(e == 14);
+  c.fail_errno = 0;
+
+  /* Leases: keys, view, double release, foreign, stale, junk. */
+  EXPECT_ST(mrcache_acquire(cache, buf, 65536, MRCACHE_ACCESS_LOCAL_WRITE, &l), MRCACHE_OK);
+  EXPECT_ST(mrcache_lease_keys(cache, l, &lkey, &rkey), MRCACHE_OK);
+  EXPECT(lkey == 1 && rkey == 7);
+  EXPECT_ST(mrcache_lease_view(cache, l, &view), MRCACHE_OK);
+  EXPECT(view.addr == buf && view.len == 65536 && view.access == MRCACHE_ACCESS_LOCAL_WRITE);
+  EXPECT_ST(mrcache_release(other, l), MRCACHE_INVALID_LEASE);
+  EXPECT_ST(mrcache_destroy(cache), MRCACHE_BUSY);
+  EXPECT_ST(mrcache_release(cache, l), MRCACHE_OK);
+  EXPECT_ST(mrcache_release(cache, l), MRCACHE_INVALID_LEASE);
+  EXPECT_ST(mrcache_lease_view(cache, l, &view), MRCACHE_INVALID_LEASE);
+  EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0, &m), MRCACHE_OK);
+  EXPECT_ST(mrcache_release(cache, l), MRCACHE_INVALID_LEASE); /* stale: its slot is m's now */
+  mrcache_lease_t junk = { 0 };
+  EXPECT_ST(mrcache_release(cache, junk), MRCACHE_INVALID_LEASE);
+  junk.opaque = UINT64_MAX;
+  EXPECT_ST(mrcache_release(cache, junk), MRCACHE_INVALID_LEASE);
+  /* Released on another thread. */
+  void *args[2] = { cache, &m };
+  pthread_t t;
+  void *ret;
+  pthread_create(&t, NULL, release_elsewhere, args);
+  pthread_join(t, &ret);
+  EXPECT((mrcache_status_t)(uintptr_t)ret == MRCACHE_OK);
+
+  /* A callback calling into its own cache gets BUSY (invalidate queues). */
+  c.reenter = 1;
+  EXPECT_ST(mrcache_acquire(cache, buf + (1 << 20), 4096, 0, &l), MRCACHE_OK);
+  c.reenter = 0;
+  EXPECT(c.reentry[0] == MRCACHE_BUSY && c.reentry[1] == MRCACHE_BUSY && c.reentry[2] == MRCACHE_BUSY);
+  EXPECT(c.reentry[3] == MRCACHE_BUSY && c.reentry[4] == MRCACHE_OK);
+  EXPECT_ST(mrcache_release(cache, l), MRCACHE_OK);
+
+  EXPECT_ST(mrcache_stats(cache, &s), MRCACHE_OK);
+  EXPECT(s.leases_held == 0 && s.version == MRCACHE_ABI_VERSION);
+  EXPECT(strcmp(mrcache_status_name(12345), "(not an mrcache status)") == 0);
+  EXPECT_ST(mrcache_destroy(cache), MRCACHE_OK);
+  EXPECT_ST(mrcache_destroy(other), MRCACHE_OK);
+  EXPECT(c.reg == c.dereg);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("api_errors: every check passed\n");
+  return failures != 0;
+}
