@@ -22,8 +22,7 @@ mkdir -p "$OUT"
 rm -f "$OUT"/ucx.txt "$OUT"/mrc.txt
 
 # Iteration counts: the (QUICK=1 divides them for a smoke test).
-# Each may be set in the environment (EVICTS=200000 shortens the run while
-# the eviction miss is still O(n)).
+# Each may be set in the environment (e.g. EVICTS=200000 for a shorter run).
 if [ "${QUICK:-0}" = 1 ]; then d=(500000 50000 20000 200); else d=(5000000 1000000 100000 1000); fi
 HITS=${HITS:-${d[0]}} EVICTS=${EVICTS:-${d[1]}} FILL=${FILL:-${d[2]}} UNMAPS=${UNMAPS:-${d[3]}}
 
