@@ -499,7 +499,7 @@ fn worth_probing<R: Registrar>(lane: &Lane<R>) -> bool {
     if lane.dry.load(Ordering::Relaxed) {
         let t = lane.tick.load(Ordering::Relaxed).wrapping_add(1);
         lane.tick.store(t, Ordering::Relaxed);
-        if t % DRY_SAMPLE != 0 {
+        if !t.is_multiple_of(DRY_SAMPLE) {
             return false;
         }
     }
@@ -519,7 +519,7 @@ fn worth_probing<R: Registrar>(lane: &Lane<R>) -> bool {
 /// Whether a dry lane skips this A1 hit's memo (see [`worth_probing`]).
 #[inline(always)]
 fn dry_skip<R: Registrar>(lane: &Lane<R>) -> bool {
-    lane.dry.load(Ordering::Relaxed) && lane.tick.load(Ordering::Relaxed) % DRY_SAMPLE != 0
+    lane.dry.load(Ordering::Relaxed) && !lane.tick.load(Ordering::Relaxed).is_multiple_of(DRY_SAMPLE)
 }
 
 //= spec.md#LN2
