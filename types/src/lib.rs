@@ -435,6 +435,12 @@ pub enum OpError {
     #[error("E6 registration invalidated on every retry")]
     //= spec.md#E6
     RetriesExhausted,
+    /// Not the outcome of an [`Op`]: a `release_end` with no matching
+    /// `release_begin` (the pair is a monitor's, spec.md#W2). Here so that
+    /// every error code has one shared name.
+    #[error("E7 release_end without a matching release_begin")]
+    //= spec.md#E7
+    UnmatchedReleaseEnd,
 }
 
 impl From<RangeError> for OpError {

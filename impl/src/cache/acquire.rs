@@ -138,7 +138,7 @@ impl<R: Registrar> Cache<R> {
                 drop(st);
                 return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
             };
-            let mut token = self.add_inflight(&mut st, plan.span);
+            let mut token = self.add_inflight(shared, &mut st, plan.span);
             drop(st);
             deregs.perform();
             if let Some(src) = shared.source.get() {
@@ -226,7 +226,10 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#F1
             //# until a monitor runs in the child, a miss's registration is not
             //# cached
-            if !shared.caching() {
+            //= spec.md#W3
+            //# A9 inserts a windowed registration and at once takes it out of
+            //# the index, as a leased entry leaves it on invalidation
+            if !shared.caching() || record.is_some_and(|r| r.windowed) {
                 // Served, never findable: deregistered at its last release
                 // (as an entry a release event took out while leased).
                 inc(&self.counters.uncached);
@@ -279,7 +282,7 @@ impl<R: Registrar> Cache<R> {
         };
         let watched = plan.range;
         *plan = p;
-        *token = self.add_inflight(&mut st, plan.span);
+        *token = self.add_inflight(shared, &mut st, plan.span);
         drop(st);
         deregs.perform();
         // The re-plan only drops evicted neighbours, so it lies
@@ -442,9 +445,18 @@ impl<R: Registrar> Cache<R> {
     /// A4's in-flight record, after widening the hull that
     /// [`Cache::may_hold`] reads. The hull grows before the registrar runs, so
     /// an event that misses it happened before the registration began.
-    pub(super) fn add_inflight(&self, st: &mut State<R>, span: PageSpan) -> u64 {
+    ///
+    /// The record is *windowed* if a release window overlapping it is open
+    /// (W3): its registrar call may straddle that window's release and pin
+    /// the frames about to go, so A9 will not cache it. (One planned before
+    /// the window's W1 event was drained is marked stale by that drain.)
+    pub(super) fn add_inflight(&self, shared: &Shared<R>, st: &mut State<R>, span: PageSpan) -> u64 {
         self.hull_lo.fetch_min(span.first, Ordering::SeqCst);
         self.hull_hi.fetch_max(span.end, Ordering::SeqCst);
-        st.add_inflight(span)
+        //= spec.md#W3
+        //# A4 marks its in-flight record *windowed* if an open window overlaps
+        //# it
+        let windowed = shared.windows.overlaps(span);
+        st.add_inflight(span, windowed)
     }
 }

@@ -84,6 +84,7 @@ mod queue;
 mod release;
 mod state;
 mod stats;
+mod window;
 
 pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 #[cfg(any(test, feature = "testkit"))]
