@@ -130,12 +130,35 @@ mutants! {
     /// revokes): a lane hit between the two returns an entry whose release
     /// event has already returned.
     LaneQueueLenOnly: "LN1 checks only the queue length, emptied before the drain revokes", [P2];
+    /// W1's event leaves the overlapping entries findable (it only marks
+    /// in-flight records stale): an entry that pinned the released frames
+    /// is hit after the release returned.
+    BeginKeepsEntries: "W1's event leaves overlapping entries findable", [P2];
+    /// W1's event does not mark in-flight records stale: a registration
+    /// planned before it, whose registrar call pinned the frames about to
+    /// go, is cached once the window has closed.
+    BeginKeepsInflight: "W1's event does not mark in-flight records stale", [P2];
+    /// A9 caches a windowed registration (W3 ignored): one planned inside
+    /// the window pinned the frames the release then took away.
+    WindowedCached: "A9 caches a registration planned inside a release window", [P2];
+    /// W2 closes the oldest open window, whatever its range: another
+    /// thread's window closes before its release, and a registration
+    /// planned then is cached with the frames that release takes away.
+    EndClosesOldest: "W2 closes the oldest open window, not the one on its range", [P2];
 }
 
 impl Mutant {
     /// The mutant's name (`mrcache check --mutant NAME`), from the shared list.
     pub fn name(&self) -> &'static str {
         MUTANTS[*self as usize]
+    }
+
+    /// The mutant breaks the release windows (W1–W3): it needs `CheckConfig::pair`.
+    pub fn needs_pair(&self) -> bool {
+        matches!(
+            self,
+            Mutant::BeginKeepsEntries | Mutant::BeginKeepsInflight | Mutant::WindowedCached | Mutant::EndClosesOldest
+        )
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 14] = [
+const FAMILIES: [&str; 16] = [
     "2x3",
     "2x4",
     "3x2",
@@ -33,6 +33,8 @@ const FAMILIES: [&str; 14] = [
     "lanes+limit",
     "lanes-drain",
     "lanes-reuse",
+    "2x3+pair",
+    "pair-windows",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -75,6 +77,12 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lanes-drain" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) },
         // A slot re-keyed while it may still count a lease (LN2's rule).
         "lanes-reuse" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_reuse_scripts()), ..base(2, 3) },
+        // The hook runs before the release, as the W1/W2 pair (sync only:
+        // userfaultfd reports after the fact): the generated scripts, and
+        // two windows open at once (`end-closes-oldest`).
+        "2x3+pair" | "pair-windows" if monitor != MonitorKind::Sync => return None,
+        "2x3+pair" => CheckConfig { pair: true, ..base(2, 3) },
+        "pair-windows" => CheckConfig { pair: true, scripts: Some(crate::config::window_scripts()), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -176,7 +184,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
-                let goals_required = fam != "lru" && !fam.starts_with("lanes");
+                let goals_required = fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

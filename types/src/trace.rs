@@ -298,6 +298,8 @@ impl Relocation {
         match &mut op {
             Op::Acquire { addr, .. }
             | Op::ReleaseEvent { addr, .. }
+            | Op::ReleaseBegin { addr, .. }
+            | Op::ReleaseEnd { addr, .. }
             | Op::Alloc { addr, .. }
             | Op::Free { addr, .. } => *addr = base + self.offset(*addr)?,
             Op::Release { .. } | Op::Flush | Op::Trim | Op::Fork => {}
