@@ -256,7 +256,7 @@ impl<R: Registrar> Cache<R> {
     /// served (the memory is mapped until the release; an acquire that
     /// overlaps the release itself is concurrent with it, spec.md#P2) but
     /// its registration is not cached (W3; counted in
-    /// `Diagnostics::uncached`).
+    /// `Stats::uncached`).
     ///
     /// Every `begin` needs exactly one `end` with the same range (the same
     /// pages), after the release, also when the release failed. Windows of
