@@ -214,7 +214,7 @@ fn concurrent_acquires_never_get_frames_a_completed_release_took() {
                                 Err(e) => assert_eq!(e.code(), "E6", "{e}"),
                             }
                             if held.len() > 3 {
-                                held.remove((x >> 16) as usize % held.len());
+                                drop(held.swap_remove((x >> 16) as usize % held.len()));
                             }
                         }
                     })
