@@ -138,9 +138,10 @@ mutants! {
     /// planned before it, whose registrar call pinned the frames about to
     /// go, is cached once the window has closed.
     BeginKeepsInflight: "W1's event does not mark in-flight records stale", [P2];
-    /// A9 caches a windowed registration (W3 ignored): one planned inside
-    /// the window pinned the frames the release then took away.
-    WindowedCached: "A9 caches a registration planned inside a release window", [P2];
+    /// W3 ignored: A7 and A9 treat a windowed registration as any other, so
+    /// one planned inside the window, which pinned the frames the release
+    /// then took away, is cached.
+    WindowedCached: "A7/A9 ignore W3: a registration planned inside a release window is cached", [P2];
     /// W2 closes the oldest open window, whatever its range: another
     /// thread's window closes before its release, and a registration
     /// planned then is cached with the frames that release takes away.

@@ -78,17 +78,17 @@ fn a_registration_straddling_the_release_inside_a_window_is_served_not_cached() 
         let pages = s.pages.clone();
         s.cache.release_begin(P, P).unwrap();
         // Planned inside the window (windowed); the registrar pins the old
-        // frames, then the release happens and the window closes before A9.
-        s.stage(move |c| {
-            let bumped = pages.bump(P, P);
-            c.release_end(P, P).unwrap();
-            pages.complete(&bumped);
-        });
+        // frames, then the release happens; the window is still open at A9.
+        let bumped = Arc::new(Mutex::new(None));
+        let b = bumped.clone();
+        s.stage(move |_| *b.lock().unwrap() = Some(pages.bump(P, P)));
         let snap = s.pages.completed_snapshot(P, P);
         let first = s.cache.acquire(P, P, RR).unwrap();
         assert!(first.handle().is_fresh_for(&snap), "P2: the release overlapped the acquire");
         assert_eq!(first.handle().pinned, vec![0], "it pinned the frames the release took");
         assert_eq!(s.cache.stats().uncached, 1, "{policy:?}: served, not cached");
+        s.cache.release_end(P, P).unwrap();
+        s.pages.complete(&bumped.lock().unwrap().take().unwrap());
         // After the releasing call returned: a fresh registration, not the old one.
         let snap = s.pages.completed_snapshot(P, P);
         let second = s.cache.acquire(P, P, RR).unwrap();
@@ -100,6 +100,27 @@ fn a_registration_straddling_the_release_inside_a_window_is_served_not_cached() 
         assert_eq!(s.cache.registrar().live(), live - 1, "the uncached one goes at its last release");
         assert_eq!(s.cache.open_release_windows(), 0);
     }
+}
+
+#[test]
+//= spec.md#W3
+fn a_windowed_registration_whose_window_closed_is_retried() {
+    let s = staged(OverlapPolicy::Independent);
+    let pages = s.pages.clone();
+    s.cache.release_begin(P, P).unwrap();
+    // Planned inside the window; the release and the end happen while the
+    // registrar runs: at A7 no window is open, so it can be neither served
+    // uncached (the acquire would take effect after the window) nor cached
+    // (it pinned the old frames): it is retried.
+    s.stage(move |c| {
+        let bumped = pages.bump(P, P);
+        c.release_end(P, P).unwrap();
+        pages.complete(&bumped);
+    });
+    let lease = s.cache.acquire(P, P, RR).unwrap();
+    assert_eq!(lease.handle().pinned, vec![1], "the retry pinned the new frames");
+    assert_eq!((s.cache.diagnostics().stale_retries, s.cache.stats().uncached), (1, 0));
+    assert!(s.cache.acquire(P, P, RR).unwrap().hit(), "the retry is cached");
 }
 
 #[test]

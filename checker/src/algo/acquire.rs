@@ -63,6 +63,14 @@ impl AlgoModel {
         if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
             return A7::Stale { replan: false };
         }
+        //= spec.md#W3
+        //# A7 treats a windowed record as stale if no open window overlaps it
+        //# any more
+        if th.inflight.is_some_and(|i| i.windowed && !s.windows.iter().any(|w| w.overlaps(&i.span)))
+            && !self.mutant(Mutant::WindowedCached)
+        {
+            return A7::Stale { replan: false };
+        }
         if let Some(h) = self.lookup(s, acq.req, acq.access) {
             return A7::Hit(h);
         }

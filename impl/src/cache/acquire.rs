@@ -202,7 +202,13 @@ impl<R: Registrar> Cache<R> {
             //# if the in-flight record is stale, or (merge, no-merge-uncache-contained)
             //# the plan recomputed now differs from A4's: remove it, unlock,
             //# deregister the new registration, retry from A2
-            let stale = record.is_some_and(|r| r.stale);
+            //= spec.md#W3
+            //# A7 treats a windowed record as stale if no open window overlaps it
+            //# any more
+            // Its registrar call may have pinned the frames that window's
+            // release took, and the acquire cannot take effect inside the
+            // window any more (it would have to be cached now): retry.
+            let stale = record.is_some_and(|r| r.stale || (r.windowed && !shared.windows.overlaps(plan.span)));
             let replanned = self.config.contract.policy != OverlapPolicy::Independent
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
             if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
