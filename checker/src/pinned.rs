@@ -170,6 +170,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("lanes-reuse merge async", 72405),
     ("lanes-reuse no-merge-uncache-contained sync", 55526),
     ("lanes-reuse no-merge-uncache-contained async", 72405),
+    ("2x3+pair independent sync", 7967),
+    ("2x3+pair merge sync", 12084),
+    ("2x3+pair no-merge-uncache-contained sync", 11429),
+    ("pair-windows independent sync", 5349),
+    ("pair-windows merge sync", 5349),
+    ("pair-windows no-merge-uncache-contained sync", 5349),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
