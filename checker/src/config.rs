@@ -110,6 +110,10 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::WindowedServedAfterEnd if cfg.scripts.is_none() => {
+                cfg.scripts = Some(window_closed_scripts());
+                changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -485,6 +489,15 @@ pub fn window_scripts() -> Vec<Vec<Op>> {
         vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR)],
         vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 2, RR)],
     ]
+}
+
+/// Scripts where T1's acquire of A is planned inside T0's window on A and
+/// may reach A9 after T0's W2, with T0's miss on B inserted in between: the
+/// acquire then takes effect after the window (B's id is lower), so it must
+/// not be served uncached (A7 retries it), or T0's acquire of A, which must
+/// hit it, misses.
+pub fn window_closed_scripts() -> Vec<Vec<Op>> {
+    vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

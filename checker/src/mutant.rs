@@ -146,6 +146,10 @@ mutants! {
     /// thread's window closes before its release, and a registration
     /// planned then is cached with the frames that release takes away.
     EndClosesOldest: "W2 closes the oldest open window, not the one on its range", [P2];
+    /// A7 lets a windowed record through although its window has closed
+    /// (A9 then serves it uncached): safe, but the acquire takes effect
+    /// after the window, where the contract caches it.
+    WindowedServedAfterEnd: "A7 serves a windowed registration uncached after its window closed", [LINEARIZABLE];
 }
 
 impl Mutant {
@@ -158,7 +162,11 @@ impl Mutant {
     pub fn needs_pair(&self) -> bool {
         matches!(
             self,
-            Mutant::BeginKeepsEntries | Mutant::BeginKeepsInflight | Mutant::WindowedCached | Mutant::EndClosesOldest
+            Mutant::BeginKeepsEntries
+                | Mutant::BeginKeepsInflight
+                | Mutant::WindowedCached
+                | Mutant::EndClosesOldest
+                | Mutant::WindowedServedAfterEnd
         )
     }
 

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 16] = [
+const FAMILIES: [&str; 17] = [
     "2x3",
     "2x4",
     "3x2",
@@ -35,6 +35,7 @@ const FAMILIES: [&str; 16] = [
     "lanes-reuse",
     "2x3+pair",
     "pair-windows",
+    "pair-closed",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -80,9 +81,11 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // The hook runs before the release, as the W1/W2 pair (sync only:
         // userfaultfd reports after the fact): the generated scripts, and
         // two windows open at once (`end-closes-oldest`).
-        "2x3+pair" | "pair-windows" if monitor != MonitorKind::Sync => return None,
+        "2x3+pair" | "pair-windows" | "pair-closed" if monitor != MonitorKind::Sync => return None,
         "2x3+pair" => CheckConfig { pair: true, ..base(2, 3) },
         "pair-windows" => CheckConfig { pair: true, scripts: Some(crate::config::window_scripts()), ..base(2, 3) },
+        // A windowed acquire whose window closes before its A9 (A7's rule of W3).
+        "pair-closed" => CheckConfig { pair: true, scripts: Some(crate::config::window_closed_scripts()), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -176,6 +179,9 @@ const COUNTS: &[(&str, usize)] = &[
     ("pair-windows independent sync", 5349),
     ("pair-windows merge sync", 5349),
     ("pair-windows no-merge-uncache-contained sync", 5349),
+    ("pair-closed independent sync", 2537),
+    ("pair-closed merge sync", 2537),
+    ("pair-closed no-merge-uncache-contained sync", 2537),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -190,7 +196,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
-                let goals_required = fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows";
+                let goals_required = fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

@@ -84,6 +84,7 @@ mutants! {
     m28_begin_keeps_inflight => BeginKeepsInflight,
     m29_windowed_cached => WindowedCached,
     m30_end_closes_oldest => EndClosesOldest,
+    m31_windowed_served_after_end => WindowedServedAfterEnd,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -90,12 +90,13 @@ family! {
     pinned_lanes_reuse => "lanes-reuse",
     pinned_2x3_pair => "2x3+pair",
     pinned_pair_windows => "pair-windows",
+    pinned_pair_closed => "pair-closed",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 87);
+    assert_eq!(all.len(), 90);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -68,6 +68,7 @@ impl AlgoModel {
         //# any more
         if th.inflight.is_some_and(|i| i.windowed && !s.windows.iter().any(|w| w.overlaps(&i.span)))
             && !self.mutant(Mutant::WindowedCached)
+            && !self.mutant(Mutant::WindowedServedAfterEnd)
         {
             return A7::Stale { replan: false };
         }
