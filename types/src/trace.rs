@@ -342,6 +342,21 @@ mod tests {
     }
 
     #[test]
+    //= spec.md#S2.9
+    fn release_windows_parse_and_round_trip() {
+        let t = parse(
+            r#"{"op":"release_begin","addr":"0x3000","len":4096}
+{"op":"release_end","addr":"0x3000","len":"0x1000","expect":{"ret":"failed","error":{"error":"unmatched_release_end"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(t.records[0].op, Op::ReleaseBegin { addr: 0x3000, len: 4096 });
+        assert_eq!(t.records[1].op, Op::ReleaseEnd { addr: 0x3000, len: 4096 });
+        assert_eq!(t.records[1].expect, Some(Ret::Failed { error: crate::OpError::UnmatchedReleaseEnd }));
+        assert_eq!(Trace::parse("again", &t.to_jsonl()).unwrap(), t);
+        assert!(parse(r#"{"op":"release_begin","addr":"0x3000","len":0}"#).is_err(), "E1 without expect is rejected (T3)");
+    }
+
+    #[test]
     fn errors_name_file_line_and_field() {
         let e = parse(r#"{"op":"acquire","lease":1,"addr":"0xzz","len":1,"access":"remote_read"}"#).unwrap_err();
         assert_eq!((e.file.as_str(), e.line), ("t.jsonl", 2));
