@@ -210,8 +210,15 @@ fn concurrent_acquires_never_get_frames_a_completed_release_took() {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let addr = (x % 6) * P;
-                        paired_release(cache, pages, addr, (1 + (x >> 8) % 2) * P);
+                        let (addr, len) = ((x % 6) * P, (1 + (x >> 8) % 2) * P);
+                        // A window held open a while, as around a real
+                        // munmap: acquires inside it miss (W1 took the
+                        // entries out) and are served uncached (W3).
+                        cache.release_begin(addr, len).unwrap();
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                        let bumped = pages.bump(addr, len);
+                        cache.release_end(addr, len).unwrap();
+                        pages.complete(&bumped);
                     }
                 });
             }
@@ -221,7 +228,12 @@ fn concurrent_acquires_never_get_frames_a_completed_release_took() {
                     sc.spawn(move || {
                         let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1);
                         let mut held = Vec::new();
-                        for _ in 0..4000 {
+                        // At least 4000 acquires and 100 ms: long enough
+                        // for many windows (a window is open ~all the time).
+                        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+                        let mut n = 0;
+                        while n < 4000 || std::time::Instant::now() < until {
+                            n += 1;
                             x ^= x << 13;
                             x ^= x >> 7;
                             x ^= x << 17;
