@@ -454,8 +454,10 @@ impl<R: Registrar> Cache<R> {
     ///
     /// The record is *windowed* if a release window overlapping it is open
     /// (W3): its registrar call may straddle that window's release and pin
-    /// the frames about to go, so A9 will not cache it. (One planned before
-    /// the window's W1 event was drained is marked stale by that drain.)
+    /// the frames about to go, so it is never cached: A9 serves it uncached
+    /// while a window overlaps it, A7 retries it once none does. (One
+    /// planned before the window's W1 event was drained is marked stale by
+    /// that drain.)
     pub(super) fn add_inflight(&self, shared: &Shared<R>, st: &mut State<R>, span: PageSpan) -> u64 {
         self.hull_lo.fetch_min(span.first, Ordering::SeqCst);
         self.hull_hi.fetch_max(span.end, Ordering::SeqCst);

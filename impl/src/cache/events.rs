@@ -256,7 +256,8 @@ impl<R: Registrar> Cache<R> {
     /// served (the memory is mapped until the release; an acquire that
     /// overlaps the release itself is concurrent with it, spec.md#P2) but
     /// its registration is not cached (W3; counted in
-    /// `Stats::uncached`).
+    /// `Stats::uncached`); one whose window closes before it completes is
+    /// retried (A7), since it may hold the frames the release took.
     ///
     /// Every `begin` needs exactly one `end` with the same range (the same
     /// pages), after the release, also when the release failed. Windows of
@@ -291,8 +292,9 @@ impl<R: Registrar> Cache<R> {
     /// (the kernel's `invalidate_range_end`), after the release. It applies
     /// nothing: W1's event already took the overlapping entries out and made
     /// the registrations in flight stale, and every registration planned
-    /// since is windowed (W3). Never waits for any lock but the windows'
-    /// leaf mutex.
+    /// since is windowed (W3: served uncached while a window overlaps it,
+    /// retried by A7 once none does). Never waits for any lock but the
+    /// windows' leaf mutex.
     ///
     /// [`Error::UnmatchedReleaseEnd`] (E7) if no window with the same pages
     /// is open: nothing changes (a mismatched pair is a caller bug, and

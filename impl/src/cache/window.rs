@@ -7,14 +7,15 @@
 //!   each `end` closes one window with exactly its pages. A window that no
 //!   `begin` opened is never closed (E7, nothing changes).
 //! - **A leaf lock that never allocates or frees inside.** Its mutex is
-//!   taken alone by W1/W2 and under the cache lock by A4 (W3), never the
+//!   taken alone by W1/W2 and under the cache lock by A4 and A7 (W3), never the
 //!   other way round, and nothing inside can call an allocator, so an
 //!   allocator hook cannot re-enter it on the same thread (spec.md#P6):
 //!   [`Windows::open`] grows the buffer outside the mutex and swaps it in.
 //! - **No registration planned while an overlapping window is open is
 //!   cached** (W3): A4 reads the windows under the exclusive cache lock and
 //!   marks its in-flight record *windowed*; A9 serves a windowed
-//!   registration uncached. One planned before a window's W1 event was
+//!   registration uncached while an overlapping window is still open, and
+//!   A7 retries it otherwise. One planned before a window's W1 event was
 //!   drained is marked stale by that drain (A-D), so neither kind can be
 //!   cached with frames a release inside the window took away.
 //!
@@ -83,7 +84,7 @@ impl Windows {
         }
     }
 
-    /// Whether an open window overlaps `span` (A4, W3).
+    /// Whether an open window overlaps `span` (A4 and A7, W3).
     pub(super) fn overlaps(&self, span: PageSpan) -> bool {
         self.open.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|w| w.overlaps(&span))
     }
