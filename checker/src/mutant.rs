@@ -150,6 +150,11 @@ mutants! {
     /// (A9 then serves it uncached): safe, but the acquire takes effect
     /// after the window, where the contract caches it.
     WindowedServedAfterEnd: "A7 serves a windowed registration uncached after its window closed", [LINEARIZABLE];
+    /// W1 queues its event first and opens the window only after its H2:
+    /// a registration planned between the event's drain and the opening is
+    /// neither stale nor windowed, pins the frames about to go, and is
+    /// cached.
+    WindowAfterQueue: "W1 opens the window after its event is queued and drained", [P2];
 }
 
 impl Mutant {
@@ -167,6 +172,7 @@ impl Mutant {
                 | Mutant::WindowedCached
                 | Mutant::EndClosesOldest
                 | Mutant::WindowedServedAfterEnd
+                | Mutant::WindowAfterQueue
         )
     }
 

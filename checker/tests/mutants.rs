@@ -85,6 +85,7 @@ mutants! {
     m29_windowed_cached => WindowedCached,
     m30_end_closes_oldest => EndClosesOldest,
     m31_windowed_served_after_end => WindowedServedAfterEnd,
+    m32_window_after_queue => WindowAfterQueue,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 31] = [
+pub const MUTANTS: [&str; 32] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -40,6 +40,7 @@ pub const MUTANTS: [&str; 31] = [
     "windowed-cached",
     "end-closes-oldest",
     "windowed-served-after-end",
+    "window-after-queue",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -189,7 +189,9 @@ impl Ctx<'_> {
                 //# add the range's pages to the open windows (a multiset)
                 self.invoke(t as u8, false, begin_op);
                 note!(self, "W1: T{t} opens a window on {} (before the release), then queues the event", ev.span);
-                self.s.windows.push(ev.span);
+                if !self.mutant(Mutant::WindowAfterQueue) {
+                    self.s.windows.push(ev.span);
+                }
                 self.set_ev_pc(t, EvPc::H1);
             }
             EvPc::End => {
@@ -209,6 +211,10 @@ impl Ctx<'_> {
                 self.finish_event(t);
             }
             EvPc::Bump => {
+                if paired && self.mutant(Mutant::WindowAfterQueue) {
+                    note!(self, "W1 (mutant): T{t} opens the window on {} only now", ev.span);
+                    self.s.windows.push(ev.span);
+                }
                 self.bump(t);
                 match self.m.cfg.monitor {
                     MonitorKind::Sync if paired => self.set_ev_pc(t, EvPc::End),
