@@ -97,6 +97,10 @@ pub struct CheckArgs {
     /// Model the per-thread lanes (spec.md LN1–LN6) under x86-TSO store buffers.
     #[arg(long)]
     pub lanes: bool,
+    /// The sync hook runs before the release, as the pair release_begin /
+    /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
+    #[arg(long)]
+    pub pair: bool,
 }
 
 impl CheckArgs {
@@ -121,6 +125,7 @@ impl CheckArgs {
             mutant: None,
             scripts: None,
             lanes: self.lanes,
+            pair: self.pair,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);

@@ -110,7 +110,20 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::WindowedServedAfterEnd if cfg.scripts.is_none() => {
+                cfg.scripts = Some(window_closed_scripts());
+                changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
+            }
+            Mutant::EndClosesOldest if cfg.scripts.is_none() => {
+                cfg.scripts = Some(window_scripts());
+                changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
+            }
             _ => {}
+        }
+        if self.needs_pair() && !cfg.pair {
+            cfg.pair = true;
+            cfg.monitor = MonitorKind::Sync;
+            changed.push("--pair (the hook runs before the release: W1, the release, W2)".into());
         }
         if self.needs_lanes() && !cfg.lanes {
             cfg.lanes = true;
@@ -156,6 +169,11 @@ pub struct CheckConfig {
     /// Model the per-thread lanes (LN1–LN6) under x86-TSO: one memo slot per
     /// thread, store buffers, the light and heavy barriers, the lanes mutex.
     pub lanes: bool,
+    /// The sync hook runs *before* the release, as the pair W1 (before) and
+    /// W2 (after) of spec.md#S2.9: every script release event is
+    /// `release_begin`, the release, `release_end` (two ops in the history).
+    /// Sync monitor only.
+    pub pair: bool,
 }
 
 impl Default for CheckConfig {
@@ -174,6 +192,7 @@ impl Default for CheckConfig {
             mutant: None,
             scripts: None,
             lanes: false,
+            pair: false,
         }
     }
 }
@@ -235,6 +254,9 @@ impl CheckConfig {
         }
         if self.lanes {
             s += ", lanes (x86-TSO store buffers)";
+        }
+        if self.pair {
+            s += ", hook before the release (W1/W2 pair)";
         }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
@@ -455,6 +477,27 @@ pub fn lane_reuse_scripts() -> Vec<Vec<Op>> {
         vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), acq(3, 1, 2, RR)],
         vec![acq(11, 0, 1, RR), rel(11), acq(12, 1, 2, RR), ev(ReleaseKind::Munmap, 0, 1)],
     ]
+}
+
+/// Scripts with two release windows open at once: T0's release of A
+/// (page 0) and T1's of B (page 1). While T1's window on B is open, T0's
+/// acquire of B must not be cached (W3), whatever T0's own W2 does: a W2
+/// that closes T1's window instead of its own lets T0 cache B with the
+/// frames T1 is releasing, and T1's acquire after its release hits it.
+pub fn window_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR)],
+        vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 2, RR)],
+    ]
+}
+
+/// Scripts where T1's acquire of A is planned inside T0's window on A and
+/// may reach A9 after T0's W2, with T0's miss on B inserted in between: the
+/// acquire then takes effect after the window (B's id is lower), so it must
+/// not be served uncached (A7 retries it), or T0's acquire of A, which must
+/// hit it, misses.
+pub fn window_closed_scripts() -> Vec<Vec<Op>> {
+    vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

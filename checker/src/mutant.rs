@@ -130,12 +130,50 @@ mutants! {
     /// revokes): a lane hit between the two returns an entry whose release
     /// event has already returned.
     LaneQueueLenOnly: "LN1 checks only the queue length, emptied before the drain revokes", [P2];
+    /// W1's event leaves the overlapping entries findable (it only marks
+    /// in-flight records stale): an entry that pinned the released frames
+    /// is hit after the release returned.
+    BeginKeepsEntries: "W1's event leaves overlapping entries findable", [P2];
+    /// W1's event does not mark in-flight records stale: a registration
+    /// planned before it, whose registrar call pinned the frames about to
+    /// go, is cached once the window has closed.
+    BeginKeepsInflight: "W1's event does not mark in-flight records stale", [P2];
+    /// W3 ignored: A7 and A9 treat a windowed registration as any other, so
+    /// one planned inside the window, which pinned the frames the release
+    /// then took away, is cached.
+    WindowedCached: "A7/A9 ignore W3: a registration planned inside a release window is cached", [P2];
+    /// W2 closes the oldest open window, whatever its range: another
+    /// thread's window closes before its release, and a registration
+    /// planned then is cached with the frames that release takes away.
+    EndClosesOldest: "W2 closes the oldest open window, not the one on its range", [P2];
+    /// A7 lets a windowed record through although its window has closed
+    /// (A9 then serves it uncached): safe, but the acquire takes effect
+    /// after the window, where the contract caches it.
+    WindowedServedAfterEnd: "A7 serves a windowed registration uncached after its window closed", [LINEARIZABLE];
+    /// W1 queues its event first and opens the window only after its H2:
+    /// a registration planned between the event's drain and the opening is
+    /// neither stale nor windowed, pins the frames about to go, and is
+    /// cached.
+    WindowAfterQueue: "W1 opens the window after its event is queued and drained", [P2];
 }
 
 impl Mutant {
     /// The mutant's name (`mrcache check --mutant NAME`), from the shared list.
     pub fn name(&self) -> &'static str {
         MUTANTS[*self as usize]
+    }
+
+    /// The mutant breaks the release windows (W1–W3): it needs `CheckConfig::pair`.
+    pub fn needs_pair(&self) -> bool {
+        matches!(
+            self,
+            Mutant::BeginKeepsEntries
+                | Mutant::BeginKeepsInflight
+                | Mutant::WindowedCached
+                | Mutant::EndClosesOldest
+                | Mutant::WindowedServedAfterEnd
+                | Mutant::WindowAfterQueue
+        )
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

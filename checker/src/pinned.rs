@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 14] = [
+const FAMILIES: [&str; 17] = [
     "2x3",
     "2x4",
     "3x2",
@@ -33,6 +33,9 @@ const FAMILIES: [&str; 14] = [
     "lanes+limit",
     "lanes-drain",
     "lanes-reuse",
+    "2x3+pair",
+    "pair-windows",
+    "pair-closed",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -75,6 +78,14 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lanes-drain" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) },
         // A slot re-keyed while it may still count a lease (LN2's rule).
         "lanes-reuse" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_reuse_scripts()), ..base(2, 3) },
+        // The hook runs before the release, as the W1/W2 pair (sync only:
+        // userfaultfd reports after the fact): the generated scripts, and
+        // two windows open at once (`end-closes-oldest`).
+        "2x3+pair" | "pair-windows" | "pair-closed" if monitor != MonitorKind::Sync => return None,
+        "2x3+pair" => CheckConfig { pair: true, ..base(2, 3) },
+        "pair-windows" => CheckConfig { pair: true, scripts: Some(crate::config::window_scripts()), ..base(2, 3) },
+        // A windowed acquire whose window closes before its A9 (A7's rule of W3).
+        "pair-closed" => CheckConfig { pair: true, scripts: Some(crate::config::window_closed_scripts()), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -162,6 +173,15 @@ const COUNTS: &[(&str, usize)] = &[
     ("lanes-reuse merge async", 72405),
     ("lanes-reuse no-merge-uncache-contained sync", 55526),
     ("lanes-reuse no-merge-uncache-contained async", 72405),
+    ("2x3+pair independent sync", 7967),
+    ("2x3+pair merge sync", 12084),
+    ("2x3+pair no-merge-uncache-contained sync", 11429),
+    ("pair-windows independent sync", 5349),
+    ("pair-windows merge sync", 5349),
+    ("pair-windows no-merge-uncache-contained sync", 5349),
+    ("pair-closed independent sync", 2537),
+    ("pair-closed merge sync", 2537),
+    ("pair-closed no-merge-uncache-contained sync", 2537),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -176,7 +196,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
-                let goals_required = fam != "lru" && !fam.starts_with("lanes");
+                let goals_required = fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

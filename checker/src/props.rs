@@ -24,13 +24,14 @@ pub const S_READ_NOT_APPLIED: &str =
     "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight";
 pub const S_HOOK_DEFERRED: &str = "sometimes: a hook finds the lock busy and leaves its event queued";
 pub const S_TRIM_EVICTS: &str = "sometimes: an ENOMEM trim evicts an entry (S5.4)";
+pub const S_WINDOWED: &str = "sometimes: a registration planned inside a release window is served uncached (W3)";
 pub const S_LANE_HIT: &str = "sometimes: a lane hit (LN1)";
 pub const S_LANE_PIN: &str = "sometimes: a revoke pins a lane lease (LN5)";
 pub const S_LANE_UNDO_PINNED: &str =
     "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (LN1, LN4)";
 
 /// Every property name the checker may use, `always` ones first.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     P1,
     P2,
     P3,
@@ -46,6 +47,7 @@ pub const ALL: [&str; 18] = [
     S_READ_NOT_APPLIED,
     S_HOOK_DEFERRED,
     S_TRIM_EVICTS,
+    S_WINDOWED,
     S_LANE_HIT,
     S_LANE_PIN,
     S_LANE_UNDO_PINNED,

@@ -107,6 +107,11 @@ pub enum EvPc {
     Wait,
     /// notify-before-release: the frames change after the monitor was told.
     BumpLast,
+    /// W1 (a hook before the release, `CheckConfig::pair`): open a window on
+    /// the span, then H1 and H2 with it, then the frames change (`Bump`).
+    Begin,
+    /// W2 (after the release): close one window on the span.
+    End,
 }
 
 /// Where a release event comes from.
@@ -204,6 +209,8 @@ pub struct Revoke {
 pub struct InFlight {
     pub span: Span,
     pub stale: bool,
+    /// Planned while an overlapping release window was open (W3).
+    pub windowed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -293,6 +300,10 @@ pub struct State {
     pub next_id: u8,
     /// The invalidation queue (H1).
     pub queue: Vec<Span>,
+    /// Open release windows (W1–W3), in opening order (a multiset).
+    pub windows: Vec<Span>,
+    /// Some registration planned inside a window was served uncached (W3).
+    pub windowed_served: bool,
     /// uffd events queued by the kernel and not read yet, with the sleeping thread.
     pub uffd: Vec<(Span, Actor)>,
     /// A10's over-limit flag.

@@ -80,6 +80,12 @@ mutants! {
     m24_lane_reuse_busy_slot => LaneReuseBusySlot,
     m25_lane_detached_no_mutex => LaneDetachedNoMutex,
     m26_lane_queue_len_only => LaneQueueLenOnly,
+    m27_begin_keeps_entries => BeginKeepsEntries,
+    m28_begin_keeps_inflight => BeginKeepsInflight,
+    m29_windowed_cached => WindowedCached,
+    m30_end_closes_oldest => EndClosesOldest,
+    m31_windowed_served_after_end => WindowedServedAfterEnd,
+    m32_window_after_queue => WindowAfterQueue,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

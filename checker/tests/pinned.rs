@@ -28,6 +28,9 @@ use mrcache_checker::{check, pinned_configs, RunOptions};
 //= spec.md#M2
 //= spec.md#A-D
 //= spec.md#A-H
+//= spec.md#W1
+//= spec.md#W2
+//= spec.md#W3
 //= spec.md#P6
 //= spec.md#S3.8
 //= spec.md#S3.9
@@ -85,12 +88,15 @@ family! {
     pinned_lanes_limit => "lanes+limit",
     pinned_lanes_drain => "lanes-drain",
     pinned_lanes_reuse => "lanes-reuse",
+    pinned_2x3_pair => "2x3+pair",
+    pinned_pair_windows => "pair-windows",
+    pinned_pair_closed => "pair-closed",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 81);
+    assert_eq!(all.len(), 90);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

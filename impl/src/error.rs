@@ -39,6 +39,10 @@ pub enum Error {
     /// E6: the registration was invalidated during every attempt (spec.md#A7).
     #[error("E6 retries_exhausted: the registration was invalidated during each of its {attempts} attempts")]
     RetriesExhausted { attempts: u32 },
+    /// E7: [`crate::Cache::release_end`] names no open window with the same
+    /// pages (spec.md#W2): nothing changed.
+    #[error("E7 unmatched_release_end: no release window is open on {addr:#x}+{len:#x} (release_end without its release_begin)")]
+    UnmatchedReleaseEnd { addr: u64, len: u64 },
     /// The configuration cannot be used (page size not a power of two, ...).
     #[error("invalid cache configuration: {reason}")]
     InvalidConfig { reason: String },
@@ -53,6 +57,7 @@ impl Error {
             Error::Registrar { source, pressure, .. } => OpError::Registrar { failure: source.failure, pressure: *pressure },
             Error::Watch { .. } => OpError::Registrar { failure: RegistrarFailure::Other, pressure: false },
             Error::RetriesExhausted { .. } => OpError::RetriesExhausted,
+            Error::UnmatchedReleaseEnd { .. } => OpError::UnmatchedReleaseEnd,
             // Not an operation error: no op can produce it. Closest code.
             Error::InvalidConfig { .. } => OpError::Registrar { failure: RegistrarFailure::Other, pressure: false },
         }
@@ -65,6 +70,7 @@ impl Error {
             Error::WrappingRange { .. } => "E2",
             Error::Registrar { .. } | Error::Watch { .. } => "E5",
             Error::RetriesExhausted { .. } => "E6",
+            Error::UnmatchedReleaseEnd { .. } => "E7",
             Error::InvalidConfig { .. } => "config",
         }
     }

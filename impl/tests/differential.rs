@@ -365,3 +365,50 @@ fn fault_switches_are_the_shared_list() {
     let listed: Vec<&str> = mrcache::types::mutants::FAULT_SWITCHES.iter().map(|f| f.field).collect();
     assert_eq!(fields, listed);
 }
+
+fn begin(addr: u64, len: u64) -> Op {
+    Op::ReleaseBegin { addr, len }
+}
+fn end(addr: u64, len: u64) -> Op {
+    Op::ReleaseEnd { addr, len }
+}
+
+#[test]
+//= spec.md#S2.9
+//= spec.md#W3
+fn release_windows_serve_uncached_then_cache_again() {
+    // A hook before the release: begin takes the leased entry out, misses
+    // inside the window are served and not cached (nested, overlapping and
+    // equal windows from several "threads"), an unmatched end is E7 and
+    // changes nothing, and after the last end the range is cached again.
+    all_configs(&[
+        acq(1, 0, 4 * P),
+        acq(2, 8 * P, P),
+        rel(2),
+        begin(2 * P, 2 * P),
+        acq(3, 2 * P, P),
+        acq(4, 2 * P, P),
+        begin(3 * P, P),
+        begin(2 * P, 2 * P),
+        acq(5, 0, P),
+        end(2 * P, 2 * P),
+        acq(6, 3 * P + 10, 10),
+        end(5 * P, P),
+        end(3 * P, P),
+        rel(3),
+        acq(7, 2 * P, 2 * P),
+        end(2 * P, 2 * P),
+        end(2 * P, 2 * P),
+        acq(8, 2 * P, 2 * P),
+        acq(9, 2 * P, P),
+        begin(0, 0),
+        end(u64::MAX - P, 2 * P),
+        rel(1),
+        rel(4),
+        rel(5),
+        rel(6),
+        rel(7),
+        rel(8),
+        rel(9),
+    ]);
+}

@@ -75,6 +75,28 @@ fn histories_with_events_inside_register_are_linearizable() {
 }
 
 #[test]
+//= spec.md#S2.9
+//= spec.md#W3
+fn histories_with_release_windows_are_linearizable() {
+    // Hooks before the release: release_begin, some ops, release_end on the
+    // same thread, while the others acquire, release and raise events; with
+    // events inside register too (registrations in flight across a window).
+    must_finish("linearizability with release windows", limit(), || {
+        let mut windows = 0;
+        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+            for raise_in_register in [0, 400] {
+                let hc = HistoryConfig { windows: 600, raise_in_register, ops_per_thread: 5, ..HistoryConfig::new(config) };
+                let seed = 0x33_0000 + (i as u64) * 2 + raise_in_register;
+                check_all(hc, seed, 150 * scale());
+                let h = run_history(&hc, seed);
+                windows += h.events.iter().filter(|e| matches!(e, Event::Invoke { op: Op::ReleaseBegin { .. }, .. })).count();
+            }
+        }
+        assert!(windows > 0, "no history opened a window");
+    });
+}
+
+#[test]
 fn lease_names_are_unique_per_history() {
     let h = run_history(&HistoryConfig { threads: 4, ops_per_thread: 6, ..HistoryConfig::new(Config::default()) }, 7);
     let mut seen = HashSet::new();

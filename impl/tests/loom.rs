@@ -11,7 +11,11 @@
 //!    exactly once (P4). Loom has no membarrier: under `--cfg loom` the lane's
 //!    plain store/load pair is a sequentially consistent swap/read, which is
 //!    what the light + heavy barrier pair guarantees (spec.md#LN6); the
-//!    store-buffer reasoning itself is checked by the checker's TSO model.
+//!    store-buffer reasoning itself is checked by the checker's TSO model;
+//! 5. release windows (W1–W3): a hook before the release (`release_begin`,
+//!    the frames change, `release_end`) against an acquire → no registration
+//!    that pinned the old frames is cached (P2 for the next acquire), and
+//!    no window stays open.
 //!
 //! With `--cfg loom` each `model` explores the interleavings (run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release`);
@@ -367,4 +371,49 @@ fn lane_release_on_another_thread_vs_invalidation() {
         releaser.join().unwrap();
         all_deregistered_once(&cache);
     });
+}
+
+// ---------------------------------------------------------------------------
+// 5. Release windows: a hook before the release, as the W1/W2 pair
+
+//= spec.md#W1
+//= spec.md#W2
+//= spec.md#W3
+fn release_window(config: CacheConfig) {
+    model(move || {
+        let cache = Arc::new(Cache::new(GenReg::default(), config));
+        let releaser = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                cache.release_begin(0, P).unwrap();
+                // The release: the frames change between begin and end.
+                cache.registrar().gen.fetch_add(1, Ordering::SeqCst);
+                cache.release_end(0, P).unwrap();
+            })
+        };
+        // Concurrent with the release: either frames may serve this one.
+        match cache.acquire(0, P, RR) {
+            Ok(l) => drop(l),
+            Err(e) => assert_eq!(e.code(), "E6"),
+        }
+        releaser.join().unwrap();
+        assert_eq!(cache.open_release_windows(), 0);
+        // The release completed before this acquire began: fresh (P2).
+        let now = cache.registrar().gen.load(Ordering::SeqCst);
+        let l = cache.acquire(0, P, RR).unwrap();
+        assert_eq!(*l.handle(), now, "stale registration returned (hit: {})", l.hit());
+        drop(l);
+        cache.flush();
+        assert_eq!(cache.registrar().live.load(std::sync::atomic::Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn release_window_never_caches_the_old_frames() {
+    release_window(CacheConfig::default());
+}
+
+#[test]
+fn release_window_never_caches_the_old_frames_merge() {
+    release_window(CacheConfig::with_policy(mrcache::OverlapPolicy::Merge));
 }

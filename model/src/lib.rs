@@ -127,6 +127,9 @@ pub struct Model {
     gds_floor: u64,
     stats: Stats,
     effects: Vec<Effect>,
+    /// Open release windows (spec.md#S2.9), a multiset in opening order: a
+    /// miss whose registration overlaps one is served but not cached.
+    windows: Vec<PageSpan>,
 }
 
 impl Model {
@@ -152,6 +155,7 @@ impl Model {
             gds_floor: 0,
             stats: Stats::default(),
             effects: Vec::new(),
+            windows: Vec::new(),
         }
     }
 
@@ -377,6 +381,8 @@ impl Model {
             Op::Acquire { lease, addr, len, access } => self.acquire(lease, addr, len, access, choice),
             Op::Release { lease } => self.release(lease),
             Op::ReleaseEvent { addr, len, .. } => self.release_event(addr, len),
+            Op::ReleaseBegin { addr, len } => self.release_begin(addr, len),
+            Op::ReleaseEnd { addr, len } => self.release_end(addr, len),
             //= spec.md#S2.4
             Op::Alloc { .. } | Op::Free { .. } => Ret::Done,
             Op::Flush => self.flush(),
@@ -448,6 +454,13 @@ impl Model {
                 _ => self.stats.uncached += 1,
             }
             self.uncache(old, reason);
+        }
+        //= spec.md#S2.9
+        //# A miss whose registration overlaps an open window is served but not
+        //# cached
+        if self.windows.iter().any(|w| w.overlaps(&new_span)) {
+            self.stats.uncached += 1;
+            self.uncache(id, DeregReason::Uncached);
         }
         self.enforce_limits();
         let view = self.view(&self.regs[&id]);
@@ -601,6 +614,40 @@ impl Model {
         Ret::Done
     }
 
+    //= spec.md#S2.9
+    /// A hook before a release: the release event's effect now (S2.3), and a
+    /// window on its pages until the matching [`Model::release_end`].
+    fn release_begin(&mut self, addr: u64, len: u64) -> Ret {
+        let ret = self.release_event(addr, len);
+        if ret == Ret::Done {
+            let span = Range::new(addr, len).expect("checked by release_event").pages(self.config.page_size);
+            self.windows.push(span);
+        }
+        ret
+    }
+
+    //= spec.md#S2.9
+    /// Closes one window with exactly these pages; E7 if none is open.
+    fn release_end(&mut self, addr: u64, len: u64) -> Ret {
+        let range = match Range::new(addr, len) {
+            Ok(r) => r,
+            Err(e) => return self.fail(e.into()),
+        };
+        let span = range.pages(self.config.page_size);
+        match self.windows.iter().position(|w| *w == span) {
+            Some(i) => {
+                self.windows.remove(i);
+                Ret::Done
+            }
+            None => self.fail(OpError::UnmatchedReleaseEnd),
+        }
+    }
+
+    /// Release windows open now (spec.md#S2.9).
+    pub fn open_windows(&self) -> usize {
+        self.windows.len()
+    }
+
     /// Drops events no live registration can be stale by.
     fn prune_events(&mut self) {
         let oldest = self.regs.values().map(|r| r.registered_at).min().unwrap_or(self.event_seq);
@@ -631,6 +678,8 @@ impl Model {
             self.effects.push(Effect::Forget { view });
         }
         self.stats.cached_entries = 0;
+        // The threads inside a window do not exist in the child.
+        self.windows.clear();
         self.prune_events();
         let held = std::mem::take(&mut self.leases);
         self.orphan_leases.extend(held.into_keys());

@@ -545,3 +545,76 @@ fn never_panics_on_extreme_input() {
         }
     }
 }
+
+fn begin(addr: u64, len: u64) -> Op {
+    Op::ReleaseBegin { addr, len }
+}
+fn end(addr: u64, len: u64) -> Op {
+    Op::ReleaseEnd { addr, len }
+}
+
+#[test]
+//= spec.md#S2.9
+fn a_release_window_serves_misses_without_caching_them() {
+    let mut m = Model::new(indep());
+    assert_eq!(m.step(&acq(1, 0x1000, 0x2000)), miss(1, 0x1000, 0x2000));
+    m.take_effects();
+    // begin: the release event's effect now (the leased R1 leaves the lookup).
+    assert_eq!(m.step(&begin(0x2000, 0x1000)), DONE);
+    assert_eq!((m.stats().release_events, m.stats().leased_invalidations, m.open_windows()), (1, 1, 1));
+    // Inside the window: misses, each served (with its id) and never cached.
+    assert_eq!(m.step(&acq(2, 0x2000, 0x1000)), miss(2, 0x2000, 0x1000));
+    assert_eq!(m.step(&acq(3, 0x2000, 0x1000)), miss(3, 0x2000, 0x1000), "R2 was not cached");
+    assert_eq!((m.stats().uncached, m.stats().cached_entries), (2, 0));
+    // A miss that only touches a page next to the window is cached.
+    assert_eq!(m.step(&acq(4, 0x3000, 0x1000)), miss(4, 0x3000, 0x1000));
+    assert_eq!(m.step(&acq(5, 0x3000, 0x1000)), hit(4, 0x3000, 0x1000));
+    // The uncached registration goes at its last release (S3.2).
+    m.take_effects();
+    m.step(&rel(2));
+    assert_eq!(m.take_effects(), vec![Effect::Deregister { view: view(2, 0x2000, 0x1000), reason: DeregReason::LastLease }]);
+    // end closes the window; a second end finds none (E7, nothing changes).
+    assert_eq!(m.step(&end(0x2000, 0x1000)), DONE);
+    let errors = m.stats().errors;
+    assert_eq!(m.step(&end(0x2000, 0x1000)), Ret::Failed { error: OpError::UnmatchedReleaseEnd });
+    assert_eq!((m.stats().errors, m.stats().release_events), (errors + 1, 1));
+    // After the window: cached again.
+    assert_eq!(m.step(&acq(6, 0x2000, 0x1000)), miss(5, 0x2000, 0x1000));
+    assert_eq!(m.step(&acq(7, 0x2000, 0x1000)), hit(5, 0x2000, 0x1000));
+    // A history that claims a window's miss was cached is caught by the next
+    // acquire (which must miss: C1 judges the hit on a non-findable entry).
+    let h = [
+        (begin(0x1000, 0x1000), DONE),
+        (acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)),
+        (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x1000)),
+    ];
+    assert!(judge(indep(), &h).is_err());
+}
+
+#[test]
+//= spec.md#E7
+fn release_windows_are_a_multiset_closed_by_exact_pages() {
+    let mut m = Model::new(indep());
+    m.step(&begin(0x1000, 0x2000));
+    m.step(&begin(0x1000, 0x2000));
+    m.step(&begin(0x2000, 0x1000));
+    // Pages, not bytes: [0x1800, 0x2800) has the pages of [0x1000, 0x3000).
+    assert_eq!(m.step(&end(0x1800, 0x1000)), DONE);
+    assert_eq!(m.step(&end(0x1000, 0x1000)), Ret::Failed { error: OpError::UnmatchedReleaseEnd });
+    assert_eq!(m.open_windows(), 2);
+    assert_eq!(m.step(&end(0x1000, 0x2000)), DONE);
+    // [0x2000, 0x3000) is still inside a window: its miss is not cached.
+    assert_eq!(m.step(&acq(1, 0x2000, 0x1000)), miss(1, 0x2000, 0x1000));
+    assert_eq!(m.stats().cached_entries, 0);
+    assert_eq!(m.step(&end(0x2000, 0x1000)), DONE);
+    assert_eq!(m.open_windows(), 0);
+    // E1/E2 open or close nothing.
+    assert_eq!(m.step(&begin(0x1000, 0)), Ret::Failed { error: OpError::EmptyRange });
+    assert_eq!(m.step(&end(u64::MAX, 2)), Ret::Failed { error: OpError::WrappingRange });
+    assert_eq!(m.open_windows(), 0);
+    // A fork child has no windows.
+    m.step(&begin(0x1000, 0x1000));
+    m.step(&Op::Fork);
+    assert_eq!(m.open_windows(), 0);
+    assert_eq!(m.step(&end(0x1000, 0x1000)), Ret::Failed { error: OpError::UnmatchedReleaseEnd });
+}

@@ -320,6 +320,22 @@ pub enum Op {
         #[serde(deserialize_with = "hex_u64::deserialize")]
         len: u64,
     },
+    /// S2.9: a hook *before* the release of `[addr, addr+len)`: the release
+    /// event's effect (S2.3) and a window that no registration overlapping
+    /// it is cached in, until the matching `ReleaseEnd`.
+    ReleaseBegin {
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+    },
+    /// S2.9: after that release: closes one window with the same pages (E7 if none).
+    ReleaseEnd {
+        #[serde(with = "hex_u64")]
+        addr: u64,
+        #[serde(deserialize_with = "hex_u64::deserialize")]
+        len: u64,
+    },
     /// S2.5: drop every cached entry.
     Flush,
     /// S2.8: drop every unleased cached entry (what the cache does itself on
@@ -335,6 +351,8 @@ impl Op {
         match *self {
             Op::Acquire { addr, len, .. }
             | Op::ReleaseEvent { addr, len, .. }
+            | Op::ReleaseBegin { addr, len }
+            | Op::ReleaseEnd { addr, len }
             | Op::Alloc { addr, len }
             | Op::Free { addr, len } => Some(Range::new(addr, len)),
             Op::Release { .. } | Op::Flush | Op::Trim | Op::Fork => None,
@@ -346,6 +364,8 @@ impl Op {
             Op::Acquire { .. } => "acquire",
             Op::Release { .. } => "release",
             Op::ReleaseEvent { .. } => "release_event",
+            Op::ReleaseBegin { .. } => "release_begin",
+            Op::ReleaseEnd { .. } => "release_end",
             Op::Alloc { .. } => "alloc",
             Op::Free { .. } => "free",
             Op::Flush => "flush",
@@ -363,6 +383,8 @@ impl fmt::Display for Op {
             }
             Op::Release { lease } => write!(f, "release L{lease}"),
             Op::ReleaseEvent { kind, addr, len } => write!(f, "{kind:?} {addr:#x}+{len:#x}"),
+            Op::ReleaseBegin { addr, len } => write!(f, "release_begin {addr:#x}+{len:#x}"),
+            Op::ReleaseEnd { addr, len } => write!(f, "release_end {addr:#x}+{len:#x}"),
             Op::Alloc { addr, len } => write!(f, "alloc {addr:#x}+{len:#x}"),
             Op::Free { addr, len } => write!(f, "free {addr:#x}+{len:#x}"),
             Op::Flush => f.write_str("flush"),
@@ -435,6 +457,12 @@ pub enum OpError {
     #[error("E6 registration invalidated on every retry")]
     //= spec.md#E6
     RetriesExhausted,
+    /// Not the outcome of an [`Op`]: a `release_end` with no matching
+    /// `release_begin` (the pair is a monitor's, spec.md#W2). Here so that
+    /// every error code has one shared name.
+    #[error("E7 release_end without a matching release_begin")]
+    //= spec.md#E7
+    UnmatchedReleaseEnd,
 }
 
 impl From<RangeError> for OpError {

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 26] = [
+pub const MUTANTS: [&str; 32] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -35,6 +35,12 @@ pub const MUTANTS: [&str; 26] = [
     "lane-reuse-busy-slot",
     "lane-detached-no-mutex",
     "lane-queue-len-only",
+    "begin-keeps-entries",
+    "begin-keeps-inflight",
+    "windowed-cached",
+    "end-closes-oldest",
+    "windowed-served-after-end",
+    "window-after-queue",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

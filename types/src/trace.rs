@@ -298,6 +298,8 @@ impl Relocation {
         match &mut op {
             Op::Acquire { addr, .. }
             | Op::ReleaseEvent { addr, .. }
+            | Op::ReleaseBegin { addr, .. }
+            | Op::ReleaseEnd { addr, .. }
             | Op::Alloc { addr, .. }
             | Op::Free { addr, .. } => *addr = base + self.offset(*addr)?,
             Op::Release { .. } | Op::Flush | Op::Trim | Op::Fork => {}
@@ -337,6 +339,21 @@ mod tests {
         assert_eq!(t.records[1].t, Some(5));
         let again = Trace::parse("again", &t.to_jsonl()).unwrap();
         assert_eq!(again, t);
+    }
+
+    #[test]
+    //= spec.md#S2.9
+    fn release_windows_parse_and_round_trip() {
+        let t = parse(
+            r#"{"op":"release_begin","addr":"0x3000","len":4096}
+{"op":"release_end","addr":"0x3000","len":"0x1000","expect":{"ret":"failed","error":{"error":"unmatched_release_end"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(t.records[0].op, Op::ReleaseBegin { addr: 0x3000, len: 4096 });
+        assert_eq!(t.records[1].op, Op::ReleaseEnd { addr: 0x3000, len: 4096 });
+        assert_eq!(t.records[1].expect, Some(Ret::Failed { error: crate::OpError::UnmatchedReleaseEnd }));
+        assert_eq!(Trace::parse("again", &t.to_jsonl()).unwrap(), t);
+        assert!(parse(r#"{"op":"release_begin","addr":"0x3000","len":0}"#).is_err(), "E1 without expect is rejected (T3)");
     }
 
     #[test]

@@ -63,6 +63,15 @@ impl AlgoModel {
         if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
             return A7::Stale { replan: false };
         }
+        //= spec.md#W3
+        //# A7 treats a windowed record as stale if no open window overlaps it
+        //# any more
+        if th.inflight.is_some_and(|i| i.windowed && !s.windows.iter().any(|w| w.overlaps(&i.span)))
+            && !self.mutant(Mutant::WindowedCached)
+            && !self.mutant(Mutant::WindowedServedAfterEnd)
+        {
+            return A7::Stale { replan: false };
+        }
         if let Some(h) = self.lookup(s, acq.req, acq.access) {
             return A7::Hit(h);
         }
@@ -174,7 +183,8 @@ impl Ctx<'_> {
             self.ret(t as u8, true, Op::Trim, Ret::Done);
             let plan = self.m.plan(self.s, req, access);
             note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
-            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+            let windowed = self.windowed(plan.span);
+            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
             let acq = self.acq_mut(t);
             acq.plan = Some(plan);
             acq.trimmed = true;
@@ -296,7 +306,14 @@ impl Ctx<'_> {
         //= spec.md#A4
         let plan = self.m.plan(self.s, req, access);
         note!(self, "A4: miss: T{t} plans {} {} (displacing {:?}), adds an in-flight record and unlocks", plan.span, plan.access, plan.displaced);
-        self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false });
+        //= spec.md#W3
+        //# A4 marks its in-flight record *windowed* if an open window overlaps
+        //# it
+        let windowed = self.windowed(plan.span);
+        if windowed {
+            note!(self, "W3: an open window overlaps {}: the record is windowed", plan.span);
+        }
+        self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
         self.acq_mut(t).plan = Some(plan);
         self.unlock_exclusive(t as Actor);
         self.thread_mut(t).pc = Pc::A5;
@@ -391,6 +408,7 @@ impl Ctx<'_> {
                 } else {
                     self.m.plan(self.s, acq.req, acq.access).displaced
                 };
+                let windowed = self.s.threads[t].inflight.is_some_and(|i| i.windowed);
                 self.thread_mut(t).inflight = None;
                 let id = self.s.next_id;
                 self.s.next_id += 1;
@@ -399,6 +417,16 @@ impl Ctx<'_> {
                 r.findable = true;
                 note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
                 let _ = self.grant(t, handle, false);
+                //= spec.md#W3
+                //# A9 inserts a windowed registration and at once takes it out of
+                //# the index, as a leased entry leaves it on invalidation
+                if windowed && !self.mutant(Mutant::WindowedCached) {
+                    note!(self, "W3: R{id} is windowed: served, never cached (INVALID, deregistered at its last release)");
+                    let r = &mut self.s.regs[handle as usize];
+                    r.findable = false;
+                    r.invalid = true;
+                    self.s.windowed_served = true;
+                }
                 for d in displaced {
                     self.revoke(t as Actor, d);
                     let r = &mut self.s.regs[d as usize];

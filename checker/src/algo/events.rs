@@ -1,4 +1,6 @@
-//! Release events: spec.md H1, H2, M1, M2, A-D and the A-H handoff.
+//! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, and the
+//! release windows of a hook that runs before the release (W1, W2; W3 is in
+//! A4/A9, acquire.rs).
 
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
@@ -48,6 +50,18 @@ impl AlgoModel {
 }
 
 impl Ctx<'_> {
+    /// Whether an open release window overlaps `span` (A4, W3).
+    pub(super) fn windowed(&self, span: Span) -> bool {
+        self.s.windows.iter().any(|w| w.overlaps(&span))
+    }
+
+    /// A release through the W1/W2 pair (`CheckConfig::pair`): script
+    /// events only; the nested ones (registrar, cache) keep H1/H2 after the
+    /// release.
+    fn paired(&self, t: usize) -> bool {
+        self.m.cfg.pair && self.s.threads[t].ev.as_ref().is_some_and(|e| e.origin == Origin::Script)
+    }
+
     //= spec.md#A-D
     /// Applies one release event under the lock: findable entries overlapping
     /// it leave the index (unleased: dereg list; leased: INVALID, deregistered
@@ -63,6 +77,10 @@ impl Ctx<'_> {
                 continue;
             }
             if self.mutant(Mutant::LeasedStaysFindable) && r.leases > 0 {
+                continue;
+            }
+            // Only W1's events are applied in a `pair` configuration.
+            if self.mutant(Mutant::BeginKeepsEntries) {
                 continue;
             }
             let h = h as Handle;
@@ -84,6 +102,9 @@ impl Ctx<'_> {
             note!(self, "A-D: #{h} leaves the index ({})", if seen == 0 { "unleased: dereg list" } else { "leased: INVALID" });
         }
         for t in 0..self.s.threads.len() {
+            if self.mutant(Mutant::BeginKeepsInflight) {
+                break;
+            }
             if let Some(i) = self.s.threads[t].inflight.as_mut() {
                 if i.span.overlaps(&span) && !i.stale {
                     i.stale = true;
@@ -137,7 +158,7 @@ impl Ctx<'_> {
             let op = Op::ReleaseEvent { kind, addr: span.addr(), len: span.bytes() };
             self.invoke(t as u8, true, op);
         }
-        let pc = self.m.first_ev_pc(&span);
+        let pc = if self.m.cfg.pair && origin == Origin::Script { EvPc::Begin } else { self.m.first_ev_pc(&span) };
         self.thread_mut(t).ev = Some(Ev { pc, span, kind, origin, assigned: Vec::new() });
         self.ev_step(t);
     }
@@ -160,10 +181,43 @@ impl Ctx<'_> {
     pub(super) fn ev_step(&mut self, t: usize) {
         let ev = self.s.threads[t].ev.clone().expect("event in progress");
         let nbr = self.mutant(Mutant::NotifyBeforeRelease);
+        let paired = self.paired(t);
+        let begin_op = Op::ReleaseBegin { addr: ev.span.addr(), len: ev.span.bytes() };
         match ev.pc {
+            EvPc::Begin => {
+                //= spec.md#W1
+                //# add the range's pages to the open windows (a multiset)
+                self.invoke(t as u8, false, begin_op);
+                note!(self, "W1: T{t} opens a window on {} (before the release), then queues the event", ev.span);
+                if !self.mutant(Mutant::WindowAfterQueue) {
+                    self.s.windows.push(ev.span);
+                }
+                self.set_ev_pc(t, EvPc::H1);
+            }
+            EvPc::End => {
+                //= spec.md#W2
+                //# remove one open window with exactly the range's pages
+                let end_op = Op::ReleaseEnd { addr: ev.span.addr(), len: ev.span.bytes() };
+                self.invoke(t as u8, false, end_op);
+                let i = if self.mutant(Mutant::EndClosesOldest) {
+                    Some(0)
+                } else {
+                    self.s.windows.iter().position(|w| *w == ev.span)
+                };
+                let i = i.expect("W2 after its W1: a window is open");
+                note!(self, "W2: T{t} closes the window on {} (after the release)", self.s.windows[i]);
+                self.s.windows.remove(i);
+                self.ret(t as u8, false, end_op, Ret::Done);
+                self.finish_event(t);
+            }
             EvPc::Bump => {
+                if paired && self.mutant(Mutant::WindowAfterQueue) {
+                    note!(self, "W1 (mutant): T{t} opens the window on {} only now", ev.span);
+                    self.s.windows.push(ev.span);
+                }
                 self.bump(t);
                 match self.m.cfg.monitor {
+                    MonitorKind::Sync if paired => self.set_ev_pc(t, EvPc::End),
                     MonitorKind::Sync => self.set_ev_pc(t, EvPc::H1),
                     MonitorKind::Async if self.m.uffd_watches(&ev.span) => {
                         note!(self, "kernel: uffd event {} queued; T{t} sleeps until it is read", ev.span);
@@ -191,7 +245,11 @@ impl Ctx<'_> {
                 } else {
                     note!(self, "H2: the lock is busy: T{t} returns, leaving the event queued");
                 }
-                if nbr {
+                if paired {
+                    // W1 returns; the release comes next.
+                    self.ret(t as u8, false, begin_op, Ret::Done);
+                    self.set_ev_pc(t, EvPc::Bump);
+                } else if nbr {
                     self.set_ev_pc(t, EvPc::BumpLast);
                 } else {
                     self.finish_event(t);
@@ -225,6 +283,8 @@ impl Ctx<'_> {
             *d = (*d).max(ev.assigned[i]);
         }
         match ev.origin {
+            // W2 logged its return.
+            Origin::Script if self.m.cfg.pair => self.next_script_op(t),
             Origin::Script => self.finish(t, Ret::Done),
             _ => {
                 let op = Op::ReleaseEvent { kind: ev.kind, addr: ev.span.addr(), len: ev.span.bytes() };

@@ -99,6 +99,9 @@ impl AlgoModel {
         if cfg.max_retries == 0 {
             return Err("max_retries must be at least 1".into());
         }
+        if cfg.pair && cfg.monitor != MonitorKind::Sync {
+            return Err("the W1/W2 pair is a hook's (sync monitor only)".into());
+        }
         let scripts = compile_scripts(&cfg.scripts())?;
         let mut app_pages = 1u8;
         for s in &scripts {
@@ -137,6 +140,8 @@ impl AlgoModel {
             regs: Vec::new(),
             next_id: 1,
             queue: Vec::new(),
+            windows: Vec::new(),
+            windowed_served: false,
             uffd: Vec::new(),
             over_limit: false,
             clock: 0,
@@ -322,6 +327,8 @@ impl AlgoModel {
                         EvPc::H2 => "H2",
                         EvPc::Enqueue => "kernel queues the uffd event",
                         EvPc::Wait => "wakes up",
+                        EvPc::Begin => "W1 (open the window)",
+                        EvPc::End => "W2 (close the window)",
                     };
                     format!("{step} ({what})")
                 } else if th.pc == Pc::Idle {
@@ -436,6 +443,12 @@ impl Ctx<'_> {
         let op = self.m.scripts[t][self.s.threads[t].next_op as usize].0;
         note!(self, "T{t} returns `{ret}` for `{op}`");
         self.ret(t as u8, false, op, ret);
+        self.next_script_op(t);
+    }
+
+    /// Thread `t` moves on to its next script op (the current one's return
+    /// is logged already).
+    pub(super) fn next_script_op(&mut self, t: usize) {
         let len = self.m.scripts[t].len() as u8;
         let th = self.thread_mut(t);
         th.acq = None;
@@ -544,7 +557,11 @@ impl Ctx<'_> {
     /// Invokes the thread's next script op and takes its first step.
     pub(super) fn start_op(&mut self, t: usize) {
         let (op, sop) = self.m.scripts[t][self.s.threads[t].next_op as usize];
-        self.invoke(t as u8, false, op);
+        // A release through the W1/W2 pair is two operations in the history
+        // (release_begin, release_end), which W1 and W2 log themselves.
+        if !(self.m.cfg.pair && matches!(sop, ScriptOp::Event { .. })) {
+            self.invoke(t as u8, false, op);
+        }
         match sop {
             ScriptOp::Acquire { lease, span, access } => {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();

@@ -43,6 +43,9 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         }
         OverlapPolicy::Independent => {}
     }
+    if m.cfg.pair {
+        v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| s.windowed_served));
+    }
     if m.cfg.registrar_failures > 0 {
         v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
     }

@@ -150,7 +150,7 @@ impl<R: Registrar> Cache<R> {
                 drop(st);
                 return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
             };
-            let mut token = self.add_inflight(&mut st, plan.span);
+            let mut token = self.add_inflight(shared, &mut st, plan.span);
             // No entry covers the request now (A3): A8 may skip its lookup
             // while nothing is inserted.
             let a4_inserts = st.index.inserts();
@@ -221,7 +221,13 @@ impl<R: Registrar> Cache<R> {
             //# if the in-flight record is stale, or (merge, no-merge-uncache-contained)
             //# the plan recomputed now differs from A4's: remove it, unlock,
             //# deregister the new registration, retry from A2
-            let stale = record.is_some_and(|r| r.stale);
+            //= spec.md#W3
+            //# A7 treats a windowed record as stale if no open window overlaps it
+            //# any more
+            // Its registrar call may have pinned the frames that window's
+            // release took, and the acquire cannot take effect inside the
+            // window any more (it would have to be cached now): retry.
+            let stale = record.is_some_and(|r| r.stale || (r.windowed && !shared.windows.overlaps(plan.span)));
             let replanned = self.config.contract.policy != OverlapPolicy::Independent
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
             if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
@@ -245,7 +251,10 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#F1
             //# until a monitor runs in the child, a miss's registration is not
             //# cached
-            if !shared.caching() {
+            //= spec.md#W3
+            //# A9 inserts a windowed registration and at once takes it out of
+            //# the index, as a leased entry leaves it on invalidation
+            if !shared.caching() || record.is_some_and(|r| r.windowed) {
                 // Served, never findable: deregistered at its last release
                 // (as an entry a release event took out while leased).
                 inc(&self.counters.uncached);
@@ -298,7 +307,7 @@ impl<R: Registrar> Cache<R> {
         };
         let watched = plan.range;
         *plan = p;
-        *token = self.add_inflight(&mut st, plan.span);
+        *token = self.add_inflight(shared, &mut st, plan.span);
         drop(st);
         deregs.perform();
         // The re-plan only drops evicted neighbours, so it lies
@@ -463,7 +472,14 @@ impl<R: Registrar> Cache<R> {
     /// A4's in-flight record, after widening the hull that
     /// [`Cache::may_hold`] reads. The hull grows before the registrar runs, so
     /// an event that misses it happened before the registration began.
-    pub(super) fn add_inflight(&self, st: &mut State<R>, span: PageSpan) -> u64 {
+    ///
+    /// The record is *windowed* if a release window overlapping it is open
+    /// (W3): its registrar call may straddle that window's release and pin
+    /// the frames about to go, so it is never cached: A9 serves it uncached
+    /// while a window overlaps it, A7 retries it once none does. (One
+    /// planned before the window's W1 event was drained is marked stale by
+    /// that drain.)
+    pub(super) fn add_inflight(&self, shared: &Shared<R>, st: &mut State<R>, span: PageSpan) -> u64 {
         // Written only when it grows: a hull already holding the span was
         // read as such by any event that read it since (it only grows), so
         // skipping the write changes nothing `may_hold` can answer.
@@ -473,6 +489,10 @@ impl<R: Registrar> Cache<R> {
         if span.end > self.hull_hi.load(Ordering::SeqCst) {
             self.hull_hi.fetch_max(span.end, Ordering::SeqCst);
         }
-        st.add_inflight(span)
+        //= spec.md#W3
+        //# A4 marks its in-flight record *windowed* if an open window overlaps
+        //# it
+        let windowed = shared.windows.overlaps(span);
+        st.add_inflight(span, windowed)
     }
 }

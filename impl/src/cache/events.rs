@@ -1,4 +1,5 @@
-//! Release events: spec.md H1, H2, M1, M2, A-D and the A-H handoff.
+//! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, and the
+//! release windows of hooks that run before the release (W1, W2; W3 is in A9).
 
 use super::entry::indexed;
 use super::Cache;
@@ -208,6 +209,9 @@ impl<R: Registrar> Cache<R> {
     /// the cache lock (H1, H2); a full queue collapses into one hull event
     /// (L2). Callable from any thread, including one inside a cache
     /// operation (a registrar, an allocator hook under the cache lock).
+    ///
+    /// Call it *after* the release (spec.md#S1.8). A hook that runs before
+    /// the release uses [`Cache::release_begin`] and [`Cache::release_end`].
     pub fn invalidate(&self, addr: u64, len: u64, kind: ReleaseKind) -> Result<(), Error> {
         let _ = kind; // recorded for reports only (S2.3)
         let shared = self.shared_slow();
@@ -216,7 +220,12 @@ impl<R: Registrar> Cache<R> {
         if fault!(self.config, monitor_off) {
             return Ok(());
         }
-        let span = range.pages(self.page_size);
+        self.hook_event(shared, range.pages(self.page_size));
+        Ok(())
+    }
+
+    /// H1 and H2 for `span`: queue it, then drain if the lock is free.
+    fn hook_event(&self, shared: &Shared<R>, span: PageSpan) {
         let held = held_by_this_thread();
         //= spec.md#H1
         //# sync hook / explicit invalidate: push the event on the queue (wakes nobody).
@@ -232,7 +241,80 @@ impl<R: Registrar> Cache<R> {
                 deregs.perform();
             }
         }
+    }
+
+    //= spec.md#W1
+    //# release begin (a hook *before* the release, `release_begin`): check the
+    //# range (E1, E2); add the range's pages to the open windows (a multiset),
+    //# then H1 and H2 with the range
+    /// A hook that runs *before* a release of `[addr, addr+len)` (spec.md#S1.8):
+    /// Open MPI's patcher, UCX's UCM and libfabric's memhooks, in the manner
+    /// of the kernel's `mmu_notifier` `invalidate_range_start`. Overlapping
+    /// entries leave the lookup, overlapping registrations in flight become
+    /// stale (A7 retries them), and until the matching
+    /// [`Cache::release_end`] an acquire overlapping the range is still
+    /// served (the memory is mapped until the release; an acquire that
+    /// overlaps the release itself is concurrent with it, spec.md#P2) but
+    /// its registration is not cached (W3; counted in
+    /// `Stats::uncached`); one whose window closes before it completes is
+    /// retried (A7), since it may hold the frames the release took.
+    ///
+    /// Every `begin` needs exactly one `end` with the same range (the same
+    /// pages), after the release, also when the release failed. Windows of
+    /// several threads may overlap or nest. Counted as one release event.
+    /// Like [`Cache::invalidate`], it never waits for the cache lock and may
+    /// be called from inside a cache operation. E1/E2 for a bad range
+    /// (nothing opens). A window does not survive a fork: the child starts
+    /// with none.
+    pub fn release_begin(&self, addr: u64, len: u64) -> Result<(), Error> {
+        let shared = self.shared_slow();
+        inc(&self.counters.release_events);
+        let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
+        if fault!(self.config, monitor_off) {
+            return Ok(());
+        }
+        let span = range.pages(self.page_size);
+        // The window first, then the event: a registration planned (A4)
+        // before the event's drain is marked stale by it (A-D); one planned
+        // after it sees the window and is windowed (W3). Queued first, a
+        // registration planned between the drain and the opening would be
+        // neither, and could pin the frames about to go and be cached.
+        shared.windows.open(span);
+        self.hook_event(shared, span);
         Ok(())
+    }
+
+    //= spec.md#W2
+    //# release end (after the release, `release_end`): check the range; remove
+    //# one open window with exactly the range's pages (if there is none: E7,
+    //# nothing changes)
+    /// Closes the window [`Cache::release_begin`] opened on `[addr, addr+len)`
+    /// (the kernel's `invalidate_range_end`), after the release. It applies
+    /// nothing: W1's event already took the overlapping entries out and made
+    /// the registrations in flight stale, and every registration planned
+    /// since is windowed (W3: served uncached while a window overlaps it,
+    /// retried by A7 once none does). Never waits for any lock but the
+    /// windows' leaf mutex.
+    ///
+    /// [`Error::UnmatchedReleaseEnd`] (E7) if no window with the same pages
+    /// is open: nothing changes (a mismatched pair is a caller bug, and
+    /// closing some other window would let its range be cached while its
+    /// release is still in progress). E1/E2 for a bad range.
+    pub fn release_end(&self, addr: u64, len: u64) -> Result<(), Error> {
+        let shared = self.shared_slow();
+        let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
+        if fault!(self.config, monitor_off) {
+            return Ok(());
+        }
+        if !shared.windows.close(range.pages(self.page_size)) {
+            return Err(self.fail(Error::UnmatchedReleaseEnd { addr, len }));
+        }
+        Ok(())
+    }
+
+    /// Release windows open now (W1–W3): `release_begin`s not yet ended.
+    pub fn open_release_windows(&self) -> usize {
+        self.shared_slow().windows.len()
     }
 
     //= spec.md#M2

@@ -6,6 +6,7 @@ use super::Cache;
 use super::entry::EntryPtr;
 use super::queue::InvalidationQueue;
 use super::events::EventSource;
+use super::window::Windows;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
@@ -22,6 +23,9 @@ pub(super) struct InFlight {
     pub(super) token: u64,
     pub(super) span: PageSpan,
     pub(super) stale: bool,
+    /// Planned while an overlapping release window was open (W3): A9
+    /// serves it but never caches it.
+    pub(super) windowed: bool,
 }
 
 /// What the cache lock protects.
@@ -47,10 +51,10 @@ pub(crate) struct State<R: Registrar> {
 }
 
 impl<R: Registrar> State<R> {
-    pub(super) fn add_inflight(&mut self, span: PageSpan) -> u64 {
+    pub(super) fn add_inflight(&mut self, span: PageSpan, windowed: bool) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
-        self.inflight.push(InFlight { token, span, stale: false });
+        self.inflight.push(InFlight { token, span, stale: false, windowed });
         token
     }
 
@@ -87,6 +91,10 @@ pub(crate) struct Shared<R: Registrar> {
     /// installed in the child, nothing is cached (F1), since no release in
     /// the child would be seen.
     pub(super) monitor_required: bool,
+    /// Open release windows (W1–W3): nothing overlapping them is cached.
+    /// A forked child starts with none (the threads inside a window do not
+    /// exist there).
+    pub(super) windows: Windows,
 }
 
 impl<R: Registrar> Shared<R> {
@@ -113,6 +121,7 @@ impl<R: Registrar> Shared<R> {
             draining: AtomicU64::new(0),
             source: OnceLock::new(),
             monitor_required,
+            windows: Windows::new(),
         }
     }
 

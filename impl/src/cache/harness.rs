@@ -15,6 +15,8 @@ impl<R: Registrar> Cache<R> {
     /// - `release`: drops the stored lease (E4 if none; counted as a release
     ///   call all the same, spec.md#S2);
     /// - `release_event`: [`Cache::invalidate`];
+    /// - `release_begin`, `release_end`: [`Cache::release_begin`],
+    ///   [`Cache::release_end`] (spec.md#S2.9);
     /// - `alloc`, `free`: no effect, never an error (spec.md#S2.4);
     /// - `flush`: [`Cache::flush`];
     /// - `fork`: [`Cache::simulate_fork`]; leases held stay in `leases` and
@@ -48,6 +50,14 @@ impl<R: Registrar> Cache<R> {
                 }
             },
             Op::ReleaseEvent { kind, addr, len } => match self.invalidate(addr, len, kind) {
+                Ok(()) => Ret::Done,
+                Err(e) => Ret::Failed { error: e.op_error() },
+            },
+            Op::ReleaseBegin { addr, len } => match self.release_begin(addr, len) {
+                Ok(()) => Ret::Done,
+                Err(e) => Ret::Failed { error: e.op_error() },
+            },
+            Op::ReleaseEnd { addr, len } => match self.release_end(addr, len) {
                 Ok(()) => Ret::Done,
                 Err(e) => Ret::Failed { error: e.op_error() },
             },

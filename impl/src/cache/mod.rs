@@ -10,6 +10,10 @@
 //! - the **in-flight** list: one record (planned span, *stale* flag) per
 //!   registration in progress, marked stale by every release event applied
 //!   while the registrar runs without the lock (A4–A7, S3.7);
+//! - the **release windows** (`window::Windows`, spec.md#W1–W3): a multiset
+//!   of the page spans `release_begin` opened and `release_end` has not
+//!   closed yet, behind a leaf mutex; A4 marks an in-flight record planned
+//!   inside one *windowed*, and such a registration is never cached;
 //! - the **invalidation queue** ([`InvalidationQueue`]): release events pushed
 //!   by hooks that could not take the lock (H1, H2);
 //! - per entry, the **state word** ([`EntryState`]: lease count + INVALID) and
@@ -90,6 +94,7 @@ mod queue;
 mod release;
 mod state;
 mod stats;
+mod window;
 
 pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 #[cfg(any(test, feature = "testkit"))]

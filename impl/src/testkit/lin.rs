@@ -69,6 +69,10 @@ pub struct HistoryConfig {
     /// `yield_now` calls inside each `register`: widens the window in which
     /// the cache runs without its lock (A5), so other threads interleave.
     pub dawdle: u32,
+    /// Per mille of release events raised as a hook before the release
+    /// would: `release_begin`, and `release_end` a few ops later on the same
+    /// thread (spec.md#S2.9; every window is closed before the thread ends).
+    pub windows: u64,
 }
 
 /// Every registrar failure the cache distinguishes (S5.4).
@@ -88,6 +92,7 @@ impl HistoryConfig {
             registrar_faults: 0,
             fault_errnos: &ALL_ERRNOS,
             dawdle: 2,
+            windows: 0,
         }
     }
 }
@@ -268,9 +273,29 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
                 let mut rng = Rng::new(seed).split(u64::from(t));
                 let mut leases = HashMap::new();
                 let mut next: LeaseId = LeaseId::from(t) * 1000;
+                let mut window: Option<(u64, u64)> = None;
                 barrier.wait();
-                for _ in 0..hc.ops_per_thread {
-                    let op = random_op(&mut rng, &leases, &mut next, LeaseId::from(t) * 1000, hc.pages, page);
+                for i in 0..=hc.ops_per_thread {
+                    let op = match window {
+                        // The last op closes the thread's window, if open.
+                        Some((addr, len)) if i == hc.ops_per_thread || rng.chance(1, 3) => {
+                            window = None;
+                            Op::ReleaseEnd { addr, len }
+                        }
+                        _ if i == hc.ops_per_thread => break,
+                        _ => {
+                            let mut op =
+                                random_op(&mut rng, &leases, &mut next, LeaseId::from(t) * 1000, hc.pages, page);
+                            if let Op::ReleaseEvent { addr, len, .. } = op {
+                                // No draw when off: the other histories stay as they were.
+                                if window.is_none() && hc.windows > 0 && rng.chance(hc.windows, 1000) {
+                                    window = Some((addr, len));
+                                    op = Op::ReleaseBegin { addr, len };
+                                }
+                            }
+                            op
+                        }
+                    };
                     lock(log).push(Event::Invoke { thread: t, op });
                     if matches!(op, Op::Acquire { .. }) {
                         TRIM.with(|c| c.set(Trim::Untrimmed(op)));
