@@ -97,6 +97,9 @@ typedef enum mrcache_status_t {
   MRCACHE_REGISTRAR = 5,
   // E6: the registration was invalidated during each of its attempts.
   MRCACHE_RETRIES_EXHAUSTED = 6,
+  // E7: `mrcache_release_end` names a range with no open window of
+  // exactly its pages (spec.md#S2.9); nothing changed.
+  MRCACHE_UNMATCHED_RELEASE_END = 7,
   // A pointer argument is NULL.
   MRCACHE_NULL_ARGUMENT = 16,
   // Called from inside a registrar callback of the same cache (see
@@ -258,6 +261,24 @@ enum mrcache_status_t mrcache_lease_view(const struct mrcache_t *cache,
 // about to reuse it). Never waits for the cache lock (spec.md#H1, H2):
 // callable from memory hooks and from inside registrar callbacks.
 enum mrcache_status_t mrcache_invalidate(struct mrcache_t *cache, const void *addr, size_t len);
+
+// For a memory hook that runs *before* the release (Open MPI's patcher,
+// UCX's UCM, libfabric's memhooks): call it before the memory is released,
+// and [`mrcache_release_end`] with the same range after. Overlapping cached
+// registrations leave the lookup, registrations of the range in flight
+// become stale, and until the matching end no registration overlapping the
+// range is cached (acquires still succeed, served uncached), as the
+// kernel's `mmu_notifier` `invalidate_range_start`/`end` (spec.md#S1.8,
+// S2.9, W1). A plain notification before the release is unsafe: a
+// registration that starts in between would pin the frames about to go.
+// Never waits for the cache lock: callable from memory hooks and registrar
+// callbacks. `MRCACHE_EMPTY_RANGE`/`MRCACHE_WRAPPING_RANGE` open no window.
+enum mrcache_status_t mrcache_release_begin(struct mrcache_t *cache, const void *addr, size_t len);
+
+// After the release: closes the window [`mrcache_release_begin`] opened
+// for exactly this range (spec.md#W2). With no such window:
+// `MRCACHE_UNMATCHED_RELEASE_END`, and nothing changes.
+enum mrcache_status_t mrcache_release_end(struct mrcache_t *cache, const void *addr, size_t len);
 
 // Deregisters every unleased cached registration and forgets the leased ones
 // (they are deregistered at their release).

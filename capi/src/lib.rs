@@ -400,6 +400,38 @@ pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const 
     })
 }
 
+/// For a memory hook that runs *before* the release (Open MPI's patcher,
+/// UCX's UCM, libfabric's memhooks): call it before the memory is released,
+/// and [`mrcache_release_end`] with the same range after. Overlapping cached
+/// registrations leave the lookup, registrations of the range in flight
+/// become stale, and until the matching end no registration overlapping the
+/// range is cached (acquires still succeed, served uncached), as the
+/// kernel's `mmu_notifier` `invalidate_range_start`/`end` (spec.md#S1.8,
+/// S2.9, W1). A plain notification before the release is unsafe: a
+/// registration that starts in between would pin the frames about to go.
+/// Never waits for the cache lock: callable from memory hooks and registrar
+/// callbacks. `MRCACHE_EMPTY_RANGE`/`MRCACHE_WRAPPING_RANGE` open no window.
+#[no_mangle]
+pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
+    guard(|| {
+        // SAFETY: the caller passes NULL or a live handle.
+        let h = unsafe { handle(cache) }?;
+        h.cache.release_begin(addr as u64, len as u64).map_err(Failure::from)
+    })
+}
+
+/// After the release: closes the window [`mrcache_release_begin`] opened
+/// for exactly this range (spec.md#W2). With no such window:
+/// `MRCACHE_UNMATCHED_RELEASE_END`, and nothing changes.
+#[no_mangle]
+pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
+    guard(|| {
+        // SAFETY: the caller passes NULL or a live handle.
+        let h = unsafe { handle(cache) }?;
+        h.cache.release_end(addr as u64, len as u64).map_err(Failure::from)
+    })
+}
+
 /// Deregisters every unleased cached registration and forgets the leased ones
 /// (they are deregistered at their release).
 #[no_mangle]

@@ -28,6 +28,9 @@ pub enum mrcache_status_t {
     MRCACHE_REGISTRAR = 5,
     /// E6: the registration was invalidated during each of its attempts.
     MRCACHE_RETRIES_EXHAUSTED = 6,
+    /// E7: `mrcache_release_end` names a range with no open window of
+    /// exactly its pages (spec.md#S2.9); nothing changed.
+    MRCACHE_UNMATCHED_RELEASE_END = 7,
     /// A pointer argument is NULL.
     MRCACHE_NULL_ARGUMENT = 16,
     /// Called from inside a registrar callback of the same cache (see
@@ -73,6 +76,7 @@ impl From<Error> for Failure {
             Error::Registrar { source, .. } => (MRCACHE_REGISTRAR, source.errno),
             Error::Watch { .. } => (MRCACHE_REGISTRAR, 0),
             Error::RetriesExhausted { .. } => (MRCACHE_RETRIES_EXHAUSTED, 0),
+            Error::UnmatchedReleaseEnd { .. } => (MRCACHE_UNMATCHED_RELEASE_END, 0),
             Error::InvalidConfig { .. } => (MRCACHE_INVALID_CONFIG, libc::EINVAL),
             _ => (MRCACHE_INTERNAL, 0),
         };
@@ -138,13 +142,14 @@ pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<(), Failure> {
 
 /// The name of a status value (any int: C may pass one that is not a status).
 pub(crate) fn name(status: c_int) -> &'static std::ffi::CStr {
-    const ALL: [(mrcache_status_t, &std::ffi::CStr); 14] = [
+    const ALL: [(mrcache_status_t, &std::ffi::CStr); 15] = [
         (MRCACHE_OK, c"MRCACHE_OK"),
         (MRCACHE_EMPTY_RANGE, c"MRCACHE_EMPTY_RANGE"),
         (MRCACHE_WRAPPING_RANGE, c"MRCACHE_WRAPPING_RANGE"),
         (MRCACHE_INVALID_LEASE, c"MRCACHE_INVALID_LEASE"),
         (MRCACHE_REGISTRAR, c"MRCACHE_REGISTRAR"),
         (MRCACHE_RETRIES_EXHAUSTED, c"MRCACHE_RETRIES_EXHAUSTED"),
+        (MRCACHE_UNMATCHED_RELEASE_END, c"MRCACHE_UNMATCHED_RELEASE_END"),
         (MRCACHE_NULL_ARGUMENT, c"MRCACHE_NULL_ARGUMENT"),
         (MRCACHE_BUSY, c"MRCACHE_BUSY"),
         (MRCACHE_INVALID_CONFIG, c"MRCACHE_INVALID_CONFIG"),

@@ -8,7 +8,7 @@ use common::*;
 use mrcache_capi::mrcache_monitor_t::*;
 use mrcache_capi::mrcache_status_t::*;
 use mrcache_capi::*;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
 use std::sync::atomic::Ordering;
 
@@ -397,4 +397,44 @@ fn a_concurrent_double_release_releases_once() {
     // SAFETY: no lease is held.
     assert_eq!(unsafe { mrcache_destroy(cache as *mut _) }, MRCACHE_OK);
     assert_eq!(c.deregistered.load(Ordering::SeqCst), 1);
+}
+
+/// The hook pair (spec.md#S1.8, S2.9): between begin and end the range's
+/// cached registration is gone and a miss is served uncached; after the end
+/// it caches again; an end without its begin is E7; bad ranges open nothing.
+#[test]
+fn release_begin_and_end_from_c() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_EXPLICIT);
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(cache, buf(), LEN, MRCACHE_ACCESS_LOCAL_WRITE, &mut l), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        assert_eq!(stats(cache).cached_entries, 1);
+        assert_eq!(mrcache_release_begin(cache, buf(), LEN), MRCACHE_OK);
+        assert_eq!(stats(cache).cached_entries, 0, "begin takes the overlapping entry out");
+        assert_eq!(c.deregistered.load(Ordering::SeqCst), 1);
+        // In the window: served, never cached.
+        assert_eq!(mrcache_acquire(cache, buf(), 4096, MRCACHE_ACCESS_LOCAL_WRITE, &mut l), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        let s = stats(cache);
+        assert_eq!((s.cached_entries, s.uncached), (0, 1));
+        assert_eq!(c.deregistered.load(Ordering::SeqCst), 2, "deregistered at its release");
+        assert_eq!(mrcache_release_end(cache, buf(), 4096), MRCACHE_UNMATCHED_RELEASE_END, "not the window's range");
+        assert_eq!(mrcache_release_end(cache, buf(), LEN), MRCACHE_OK);
+        assert_eq!(mrcache_release_end(cache, buf(), LEN), MRCACHE_UNMATCHED_RELEASE_END, "closed already");
+        // After the end: cached again.
+        assert_eq!(mrcache_acquire(cache, buf(), 4096, MRCACHE_ACCESS_LOCAL_WRITE, &mut l), MRCACHE_OK);
+        assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        assert_eq!(stats(cache).cached_entries, 1);
+        // Bad arguments.
+        assert_eq!(mrcache_release_begin(null_mut(), buf(), LEN), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_release_end(null_mut(), buf(), LEN), MRCACHE_NULL_ARGUMENT);
+        assert_eq!(mrcache_release_begin(cache, buf(), 0), MRCACHE_EMPTY_RANGE);
+        assert_eq!(mrcache_release_begin(cache, usize::MAX as *const c_void, 2), MRCACHE_WRAPPING_RANGE);
+        assert_eq!(mrcache_release_end(cache, buf(), 0), MRCACHE_EMPTY_RANGE);
+        assert_eq!(CStr::from_ptr(mrcache_status_name(MRCACHE_UNMATCHED_RELEASE_END as i32)).to_str().unwrap(), "MRCACHE_UNMATCHED_RELEASE_END");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
 }

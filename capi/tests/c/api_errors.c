@@ -94,6 +94,15 @@ int main(void) {
   EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0x100, &l), MRCACHE_INVALID_ARGUMENT);
   EXPECT_ST(mrcache_invalidate(cache, buf, 0), MRCACHE_EMPTY_RANGE);
   EXPECT_ST(mrcache_invalidate(cache, (void *)(UINTPTR_MAX - 10), 100), MRCACHE_WRAPPING_RANGE);
+  /* The hook pair: bad ranges open nothing; an end without its begin is E7. */
+  EXPECT_ST(mrcache_release_begin(NULL, buf, 1), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_release_end(NULL, buf, 1), MRCACHE_NULL_ARGUMENT);
+  EXPECT_ST(mrcache_release_begin(cache, buf, 0), MRCACHE_EMPTY_RANGE);
+  EXPECT_ST(mrcache_release_begin(cache, (void *)(UINTPTR_MAX - 10), 100), MRCACHE_WRAPPING_RANGE);
+  EXPECT_ST(mrcache_release_end(cache, buf, 4096), MRCACHE_UNMATCHED_RELEASE_END);
+  EXPECT_ST(mrcache_release_begin(cache, buf, 4096), MRCACHE_OK);
+  EXPECT_ST(mrcache_release_end(cache, buf, 4096), MRCACHE_OK);
+  EXPECT_ST(mrcache_release_end(cache, buf, 4096), MRCACHE_UNMATCHED_RELEASE_END);
   s.size = 0;
   EXPECT_ST(mrcache_stats(cache, &s), MRCACHE_INVALID_ARGUMENT);
   s.size = sizeof s;
