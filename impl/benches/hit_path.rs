@@ -132,6 +132,28 @@ fn two_threads(c: &mut Criterion) {
         stop.store(true, Ordering::Relaxed);
         partner.join().unwrap();
     }
+    // Owned leases on both threads (a request object on each).
+    {
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+        let base = 1u64 << 32;
+        drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let partner = {
+            let (cache, stop) = (cache.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..1024 {
+                        cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release();
+                    }
+                }
+            })
+        };
+        g.bench_function("mrcache, owned lease (partner owned)", |b| {
+            b.iter(|| cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
+        });
+        stop.store(true, Ordering::Relaxed);
+        partner.join().unwrap();
+    }
     g.finish();
 }
 
