@@ -5,7 +5,7 @@
 //! of ITERS iterations each (environment; defaults 5 and 10,000,000).
 
 use mrcache_impl::registrar::counting::CountingRegistrar;
-use mrcache_impl::{Cache, CacheConfig};
+use mrcache_impl::{Cache, CacheConfig, SharedCache};
 use mrcache_types::Access;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +35,7 @@ fn borrowed(cache: &Cache<CountingRegistrar>, n: u64) {
     }
 }
 
-fn owned(cache: &Arc<Cache<CountingRegistrar>>, n: u64) {
+fn owned(cache: &SharedCache<CountingRegistrar>, n: u64) {
     for _ in 0..n {
         cache.acquire_owned(black_box(BASE), LEN, Access::LOCAL_WRITE).unwrap().release();
     }
@@ -43,7 +43,7 @@ fn owned(cache: &Arc<Cache<CountingRegistrar>>, n: u64) {
 
 /// Runs `measure` while a partner thread runs the same kind of hit on the
 /// same registration.
-fn with_partner(cache: &Arc<Cache<CountingRegistrar>>, owned_partner: bool, measure: impl FnOnce() -> f64) -> f64 {
+fn with_partner(cache: &SharedCache<CountingRegistrar>, owned_partner: bool, measure: impl FnOnce() -> f64) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let partner = {
         let (cache, stop) = (cache.clone(), stop.clone());
@@ -65,7 +65,7 @@ fn with_partner(cache: &Arc<Cache<CountingRegistrar>>, owned_partner: bool, meas
 
 fn main() {
     let (rounds, iters) = (env("ROUNDS", 5), env("ITERS", 10_000_000));
-    let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+    let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
     drop(cache.acquire(BASE, LEN, Access::LOCAL_WRITE).unwrap());
     println!("rust_borrowed_1t {:.2}", best(rounds, iters, |n| borrowed(&cache, n)));
     println!("rust_owned_1t {:.2}", best(rounds, iters, |n| owned(&cache, n)));

@@ -10,7 +10,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::{Cache, CacheConfig};
+use mrcache::{Cache, CacheConfig, SharedCache};
 use mrcache_types::Access;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,10 +66,11 @@ fn hit(c: &mut Criterion) {
             b.iter(|| drop(cache.acquire(black_box(base + 64), 4096, Access::LOCAL_WRITE).unwrap()))
         });
     }
-    // Owned leases (`acquire_owned`) on one 64 KiB registration, beside the
-    // borrowed lease on the same one: the difference is the `Arc` count.
+    // Owned leases (`SharedCache::acquire_owned`) on one 64 KiB registration,
+    // beside the borrowed lease on the same one: the difference is the
+    // owner-only count on the thread's lane.
     {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
         let base = 1u64 << 32;
         drop(cache.acquire(base, 64 << 10, Access::LOCAL_WRITE).unwrap());
         g.bench_function("64 KiB, borrowed lease", |b| {
@@ -104,7 +105,7 @@ fn hit(c: &mut Criterion) {
 fn two_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("hit get+put, 2 threads on one region");
     for lanes in [true, false] {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() }));
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() });
         let base = 1u64 << 32;
         drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
@@ -122,12 +123,34 @@ fn two_threads(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
         });
-        // Owned leases on both threads: each also counts on the `Arc`.
+        // An owned lease on the measured thread (the partner borrows).
         if lanes {
             g.bench_function("mrcache, owned lease (partner borrowed)", |b| {
                 b.iter(|| cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
             });
         }
+        stop.store(true, Ordering::Relaxed);
+        partner.join().unwrap();
+    }
+    // Owned leases on both threads (a request object on each).
+    {
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+        let base = 1u64 << 32;
+        drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let partner = {
+            let (cache, stop) = (cache.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..1024 {
+                        cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release();
+                    }
+                }
+            })
+        };
+        g.bench_function("mrcache, owned lease (partner owned)", |b| {
+            b.iter(|| cache.acquire_owned(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
+        });
         stop.store(true, Ordering::Relaxed);
         partner.join().unwrap();
     }

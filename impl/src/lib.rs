@@ -34,7 +34,7 @@ pub mod testkit;
 
 #[cfg(any(test, feature = "testkit"))]
 pub use cache::Faults;
-pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Lease, OwnedLease, ReleaseEvent};
+pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Lease, OwnedLease, ReleaseEvent, SharedCache};
 pub use error::Error;
 pub use monitor::MonitorThread;
 pub use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};

@@ -178,6 +178,7 @@ impl<R: Registrar> Cache<R> {
         } else {
             fresh.monitor_required = current.monitor_required || current.source.get().is_some();
         }
+        fresh.older = plain::AtomicPtr::new((current as *const Shared<R>).cast_mut());
         let old_ptr = self.shared.swap(Box::into_raw(fresh), Ordering::AcqRel);
         // SAFETY: never null; leaked from here on (freed only by `Drop`, and
         // only if a replayed fork replaced it).

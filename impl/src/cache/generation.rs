@@ -79,6 +79,12 @@ pub(crate) struct Shared<R: Registrar> {
     pub(super) live_bytes: plain::AtomicU64,
     /// Per-thread memo lanes (LN1–LN6).
     pub(super) lanes: lanes::Lanes<R>,
+    /// The generation this one replaced (fork, `simulate_fork`), or null. Set
+    /// before this one is published, then never changed: the last
+    /// [`super::SharedCache`] handle walks the chain to count the owned
+    /// leases still out in every generation (older ones live as long as the
+    /// cache).
+    pub(super) older: plain::AtomicPtr<Shared<R>>,
     /// Drains in progress (LN1): raised before events are taken off the queue
     /// or read from the monitor, lowered once they are applied, so a lane hit
     /// never runs between an event's removal and its revokes.
@@ -118,6 +124,7 @@ impl<R: Registrar> Shared<R> {
             live_regs: plain::AtomicU64::new(0),
             live_bytes: plain::AtomicU64::new(0),
             lanes: lanes::Lanes::new(lane_slots),
+            older: plain::AtomicPtr::new(std::ptr::null_mut()),
             draining: AtomicU64::new(0),
             source: OnceLock::new(),
             monitor_required,

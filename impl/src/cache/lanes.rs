@@ -255,7 +255,19 @@ pub(crate) struct Lane<R: Registrar> {
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
     claim: Arc<plain::AtomicBool>,
+    /// Owned leases ([`super::OwnedLease`]) counted on this lane: taken by
+    /// the owner, returned by the owner (owner-only plain increments,
+    /// `Release` stores) or by another thread (`remote`, an atomic add on its
+    /// own cache line). See "Owned leases" in [`super::lease`].
+    owned_taken: plain::AtomicU64,
+    owned_returned: plain::AtomicU64,
+    owned_returned_remote: RemoteCount,
 }
+
+/// A counter other threads add to, on a cache line of its own (so a remote
+/// release does not write the line of the owner's hot counters).
+#[repr(align(128))]
+struct RemoteCount(plain::AtomicU64);
 
 /// A lane lease's slot (see [`super::Lease`]).
 /// One pointer, so that a lease stays small (it is returned by value on the
@@ -356,6 +368,9 @@ impl<R: Registrar> Lanes<R> {
                     dry: plain::AtomicBool::new(false),
                     tick: plain::AtomicU32::new(0),
                     claim: Arc::new(plain::AtomicBool::new(true)),
+                    owned_taken: plain::AtomicU64::new(0),
+                    owned_returned: plain::AtomicU64::new(0),
+                    owned_returned_remote: RemoteCount(plain::AtomicU64::new(0)),
                 }));
                 match cell.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => p = fresh,
@@ -416,6 +431,36 @@ impl<R: Registrar> Lane<R> {
     #[inline(always)]
     pub(super) fn count_release(&self) {
         self.releases.store(self.releases.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Counts an owned lease taken (owner only). `Release`: a last handle's
+    /// `Acquire` load that sees a later count sees this one.
+    #[inline(always)]
+    pub(super) fn count_owned_taken(&self) {
+        self.owned_taken.store(self.owned_taken.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+    }
+
+    /// Counts an owned lease returned, by the owner of the lane (`owner`) or
+    /// by another thread. `Release`: everything the releasing thread did
+    /// before (its whole release) happens before the accesses of a thread
+    /// whose `Acquire` load reads this count (or a later one).
+    #[inline(always)]
+    pub(super) fn count_owned_returned(&self, owner: bool) {
+        if owner {
+            self.owned_returned.store(self.owned_returned.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
+        } else {
+            self.owned_returned_remote.0.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Owned leases counted on this lane and not yet returned. The counts
+    /// only grow; the returns are read before the takes (`Acquire` loads),
+    /// so a return seen has its take seen too (the take happens before it).
+    pub(super) fn owned_outstanding(&self) -> u64 {
+        let remote = self.owned_returned_remote.0.load(Ordering::Acquire);
+        let returned = self.owned_returned.load(Ordering::Acquire);
+        let taken = self.owned_taken.load(Ordering::Acquire);
+        taken.wrapping_sub(returned).wrapping_sub(remote)
     }
 
     /// (hits, releases) counted so far.
@@ -656,6 +701,13 @@ impl<R: Registrar> Cache<R> {
     /// LN1, before A1: a hit on a memo of this thread's lane, if any.
     #[inline(always)]
     pub(super) fn lane_hit<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<Lease<'c, R>> {
+        self.lane_hit_mine(shared, range, access).map(|(lease, _)| lease)
+    }
+
+    /// [`Self::lane_hit`], with this thread's lane that served it (for an
+    /// owned lease, counted there without a second lookup).
+    #[inline(always)]
+    pub(super) fn lane_hit_mine<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<(Lease<'c, R>, &'c Lane<R>)> {
         //= spec.md#LN1
         //# lane hit (before A1): if the queue is empty, the draining count is 0,
         //# and a slot of this thread's lane has exactly the request's key
@@ -669,7 +721,7 @@ impl<R: Registrar> Cache<R> {
                         let lease = Lease::on_lane(self, shared, unsafe { EntryPtr::from_raw(p) }, lane.lane_ref(slot));
                         self.touch(leased(&lease));
                         lane.count_hit();
-                        return Some(lease);
+                        return Some((lease, lane));
                     }
                     LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
                     LaneHit::None => {}
@@ -697,6 +749,27 @@ impl<R: Registrar> Cache<R> {
                 }
                 return true;
             }
+        }
+        false
+    }
+
+    /// [`Self::release_on_own_lane`] where the caller knows that `mine` is
+    /// this thread's lane (an owned lease's release, which looked it up).
+    #[inline(always)]
+    pub(super) fn release_on_lane(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>, mine: &Lane<R>) -> bool {
+        if !self.limits_active
+            && fork::generation() == self.forks_seen.load(Ordering::Relaxed)
+            && std::ptr::eq(self.shared.load(Ordering::Relaxed), shared)
+            && mine.holds(r)
+        {
+            //= spec.md#LN3
+            //# the owner stores `held − 1`, another thread adds 1 to
+            //# `remote` (release order). Light barrier; load `ptr`
+            mine.count_release();
+            if let LaneReleased::Detached = release(r, e.as_ptr(), true) {
+                self.lane_detached(shared, r, e.as_ptr());
+            }
+            return true;
         }
         false
     }

@@ -101,7 +101,7 @@ pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent};
 pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
-pub use lease::{Lease, OwnedLease};
+pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
 pub use state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;
@@ -114,7 +114,8 @@ use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
 
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
-/// it by reference or in an `Arc`.
+/// it by reference, in an `Arc`, or in a [`SharedCache`] handle (which hands
+/// out [`OwnedLease`]s, leases that do not borrow it).
 pub struct Cache<R: Registrar> {
     registrar: R,
     config: CacheConfig,

@@ -1,5 +1,6 @@
 //! Release: spec.md R1, R2 (the lane release LN3 is in [`super::lanes`]).
 
+use super::lanes::Lane;
 use super::lease::Lease;
 use super::entry::leased;
 use super::Cache;
@@ -22,6 +23,28 @@ impl<R: Registrar> Cache<R> {
             }
         }
         self.release_slow(lease)
+    }
+
+    /// An owned lease's release ([`super::OwnedLease`]) counted on
+    /// `counted`: the release, then the return of its count, which is its
+    /// last access to the cache (see "Owned leases" in [`super::lease`]).
+    /// One lane lookup for both on the owner's fast path.
+    #[inline(always)]
+    pub(super) fn release_owned(&self, lease: &Lease<'_, R>, counted: &Lane<R>) {
+        let shared = lease.shared;
+        if let Some(r) = lease.lane {
+            if shared.lanes.mine().is_some_and(|l| std::ptr::eq(l, counted))
+                && self.release_on_lane(shared, lease.entry, r, counted)
+            {
+                counted.count_owned_returned(true);
+                return;
+            }
+        }
+        self.release_slow(lease);
+        // Looked up after the release: only this thread changes its claims,
+        // but the release may have run a registrar's code.
+        let owner = shared.lanes.mine().is_some_and(|l| std::ptr::eq(l, counted));
+        counted.count_owned_returned(owner);
     }
 
     #[inline(never)]

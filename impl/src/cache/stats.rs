@@ -135,6 +135,9 @@ pub(crate) struct Counters {
     /// Lane counts of forgotten generations (spec.md#S2.6).
     pub lane_hits_forgotten: plain::AtomicU64,
     pub lane_releases_forgotten: plain::AtomicU64,
+    /// Times the last [`super::SharedCache`] handle leaked the cache because
+    /// owned leases were still out (0 or 1).
+    pub leaked_for_owned_leases: plain::AtomicU64,
 }
 
 #[inline]
@@ -179,6 +182,14 @@ pub struct Diagnostics {
     pub pinned_slots: u64,
     /// Whether the heavy barrier is membarrier (else both sides fence).
     pub membarrier: bool,
+    /// Owned leases ([`crate::OwnedLease`]) out now that are counted on
+    /// lanes (every generation); those taken without a lane hold a strong
+    /// count on the cache instead and are not included.
+    #[serde(default)]
+    pub owned_leases: u64,
+    /// 1 if the last [`crate::SharedCache`] handle was dropped while owned
+    /// leases were out, and so leaked the cache (it stays alive for them).
+    pub leaked_for_owned_leases: u64,
 }
 
 impl<R: Registrar> Cache<R> {
@@ -225,6 +236,21 @@ impl<R: Registrar> Cache<R> {
         (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
     }
 
+    /// Owned leases counted on lanes and not yet returned, over every lane
+    /// of every generation (see "Owned leases" in [`super::lease`]).
+    pub(super) fn owned_outstanding(&self) -> u64 {
+        let mut g = self.shared.load(Ordering::Acquire);
+        let mut n = 0u64;
+        while !g.is_null() {
+            // SAFETY: the current generation, or one it (transitively)
+            // replaced: generations are freed only in the cache's `Drop`.
+            let s = unsafe { &*g };
+            n = s.lanes.installed().fold(n, |n, l| n.wrapping_add(l.owned_outstanding()));
+            g = s.older.load(Ordering::Acquire);
+        }
+        n
+    }
+
     /// Internal counters outside the shared schema.
     pub fn diagnostics(&self) -> Diagnostics {
         let shared = self.shared();
@@ -246,6 +272,8 @@ impl<R: Registrar> Cache<R> {
                 .filter(|s| !s.pin().load(Ordering::SeqCst).is_null())
                 .count() as u64,
             membarrier: lanes::uses_membarrier(),
+            owned_leases: self.owned_outstanding(),
+            leaked_for_owned_leases: get(&c.leaked_for_owned_leases),
         }
     }
 

@@ -15,7 +15,7 @@
 //! [`READ_BATCH`].
 
 use super::uffd::{MonitorEvent, UffdError, UffdMonitor};
-use crate::cache::{Cache, EventSource, ReleaseEvent};
+use crate::cache::{Cache, EventSource, ReleaseEvent, SharedCache};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,13 +82,27 @@ impl MonitorThread {
     /// parent's monitor does not follow the child, and the child's cache
     /// caches nothing until it has its own (spec.md#S2.6).
     pub fn start<R: Registrar>(cache: &Arc<Cache<R>>) -> Result<MonitorThread, UffdError> {
+        Self::start_with(Arc::clone(cache))
+    }
+
+    /// [`Self::start`] for a [`SharedCache`]: the thread keeps a handle
+    /// (never a bare `Arc`, whose drop would skip the handle's check for
+    /// owned leases still out).
+    pub fn start_shared<R: Registrar + 'static>(cache: &SharedCache<R>) -> Result<MonitorThread, UffdError> {
+        Self::start_with(cache.clone())
+    }
+
+    fn start_with<R: Registrar, C>(cache: C) -> Result<MonitorThread, UffdError>
+    where
+        C: std::ops::Deref<Target = Cache<R>> + Send + 'static,
+    {
         let monitor = Arc::new(UffdMonitor::open()?);
         if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
             return Err(UffdError::AlreadyMonitored);
         }
         let stop = Arc::new(AtomicBool::new(false));
         let rounds = Arc::new(AtomicU64::new(0));
-        let (cache, stop2, rounds2) = (Arc::clone(cache), stop.clone(), rounds.clone());
+        let (stop2, rounds2) = (stop.clone(), rounds.clone());
         let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name("mrcache-uffd".into())
