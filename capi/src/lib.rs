@@ -18,6 +18,7 @@
 
 mod registrar;
 mod slab;
+mod thread_token;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -26,7 +27,7 @@ pub use registrar::mrcache_registrar_t;
 pub use slab::mrcache_lease_t;
 pub use status::mrcache_status_t;
 
-use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, MonitorThread, OverlapPolicy};
+use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Limits, MonitorThread, OverlapPolicy};
 use mrcache_types::{Access, ReleaseKind};
 use registrar::{not_in_callback, CRegistrar};
 use slab::LeaseSlab;
@@ -161,10 +162,9 @@ unsafe fn handle<'a>(cache: *const mrcache_t) -> Result<&'a mrcache_t, Failure> 
     Ok(unsafe { &*cache })
 }
 
-fn access_of(bits: u32) -> Result<Access, Failure> {
-    u8::try_from(bits).ok().and_then(Access::from_bits).ok_or_else(|| {
-        Failure::new(MRCACHE_INVALID_ARGUMENT, format!("access {bits:#x} has bits other than MRCACHE_ACCESS_* (0xf)"))
-    })
+#[cold]
+fn bad_access(bits: u32) -> Failure {
+    Failure::new(MRCACHE_INVALID_ARGUMENT, format!("access {bits:#x} has bits other than MRCACHE_ACCESS_* (0xf)"))
 }
 
 fn invalid_config(reason: impl Into<String>) -> Failure {
@@ -303,21 +303,57 @@ pub unsafe extern "C" fn mrcache_acquire(
     access: u32,
     lease: *mut mrcache_lease_t,
 ) -> mrcache_status_t {
-    guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(lease, "lease")?;
-        not_in_callback(h.cache.registrar())?;
-        let access = access_of(access)?;
-        let l: Lease<'_, CRegistrar> = h.cache.acquire(addr as u64, len as u64, access).map_err(Failure::from)?;
+    // The hit path: a `move` body (its arguments are copied, not
+    // referenced), failures reported off the path by `fail`.
+    guard_status(move || {
+        if cache.is_null() {
+            return fail_null("cache");
+        }
+        if lease.is_null() {
+            return fail_null("lease");
+        }
+        // SAFETY: non-null, and the caller passes a live handle (header).
+        let h = unsafe { &*cache };
+        if let Err(f) = not_in_callback(h.cache.registrar()) {
+            return fail(f);
+        }
+        let Some(access) = u8::try_from(access).ok().and_then(Access::from_bits) else {
+            return fail(bad_access(access));
+        };
+        // The lane hit, apart from the miss path (`acquire_past_lane`):
+        // joined, the two would pass the lease through memory, and reading
+        // it back stalls store forwarding.
+        let Some(l) = h.cache.acquire_on_lane(addr as u64, len as u64, access) else {
+            return acquire_past_lane(h, addr as u64, len as u64, access, lease);
+        };
         // SAFETY: the handle (which owns the cache) outlives the lease:
         // mrcache_destroy refuses while the slab holds one.
-        let l = unsafe { l.erase_borrow() };
-        let out = h.leases.insert(l)?;
-        // SAFETY: non-null; the caller passes a writable mrcache_lease_t.
-        unsafe { lease.write(out) };
-        Ok(())
+        match h.leases.insert(unsafe { l.erase_borrow() }) {
+            Ok(out) => {
+                // SAFETY: non-null; the caller passes a writable mrcache_lease_t.
+                unsafe { lease.write(out) };
+                MRCACHE_OK
+            }
+            Err(f) => fail(f),
+        }
     })
+}
+
+/// `mrcache_acquire` after a lane miss: A1 onwards.
+#[inline(never)]
+fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: *mut mrcache_lease_t) -> mrcache_status_t {
+    match h.cache.acquire_past_lane(addr, len, access) {
+        // SAFETY: as in `mrcache_acquire`.
+        Ok(l) => match h.leases.insert(unsafe { l.erase_borrow() }) {
+            Ok(out) => {
+                // SAFETY: non-null (checked by the caller), writable (header).
+                unsafe { lease.write(out) };
+                MRCACHE_OK
+            }
+            Err(f) => fail(f),
+        },
+        Err(e) => fail(Failure::from(e)),
+    }
 }
 
 /// Releases a lease (spec.md#S2.2). A lease released already, stale or of
@@ -325,19 +361,26 @@ pub unsafe extern "C" fn mrcache_acquire(
 #[no_mangle]
 #[inline(never)]
 pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
-    guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        not_in_callback(h.cache.registrar())?;
+    guard_status(move || {
+        if cache.is_null() {
+            return fail_null("cache");
+        }
+        // SAFETY: non-null, and the caller passes a live handle (header).
+        let h = unsafe { &*cache };
+        if let Err(f) = not_in_callback(h.cache.registrar()) {
+            return fail(f);
+        }
         match h.leases.take(lease) {
-            Ok(l) => l.release(),
-            Err(e) => {
+            Some(l) => {
+                l.release();
+                MRCACHE_OK
+            }
+            None => {
                 // E4: counted as a release call and an error (spec.md#S2).
                 h.cache.count_unknown_release();
-                return Err(e);
+                fail(slab::invalid(lease))
             }
         }
-        Ok(())
     })
 }
 

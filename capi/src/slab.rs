@@ -14,22 +14,22 @@
 //!   first use) and freed in `Drop`, so any index below the fresh counter
 //!   names memory that stays valid.
 //! - free slots are on the slab's lock-free free list or in the local free
-//!   list of one thread ([`LOCAL_FREE`]: up to [`LOCAL_FREE_MAX`] slots of
-//!   one cache), which serves that thread's acquires and releases without
-//!   an atomic read-modify-write; a slot is in exactly one place.
+//!   list of one thread ([`LocalFree`]: up to [`LOCAL_FREE_MAX`] slots),
+//!   which serves that thread's acquires and releases without an atomic
+//!   read-modify-write or a thread-local lookup; a slot is in exactly one
+//!   place.
 //! - a generation wraps after 2^28 uses of one slot: a handle kept that long
 //!   could alias; a tag is 16 bits: the 65,536th cache created reuses one.
 
 use crate::registrar::CRegistrar;
 use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
+use crate::thread_token::{bucket, thread_token};
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
-use std::cell::{RefCell, UnsafeCell};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// A lease as C holds it: an opaque value. An all-zero lease is
 /// never a valid lease.
@@ -85,27 +85,34 @@ impl Slot {
     }
 }
 
-/// Free slots a thread keeps for itself (of the cache it used last).
-pub(crate) const LOCAL_FREE_MAX: usize = 64;
+/// Free slots a thread keeps for itself, per cache.
+pub(crate) const LOCAL_FREE_MAX: usize = 30;
+/// Threads per cache that keep local free slots (others use the shared list).
+const LOCAL_LISTS: usize = 32;
 
-/// One thread's free slots: of the slab whose `id` it names, while that slab
-/// lives (`alive`; a destroyed cache's slots are simply forgotten).
+/// One thread's free slots of one slab: a bucket of the slab, claimed by
+/// the thread whose [`thread_token`] hashes to it first.
+///
+/// Only its owner touches `len` and `slots` (relaxed atomics, for `Sync`).
+/// The owner is a thread token ([`crate::thread_token`]); a later thread
+/// with the same one (tokens are reused only after their thread exited)
+/// inherits the bucket and its free slots. No thread gives a bucket back:
+/// a bucket of a thread that exited without a successor stays unused, and
+/// threads whose bucket is taken use the shared list.
+#[repr(align(64))]
 struct LocalFree {
-    id: u64,
-    alive: Arc<AtomicBool>,
-    slots: Vec<u32>,
-}
-
-thread_local! {
-    static LOCAL_FREE: RefCell<Option<LocalFree>> = const { RefCell::new(None) };
+    owner: AtomicUsize,
+    len: AtomicU32,
+    /// `generation << 32 | index`: the slot's next generation rides along
+    /// (taking a slot then reads one word of this thread's line instead of
+    /// the slot's state word, which its release just wrote).
+    slots: [AtomicU64; LOCAL_FREE_MAX],
 }
 
 /// The lease handles of one cache.
 pub(crate) struct LeaseSlab {
-    /// Unique per process (never reused): the key of the threads' free lists.
-    id: u64,
-    /// Cleared when the slab goes: threads then drop their free lists of it.
-    alive: Arc<AtomicBool>,
+    /// Threads' own free lists, by [`thread_token`] hash.
+    locals: Box<[LocalFree]>,
     /// This cache's tag in every handle (1..=65535).
     tag: u64,
     /// Each a leaked `Box<[Slot]>` of `CHUNK` slots, or null.
@@ -122,7 +129,8 @@ unsafe impl Sync for LeaseSlab {}
 // SAFETY: as above; leases are `Send`.
 unsafe impl Send for LeaseSlab {}
 
-fn invalid(h: mrcache_lease_t) -> Failure {
+#[cold]
+pub(crate) fn invalid(h: mrcache_lease_t) -> Failure {
     Failure::new(
         MRCACHE_INVALID_LEASE,
         format!("lease {:#x} is not held by this cache (released already, stale, or another cache's)", h.opaque),
@@ -130,11 +138,17 @@ fn invalid(h: mrcache_lease_t) -> Failure {
 }
 
 impl LeaseSlab {
+    /// `id`: unique per process; its low bits are the handles' tag.
     pub(crate) fn new(id: u64) -> LeaseSlab {
         let tag = (id % 0xffff) as u16 + 1;
         LeaseSlab {
-            id,
-            alive: Arc::new(AtomicBool::new(true)),
+            locals: (0..LOCAL_LISTS)
+                .map(|_| LocalFree {
+                    owner: AtomicUsize::new(0),
+                    len: AtomicU32::new(0),
+                    slots: std::array::from_fn(|_| AtomicU64::new(0)),
+                })
+                .collect(),
             tag: u64::from(tag),
             chunks: (0..CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             free_head: AtomicU64::new(0),
@@ -142,6 +156,7 @@ impl LeaseSlab {
         }
     }
 
+    #[inline(always)]
     fn slot(&self, index: u32) -> Option<&Slot> {
         let chunk = self.chunks.get((index / CHUNK) as usize)?.load(Ordering::Acquire);
         if chunk.is_null() {
@@ -179,6 +194,18 @@ impl LeaseSlab {
         }
     }
 
+    /// A free slot and its generation from the shared free list, or fresh.
+    #[cold]
+    #[inline(never)]
+    fn shared_slot(&self) -> Result<(u32, u32), Failure> {
+        let index = match self.pop_free() {
+            Some(i) => i,
+            None => self.fresh_slot()?,
+        };
+        let slot = self.slot(index).ok_or_else(|| Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk"))?;
+        Ok((index, slot.state.load(Ordering::Relaxed) >> 1))
+    }
+
     /// A free slot, from the free list or fresh (allocating its chunk once).
     #[cold]
     fn fresh_slot(&self) -> Result<u32, Failure> {
@@ -198,105 +225,119 @@ impl LeaseSlab {
         Ok(index)
     }
 
-    /// A free slot from this thread's own list, if it holds this slab's.
-    #[inline]
-    fn pop_local(&self) -> Option<u32> {
-        LOCAL_FREE
-            .try_with(|l| match &mut *l.borrow_mut() {
-                Some(local) if local.id == self.id => local.slots.pop(),
-                _ => None,
-            })
-            .ok()
-            .flatten()
+    /// This thread's own free list of this slab, claiming a bucket on first
+    /// use; `None` if its bucket is another thread's.
+    #[inline(always)]
+    fn local(&self) -> Option<&LocalFree> {
+        let me = thread_token();
+        if me == 0 {
+            return None;
+        }
+        let local = &self.locals[bucket(me, LOCAL_LISTS)];
+        // Relaxed: a thread reads its own claim (or a predecessor's, which
+        // exited before it began: ordered by the thread's creation).
+        let owner = local.owner.load(Ordering::Relaxed);
+        if owner == me {
+            return Some(local);
+        }
+        if owner == 0 && local.owner.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return Some(local);
+        }
+        None
     }
 
-    /// Keeps a freed slot in this thread's list if there is room (taking
-    /// the list over if it is empty or its slab is gone); else `false`.
-    #[inline]
-    fn push_local(&self, index: u32) -> bool {
-        LOCAL_FREE
-            .try_with(|l| {
-                let mut l = l.borrow_mut();
-                match &mut *l {
-                    Some(local) if local.id == self.id => {
-                        if local.slots.len() < LOCAL_FREE_MAX {
-                            local.slots.push(index);
-                            return true;
-                        }
-                        false
-                    }
-                    Some(local) if !local.slots.is_empty() && local.alive.load(Ordering::Acquire) => false,
-                    _ => {
-                        let mut slots = Vec::with_capacity(LOCAL_FREE_MAX);
-                        slots.push(index);
-                        *l = Some(LocalFree { id: self.id, alive: self.alive.clone(), slots });
-                        true
-                    }
-                }
-            })
-            .unwrap_or(false)
+    /// A free slot from this thread's own list, and its generation.
+    #[inline(always)]
+    fn pop_local(&self) -> Option<(u32, u32)> {
+        let local = self.local()?;
+        let n = local.len.load(Ordering::Relaxed) as usize;
+        if n == 0 || n > LOCAL_FREE_MAX {
+            return None;
+        }
+        local.len.store(n as u32 - 1, Ordering::Relaxed);
+        let v = local.slots[n - 1].load(Ordering::Relaxed);
+        Some((v as u32, (v >> 32) as u32))
     }
 
-    /// Stores `lease` and returns its handle.
-    #[inline]
+    /// Keeps a freed slot in this thread's list if there is room; else `false`.
+    #[inline(always)]
+    fn push_local(&self, index: u32, generation: u32) -> bool {
+        let Some(local) = self.local() else {
+            return false;
+        };
+        let n = local.len.load(Ordering::Relaxed) as usize;
+        if n >= LOCAL_FREE_MAX {
+            return false;
+        }
+        local.slots[n].store(u64::from(generation) << 32 | u64::from(index), Ordering::Relaxed);
+        local.len.store(n as u32 + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Stores `lease` and returns its handle. Always inlined: the caller's
+    /// lease is then stored from registers (passed by pointer, it is read
+    /// back from the stack with wider loads than it was written with, and
+    /// store forwarding stalls).
+    #[inline(always)]
     pub(crate) fn insert(&self, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
-        let index = match self.pop_local().or_else(|| self.pop_free()) {
-            Some(i) => i,
-            None => self.fresh_slot()?,
+        let (index, generation) = match self.pop_local() {
+            Some(local) => local,
+            None => self.shared_slot()?,
         };
         let Some(slot) = self.slot(index) else {
             return Err(Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk"));
         };
-        let generation = slot.state.load(Ordering::Relaxed) >> 1;
+        debug_assert_eq!(slot.state.load(Ordering::Relaxed), generation << 1, "a free slot's state");
+        // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
+        // touches the cell until the LIVE store below publishes it.
+        let stored = unsafe { (*slot.lease.get()).write(lease) };
+        let (keys, view) = (stored.keys(), stored.view());
         // Seqlock writer: the copies change only after the slot left LIVE
         // (its release bumped the generation); readers recheck the state.
         fence(Ordering::Release);
-        let (keys, view) = (lease.keys(), lease.view());
         slot.lkey.store(keys.lkey, Ordering::Relaxed);
         slot.rkey.store(keys.rkey, Ordering::Relaxed);
         slot.access.store(u32::from(view.access.bits()), Ordering::Relaxed);
         slot.id.store(view.id, Ordering::Relaxed);
         slot.addr.store(view.addr, Ordering::Relaxed);
         slot.len.store(view.len, Ordering::Relaxed);
-        // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
-        // touches the cell until the LIVE store below publishes it.
-        unsafe { (*slot.lease.get()).write(lease) };
         slot.state.store(generation << 1 | LIVE, Ordering::Release);
         Ok(mrcache_lease_t { opaque: self.tag << 48 | u64::from(generation) << INDEX_BITS | u64::from(index) })
     }
 
     /// The slot and generation a handle names, if it is this slab's.
-    #[inline]
-    fn decode(&self, h: mrcache_lease_t) -> Result<(u32, &Slot, u32), Failure> {
+    #[inline(always)]
+    fn decode(&self, h: mrcache_lease_t) -> Option<(u32, &Slot, u32)> {
         if h.opaque >> 48 != self.tag {
-            return Err(invalid(h));
+            return None;
         }
         let index = (h.opaque & INDEX_MASK) as u32;
         let generation = (h.opaque >> INDEX_BITS) as u32 & GEN_MASK;
-        let slot = self.slot(index).ok_or_else(|| invalid(h))?;
-        Ok((index, slot, generation))
+        Some((index, self.slot(index)?, generation))
     }
 
-    /// Takes the lease out of its slot (the handle is dead afterwards).
-    #[inline]
-    pub(crate) fn take(&self, h: mrcache_lease_t) -> Result<Lease<'static, CRegistrar>, Failure> {
+    /// Takes the lease out of its slot (the handle is dead afterwards), or
+    /// `None` if the handle names no lease held here ([`invalid`]).
+    #[inline(always)]
+    pub(crate) fn take(&self, h: mrcache_lease_t) -> Option<Lease<'static, CRegistrar>> {
         let (index, slot, generation) = self.decode(h)?;
         let next = (generation + 1) & GEN_MASK;
-        if slot.state.compare_exchange(generation << 1 | LIVE, next << 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
-            return Err(invalid(h));
-        }
+        // AcqRel: acquire pairs with `insert`'s LIVE store (the cell's
+        // lease); the read-modify-write makes one of two racing releases of
+        // a handle the taker.
+        slot.state.compare_exchange(generation << 1 | LIVE, next << 1, Ordering::AcqRel, Ordering::Relaxed).ok()?;
         // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
         // the inserting thread wrote (acquire order), and only we read it.
         let lease = unsafe { (*slot.lease.get()).assume_init_read() };
-        if !self.push_local(index) {
+        if !self.push_local(index, next) {
             self.push_free(index, slot);
         }
-        Ok(lease)
+        Some(lease)
     }
 
     /// The keys and view of a held lease.
     pub(crate) fn read(&self, h: mrcache_lease_t) -> Result<(Keys, RegView), Failure> {
-        let (_, slot, generation) = self.decode(h)?;
+        let (_, slot, generation) = self.decode(h).ok_or_else(|| invalid(h))?;
         let live = generation << 1 | LIVE;
         if slot.state.load(Ordering::Acquire) != live {
             return Err(invalid(h));
@@ -328,7 +369,6 @@ impl LeaseSlab {
 
 impl Drop for LeaseSlab {
     fn drop(&mut self) {
-        self.alive.store(false, Ordering::Release);
         for cell in self.chunks.iter() {
             let p = cell.load(Ordering::Acquire);
             if !p.is_null() {

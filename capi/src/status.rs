@@ -113,22 +113,48 @@ pub(crate) fn last_error(errno_out: *mut c_int) -> *const c_char {
 /// Runs an entry point's body: a failure becomes its status (and the last
 /// error); a panic becomes `MRCACHE_INTERNAL`, never an unwind into C.
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), Failure>) -> mrcache_status_t {
+    guard_status(|| match body() {
+        Ok(()) => MRCACHE_OK,
+        Err(f) => fail(f),
+    })
+}
+
+/// [`guard`] for a body that reports its failures itself ([`fail`]) and
+/// returns a status: the hit path's entry points, whose success path then
+/// moves no `Result<_, Failure>` around.
+#[inline(always)]
+pub(crate) fn guard_status(body: impl FnOnce() -> mrcache_status_t) -> mrcache_status_t {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => MRCACHE_OK,
-        Ok(Err(f)) => {
-            set_last_error(&f.message, f.errno);
-            f.status
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(&format!("internal error (a bug in libmrcache, please report): {what}"), 0);
-            MRCACHE_INTERNAL
-        }
+        Ok(status) => status,
+        Err(panic) => panicked(panic),
     }
+}
+
+/// A failure as an entry point's status, kept as the thread's last error.
+#[cold]
+#[inline(never)]
+pub(crate) fn fail(f: Failure) -> mrcache_status_t {
+    set_last_error(&f.message, f.errno);
+    f.status
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> mrcache_status_t {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    set_last_error(&format!("internal error (a bug in libmrcache, please report): {what}"), 0);
+    MRCACHE_INTERNAL
+}
+
+/// `MRCACHE_NULL_ARGUMENT` naming `what`, as the last error.
+#[cold]
+#[inline(never)]
+pub(crate) fn fail_null(what: &str) -> mrcache_status_t {
+    fail(Failure::new(MRCACHE_NULL_ARGUMENT, format!("{what} is NULL")))
 }
 
 /// `Err(NULL_ARGUMENT)` naming `what` if `p` is null.

@@ -187,7 +187,13 @@ fn reenter(c: &Counting) {
     let st = unsafe { mrcache_acquire(cache, (2usize << 32) as *const c_void, 4096, 0, &mut l) };
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
     let others = unsafe {
-        [mrcache_flush(cache), mrcache_trim(cache), mrcache_destroy(cache), mrcache_release(cache, l), mrcache_monitor_start(cache)]
+        [
+            mrcache_flush(cache),
+            mrcache_trim(cache),
+            mrcache_destroy(cache),
+            mrcache_release(cache, l),
+            mrcache_monitor_start(cache),
+        ]
     };
     assert!(others.iter().all(|s| *s == MRCACHE_BUSY), "{others:?}");
     c.reentry.store(st as i32, Ordering::SeqCst);
@@ -434,7 +440,63 @@ fn release_begin_and_end_from_c() {
         assert_eq!(mrcache_release_begin(cache, buf(), 0), MRCACHE_EMPTY_RANGE);
         assert_eq!(mrcache_release_begin(cache, usize::MAX as *const c_void, 2), MRCACHE_WRAPPING_RANGE);
         assert_eq!(mrcache_release_end(cache, buf(), 0), MRCACHE_EMPTY_RANGE);
-        assert_eq!(CStr::from_ptr(mrcache_status_name(MRCACHE_UNMATCHED_RELEASE_END as i32)).to_str().unwrap(), "MRCACHE_UNMATCHED_RELEASE_END");
+        assert_eq!(
+            CStr::from_ptr(mrcache_status_name(MRCACHE_UNMATCHED_RELEASE_END as i32)).to_str().unwrap(),
+            "MRCACHE_UNMATCHED_RELEASE_END"
+        );
         assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
     }
+}
+
+/// Threads keep free lease slots in buckets keyed by their thread pointer:
+/// more threads than buckets at once (the rest use the shared free list),
+/// and thread after thread (a new thread may inherit an exited one's
+/// bucket, never a running one's). Every lease is released exactly once,
+/// each handle is fresh, and slots are reused rather than leaked.
+#[test]
+fn many_threads_and_thread_generations_share_lease_slots() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE) as usize;
+    let round = |threads: usize| {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                s.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..200usize {
+                        let mut l = mrcache_lease_t::default();
+                        // SAFETY: a live cache, a writable lease.
+                        let st = unsafe { mrcache_acquire(cache as *mut _, buf().add((t % 4) * 8192), 4096, 0, &mut l) };
+                        assert_eq!(st, MRCACHE_OK);
+                        assert!(!held.contains(&l.opaque), "a handle given out twice while held");
+                        held.push(l.opaque);
+                        if i % 3 == 2 {
+                            for l in held.drain(..) {
+                                // SAFETY: a live cache.
+                                let st = unsafe { mrcache_release(cache as *mut _, mrcache_lease_t { opaque: l }) };
+                                assert_eq!(st, MRCACHE_OK);
+                                // SAFETY: a live cache; `l` was just released.
+                                let again = unsafe { mrcache_release(cache as *mut _, mrcache_lease_t { opaque: l }) };
+                                assert_eq!(again, MRCACHE_INVALID_LEASE);
+                            }
+                        }
+                    }
+                    for l in held {
+                        // SAFETY: a live cache.
+                        assert_eq!(unsafe { mrcache_release(cache as *mut _, mrcache_lease_t { opaque: l }) }, MRCACHE_OK);
+                    }
+                });
+            }
+        })
+    };
+    round(48);
+    for _ in 0..20 {
+        round(2);
+    }
+    let s = stats(cache as *mut _);
+    let acquires = (48 + 20 * 2) * 200;
+    assert_eq!((s.leases_held, s.acquires), (0, acquires), "{s:?}");
+    assert_eq!(s.releases, 2 * acquires - (48 + 40) * 2, "each lease released once, each second release an E4 ({s:?})");
+    // SAFETY: no lease is held.
+    assert_eq!(unsafe { mrcache_destroy(cache as *mut _) }, MRCACHE_OK);
+    assert_eq!(c.registered.load(Ordering::SeqCst), c.deregistered.load(Ordering::SeqCst));
 }

@@ -72,7 +72,7 @@ impl Range {
     //= spec.md#S1.2
     //# Its *pages* are `floor(addr/P)` up to `ceil((addr+len)/P)`, exclusive:
     //# partial pages round *outwards*.
-    #[inline]
+    #[inline(always)]
     pub fn pages(&self, page_size: u64) -> PageSpan {
         if page_size.is_power_of_two() {
             // Shifts: this is on the hit path, and a 64-bit division is not cheap.
@@ -80,6 +80,12 @@ impl Range {
             let end = self.end();
             return PageSpan { first: self.addr >> shift, end: (end >> shift) + u64::from(end & (page_size - 1) != 0) };
         }
+        self.pages_by_division(page_size)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pages_by_division(&self, page_size: u64) -> PageSpan {
         let first = self.addr / page_size;
         let end = self.end().div_ceil(page_size);
         PageSpan { first, end }

@@ -45,6 +45,23 @@ impl<R: Registrar> Cache<R> {
         self.acquire_locked(shared, range, access)
     }
 
+    /// [`Self::acquire`] in two halves, for a caller that keeps the hit path
+    /// apart (the C API, whose hit path then never holds a lease in memory
+    /// shared with the miss path's result): the lane hit (LN1), or `None`.
+    /// On `None`, call [`Self::acquire_past_lane`] with the same arguments.
+    #[inline(always)]
+    pub fn acquire_on_lane(&self, addr: u64, len: u64, access: Access) -> Option<Lease<'_, R>> {
+        let range = Range::new(addr, len).ok()?;
+        self.lane_hit(self.shared(), range, access)
+    }
+
+    /// The rest of [`Self::acquire`] after [`Self::acquire_on_lane`] gave
+    /// `None`: A1 onwards (or the range's error).
+    #[inline(never)]
+    pub fn acquire_past_lane(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
+        self.acquire_locked(self.shared(), Range::new(addr, len), access)
+    }
+
     /// A1 onwards (the lane had no memo for the request).
     #[inline(never)]
     pub(super) fn acquire_locked<'c>(
