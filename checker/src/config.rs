@@ -66,7 +66,7 @@ impl Mutant {
                 cfg.policy = OverlapPolicy::Merge;
                 changed.push("--policy merge".into());
             }
-            Mutant::NoReleaseEviction | Mutant::OverLimitFlagLate
+            Mutant::NoReleaseEviction | Mutant::OverLimitFlagLate | Mutant::NoteOneShort
                 if cfg.max_regions.is_none() && cfg.max_pinned_bytes.is_none() =>
             {
                 cfg.max_regions = Some(1);

@@ -84,6 +84,10 @@ mutants! {
     /// which A10 raises afterwards, so a release in between is neither
     /// noted nor sees the flag, and skips R2.
     OverLimitFlagLate: "A10 raises the over-limit flag after scanning the lease counts", [P5];
+    /// A6/R2's prefix note stops one entry before it covers the excess:
+    /// A10 cannot evict enough, and the cache stays over its limit with an
+    /// unleased entry.
+    NoteOneShort: "A6/R2 note one unleased entry fewer than the excess needs", [P5];
     /// The monitor is told before the frames change (a hook that runs
     /// before munmap, as Open MPI's patcher does; uffd REMOVE, which the
     /// kernel delivers before it zaps the pages).

@@ -67,6 +67,7 @@ mutants! {
     m11_hit_ignores_access => HitIgnoresAccess,
     m12_no_release_eviction => NoReleaseEviction,
     m13_over_limit_flag_late => OverLimitFlagLate,
+    m13b_note_one_short => NoteOneShort,
     m14_notify_before_release => NotifyBeforeRelease,
     m15_stale_merge_plan => StaleMergePlan,
     m16_release_no_lru_touch => ReleaseNoLruTouch,

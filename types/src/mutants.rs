@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 32] = [
+pub const MUTANTS: [&str; 33] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -22,6 +22,7 @@ pub const MUTANTS: [&str; 32] = [
     "hit-ignores-access",
     "no-release-eviction",
     "over-limit-flag-late",
+    "note-one-short",
     "notify-before-release",
     "stale-merge-plan",
     "release-no-lru-touch",

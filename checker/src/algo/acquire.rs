@@ -354,7 +354,8 @@ impl Ctx<'_> {
         self.lock_exclusive(t as Actor);
         let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
         if self.m.could_exceed_limits(self.s, bytes) {
-            self.note_unleased(t);
+            let excess = self.m.excess(self.s, bytes);
+            self.note_unleased(t, excess);
         }
         self.drain_queue(t as Actor);
         self.read_and_apply_uffd(t as Actor);

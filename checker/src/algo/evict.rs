@@ -14,9 +14,19 @@ impl AlgoModel {
     }
 
     pub fn over_limits(&self, s: &State) -> bool {
-        let n = s.findable_count() as u64;
-        let bytes: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum();
-        self.cfg.max_regions.is_some_and(|m| n > m) || self.cfg.max_pinned_bytes.is_some_and(|m| bytes > m)
+        let excess = self.excess(s, 0);
+        excess.entries > 0 || excess.bytes > 0
+    }
+
+    /// What the findable entries, plus `adding` (one entry of that many
+    /// bytes; 0: none), exceed the limits by.
+    pub(super) fn excess(&self, s: &State, adding: u64) -> Excess {
+        let n = s.findable_count() as u64 + u64::from(adding > 0);
+        let bytes: u64 = s.regs.iter().filter(|r| r.findable).map(|r| r.span.bytes()).sum::<u64>() + adding;
+        Excess {
+            entries: self.cfg.max_regions.map_or(0, |m| n.saturating_sub(m)),
+            bytes: self.cfg.max_pinned_bytes.map_or(0, |m| bytes.saturating_sub(m)),
+        }
     }
 
     //= spec.md#S6.3
@@ -31,6 +41,13 @@ impl AlgoModel {
     }
 }
 
+/// Entries over `max_regions` and bytes over `max_pinned_bytes`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Excess {
+    pub(super) entries: u64,
+    pub(super) bytes: u64,
+}
+
 impl Ctx<'_> {
     pub(super) fn touch(&mut self, h: Handle) {
         if self.m.cfg.has_limits() {
@@ -39,9 +56,16 @@ impl Ctx<'_> {
         }
     }
 
+    //= spec.md#A6
+    //# The note may stop early: reading the unleased entries in policy order
+    //# (S6.3) and noting the least ones until they cover the insert's excess
     /// A6 / R2: with limits, raise the over-limit flag (not in mutant `over-limit-flag-late`),
-    /// then note the unleased findable entries, *before* the drain.
-    pub(super) fn note_unleased(&mut self, t: usize) {
+    /// then note, *before* the drain, the least unleased findable entries in
+    /// policy order until they cover `excess` (the prefix form of the note,
+    /// which the cache implements; A10 then evicts exactly what it would from
+    /// a note of every unleased entry). Mutant `note-one-short` notes one
+    /// entry fewer.
+    pub(super) fn note_unleased(&mut self, t: usize, excess: Excess) {
         if !self.m.cfg.has_limits() {
             return;
         }
@@ -49,11 +73,26 @@ impl Ctx<'_> {
             self.s.over_limit = true;
         }
         self.revoke_all(t as Actor);
-        let noted: Vec<Handle> = (0..self.s.regs.len())
+        let mut unleased: Vec<Handle> = (0..self.s.regs.len())
             .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
             .map(|h| h as Handle)
             .collect();
-        note!(self, "T{t} raises the over-limit flag and notes the unleased entries {noted:?}");
+        unleased.sort_by_key(|&h| (self.s.regs[h as usize].last_use, self.s.regs[h as usize].id));
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        let mut noted: Vec<Handle> = unleased
+            .into_iter()
+            .take_while(|&h| {
+                let more = entries < excess.entries || bytes < excess.bytes;
+                entries += 1;
+                bytes += self.s.regs[h as usize].span.bytes();
+                more
+            })
+            .collect();
+        if self.mutant(Mutant::NoteOneShort) {
+            noted.pop();
+        }
+        noted.sort_unstable();
+        note!(self, "T{t} raises the over-limit flag and notes the least unleased entries covering {excess:?}: {noted:?}");
         self.thread_mut(t).noted = noted;
     }
 

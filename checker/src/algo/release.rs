@@ -45,7 +45,8 @@ impl Ctx<'_> {
     pub(super) fn r2(&mut self, t: usize) {
         note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
         self.lock_exclusive(t as Actor);
-        self.note_unleased(t);
+        let excess = self.m.excess(self.s, 0);
+        self.note_unleased(t, excess);
         self.drain_queue(t as Actor);
         self.evict(t as Actor);
         self.settle_over_limit();

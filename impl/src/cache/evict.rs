@@ -10,9 +10,10 @@
 //! victims and `k` candidates passed over (leased entries older than the
 //! victims, and keys made out of date by uses since their last push, at most
 //! one per use), where it was `O(n log n)`. The trim still notes every entry
-//! (it evicts them all). The checker encodes the full note; debug builds
-//! (every test) check each victim against a full note taken in the same
-//! window, and a unit test shows that check catching a note one entry short.
+//! (it evicts them all). The checker encodes the same prefix note (its
+//! mutant `note-one-short` breaks P5); debug builds (every test) check each
+//! victim against a full note taken in the same window, and a unit test
+//! shows that check catching a note one entry short.
 
 use super::entry::indexed;
 use super::entry::Entry;
