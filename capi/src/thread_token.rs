@@ -16,6 +16,12 @@
 //!   thread to its successor, never to a thread running beside it;
 //! - `0` means "no token" (other targets): callers then use their shared
 //!   path.
+//!
+//! The second invariant is the C library's: it holds for threads made by
+//! `pthread_create` (including ones given their own stack, which POSIX lets
+//! the caller reuse only after the thread has exited). A thread made with a
+//! raw `clone` whose TLS block is recycled while another thread still uses
+//! it would break it; such a thread cannot call into libc safely either.
 
 /// This thread's token, or 0 where there is none.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
