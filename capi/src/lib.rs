@@ -27,7 +27,7 @@ pub use registrar::mrcache_registrar_t;
 pub use slab::mrcache_lease_t;
 pub use status::mrcache_status_t;
 
-use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Limits, MonitorThread, OverlapPolicy};
+use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, MonitorThread, OverlapPolicy};
 use mrcache_types::{Access, ReleaseKind};
 use registrar::{not_in_callback, CRegistrar};
 use slab::LeaseSlab;
@@ -323,35 +323,38 @@ pub unsafe extern "C" fn mrcache_acquire(
         // The lane hit, apart from the miss path (`acquire_past_lane`):
         // joined, the two would pass the lease through memory, and reading
         // it back stalls store forwarding.
-        let Some(l) = h.cache.acquire_on_lane(addr as u64, len as u64, access) else {
-            return acquire_past_lane(h, addr as u64, len as u64, access, lease);
-        };
-        // SAFETY: the handle (which owns the cache) outlives the lease:
-        // mrcache_destroy refuses while the slab holds one.
-        match h.leases.insert(unsafe { l.erase_borrow() }) {
-            Ok(out) => {
-                // SAFETY: non-null; the caller passes a writable mrcache_lease_t.
-                unsafe { lease.write(out) };
-                MRCACHE_OK
-            }
-            Err(f) => fail(f),
+        match h.cache.acquire_on_lane(addr as u64, len as u64, access) {
+            // SAFETY: `lease` is non-null and writable (header).
+            Some(l) => unsafe { hand_out(h, l, lease) },
+            None => acquire_past_lane(h, addr as u64, len as u64, access, lease),
         }
     })
+}
+
+/// Puts `l` in a handle slot and writes its handle to `*lease`.
+///
+/// # Safety
+/// `lease` is non-null and writable.
+#[inline(always)]
+unsafe fn hand_out(h: &mrcache_t, l: Lease<'_, CRegistrar>, lease: *mut mrcache_lease_t) -> mrcache_status_t {
+    // SAFETY: the handle (which owns the cache) outlives the lease:
+    // mrcache_destroy refuses while the slab holds one.
+    match h.leases.insert(unsafe { l.erase_borrow() }) {
+        Ok(out) => {
+            // SAFETY: the caller's contract.
+            unsafe { lease.write(out) };
+            MRCACHE_OK
+        }
+        Err(f) => fail(f),
+    }
 }
 
 /// `mrcache_acquire` after a lane miss: A1 onwards.
 #[inline(never)]
 fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: *mut mrcache_lease_t) -> mrcache_status_t {
     match h.cache.acquire_past_lane(addr, len, access) {
-        // SAFETY: as in `mrcache_acquire`.
-        Ok(l) => match h.leases.insert(unsafe { l.erase_borrow() }) {
-            Ok(out) => {
-                // SAFETY: non-null (checked by the caller), writable (header).
-                unsafe { lease.write(out) };
-                MRCACHE_OK
-            }
-            Err(f) => fail(f),
-        },
+        // SAFETY: `lease` was checked non-null by the caller, writable (header).
+        Ok(l) => unsafe { hand_out(h, l, lease) },
         Err(e) => fail(Failure::from(e)),
     }
 }

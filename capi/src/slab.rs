@@ -130,6 +130,11 @@ unsafe impl Sync for LeaseSlab {}
 unsafe impl Send for LeaseSlab {}
 
 #[cold]
+fn no_chunk() -> Failure {
+    Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk")
+}
+
+#[cold]
 pub(crate) fn invalid(h: mrcache_lease_t) -> Failure {
     Failure::new(
         MRCACHE_INVALID_LEASE,
@@ -202,7 +207,7 @@ impl LeaseSlab {
             Some(i) => i,
             None => self.fresh_slot()?,
         };
-        let slot = self.slot(index).ok_or_else(|| Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk"))?;
+        let slot = self.slot(index).ok_or_else(no_chunk)?;
         Ok((index, slot.state.load(Ordering::Relaxed) >> 1))
     }
 
@@ -285,7 +290,7 @@ impl LeaseSlab {
             None => self.shared_slot()?,
         };
         let Some(slot) = self.slot(index) else {
-            return Err(Failure::new(crate::status::MRCACHE_INTERNAL, "lease slot without a chunk"));
+            return Err(no_chunk());
         };
         debug_assert_eq!(slot.state.load(Ordering::Relaxed), generation << 1, "a free slot's state");
         // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else

@@ -154,13 +154,18 @@ fn panicked(panic: Box<dyn std::any::Any + Send>) -> mrcache_status_t {
 #[cold]
 #[inline(never)]
 pub(crate) fn fail_null(what: &str) -> mrcache_status_t {
-    fail(Failure::new(MRCACHE_NULL_ARGUMENT, format!("{what} is NULL")))
+    fail(null_argument(what))
+}
+
+#[cold]
+fn null_argument(what: &str) -> Failure {
+    Failure::new(MRCACHE_NULL_ARGUMENT, format!("{what} is NULL"))
 }
 
 /// `Err(NULL_ARGUMENT)` naming `what` if `p` is null.
 pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<(), Failure> {
     if p.is_null() {
-        Err(Failure::new(MRCACHE_NULL_ARGUMENT, format!("{what} is NULL")))
+        Err(null_argument(what))
     } else {
         Ok(())
     }
