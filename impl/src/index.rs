@@ -69,6 +69,15 @@
 //! treap) has the same asymptotics as the B+-tree but one cache miss per
 //! level over ~17 levels at 10⁵ entries, against ~4 levels here.
 //!
+//! ## In front of it: the hit memo
+//!
+//! At 10⁴–10⁵ scattered entries a descent waits on one cache miss per
+//! level (~4) and on the leaf's binary search, twice UCX's page-table walk.
+//! A1 therefore asks [`crate::hit_memo`] first: a direct-mapped table of
+//! the answers this index gave, valid while [`IntervalIndex::answers_version`]
+//! holds. A repeated request costs one hashed slot; the tree answers the
+//! first one, and every request after a change that could alter an answer.
+//!
 //! Canonical hits: among covering entries with sufficient access, the lowest
 //! id, which is the model's "oldest" choice (`Model::lookup`), so `Ret`s agree.
 
@@ -165,6 +174,11 @@ pub struct IntervalIndex<T, const ROOM: usize = { FANOUT + 1 }> {
     /// that had no covering entry still has none, since only an insert can
     /// add one (the callers' A3 and A8 skip their lookups so).
     inserts: u64,
+    /// Moves whenever a covering answer may change (see
+    /// [`Self::answers_version`]).
+    answers_version: u64,
+    /// The highest id ever inserted.
+    max_id: u64,
 }
 
 /// What a removal left behind in a subtree.
@@ -285,12 +299,27 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             len: 0,
             peak: 0,
             inserts: 0,
+            answers_version: 0,
+            max_id: 0,
         }
     }
 
     /// The number of inserts ever made (see the field's docs).
     pub fn inserts(&self) -> u64 {
         self.inserts
+    }
+
+    /// A number that stays the same while every *positive* answer of
+    /// [`Self::covering`] stays the same: it moves on every removal, on
+    /// [`Self::take_all`], and on an insert whose id is not above every id
+    /// inserted before. An insert of a new highest id cannot change a
+    /// positive answer (the canonical answer is the lowest covering id, and
+    /// every entry it could displace is older); it may turn a miss into a
+    /// hit, so misses must not be memoized. The hit memo
+    /// ([`crate::hit_memo`]) keys its answers by it.
+    #[inline(always)]
+    pub fn answers_version(&self) -> u64 {
+        self.answers_version
     }
 
     pub fn len(&self) -> usize {
@@ -356,6 +385,10 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         self.len += 1;
         self.inserts += 1;
         self.peak = self.peak.max(self.len);
+        if id <= self.max_id {
+            self.answers_version += 1;
+        }
+        self.max_id = self.max_id.max(id);
     }
 
     /// Inserts into the subtree at `node`; on a split, returns the new right
@@ -461,6 +494,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     /// (amortised: see the rebuild in the module docs).
     pub fn remove(&mut self, first: u64, id: u64) -> Option<Slot<T>> {
         let removed = self.remove_in(self.root, self.height, (first, id))?;
+        self.answers_version += 1;
         self.len -= 1;
         if self.len == 0 {
             self.reset();
@@ -608,6 +642,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
 
     /// Removes every entry, in `(first, id)` order.
     pub fn take_all(&mut self) -> Vec<(PageSpan, Slot<T>)> {
+        self.answers_version += 1;
         self.drain_sorted().into_iter().map(|(first, s)| (PageSpan { first, end: s.end }, s)).collect()
     }
 

@@ -1,7 +1,7 @@
 //! mrcache: a registration cache for RDMA memory regions (see spec.md).
 //!
 //! Layout: [`cache`] is the cache of spec.md §A ([`Cache`], [`Lease`]);
-//! [`index`] its interval index; [`sync`] the std/loom facade;
+//! [`index`] its interval index and [`hit_memo`] the memo of its answers; [`sync`] the std/loom facade;
 //! [`registrar`] pins memory (counting, io_uring, verbs);
 //! [`monitor`] turns process memory releases into cache invalidations;
 //! `testkit` (feature `testkit`) holds the harnesses that check all of it.
@@ -23,6 +23,7 @@ macro_rules! fault {
 
 pub mod cache;
 pub mod error;
+pub mod hit_memo;
 pub mod index;
 pub mod mem;
 pub mod monitor;

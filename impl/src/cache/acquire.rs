@@ -1,6 +1,6 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
 
-use super::entry::indexed;
+use super::entry::{answered, indexed};
 use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
@@ -25,6 +25,29 @@ pub(super) struct Plan {
     pub(super) span: PageSpan,
     pub(super) access: Access,
     pub(super) range: Range,
+}
+
+/// A1's lookup under the lock (shared or exclusive): the hit memo's answer
+/// at the index's current answers version, else the index's (then memoized
+/// for the next request). The same answer either way: the canonical
+/// covering entry (debug builds check it against the index).
+#[inline(always)]
+fn covering_answer<R: Registrar>(st: &State<R>, span: PageSpan, access: Access) -> Option<(EntryPtr<R>, &Entry<R>)> {
+    let version = st.index.answers_version();
+    if let Some(bits) = st.memo.get(version, span.first, span.end, access.bits()) {
+        // SAFETY: the memo holds only `memo_bits` of index answers.
+        let e = unsafe { EntryPtr::from_memo_bits(bits) };
+        debug_assert!(
+            st.index.covering(span, access).is_some_and(|s| s.value.as_ptr() == e.as_ptr()),
+            "the hit memo answered other than the index"
+        );
+        // SAFETY: the memo's answer at the current version (its module docs).
+        return Some((e, unsafe { answered(st, e) }));
+    }
+    let slot = st.index.covering(span, access)?;
+    let e = slot.value;
+    st.memo.put(version, span.first, span.end, access.bits(), e.memo_bits());
+    Some((e, indexed(slot)))
 }
 
 impl<R: Registrar> Cache<R> {
@@ -91,9 +114,7 @@ impl<R: Registrar> Cache<R> {
             // revoke holds no memo yet (memos are set under the lock).
             let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(slot) = st.index.covering(span, access) {
-                let e = slot.value;
-                let entry = indexed(slot);
+            if let Some((e, entry)) = covering_answer(&st, span, access) {
                 entry.state.acquire();
                 //= spec.md#LN2
                 //# memoize (in A1, under the lock shared)
@@ -468,6 +489,10 @@ impl<R: Registrar> Cache<R> {
         self.touch(&entry);
         let e = EntryPtr::new(entry);
         st.index.insert(plan.span, id, plan.access, e);
+        // Memo tables grow with the index; the old one is freed after unlocking.
+        if let Some(old) = st.memo.grow_for(st.index.len()) {
+            deregs.retired_memos.push(old);
+        }
         self.add_candidate(st, e, plan.span.first, id);
         st.cached_bytes += bytes;
         shared.cached.fetch_add(1, Ordering::Relaxed);

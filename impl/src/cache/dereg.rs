@@ -5,6 +5,7 @@ use super::Cache;
 use super::entry::EntryPtr;
 use super::generation::{Shared, held_by_this_thread};
 use super::stats::inc;
+use crate::hit_memo::RetiredMemo;
 use crate::registrar::Registrar;
 
 pub(super) enum Dereg<R: Registrar> {
@@ -22,15 +23,21 @@ pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
     pub(super) shared: &'c Shared<R>,
     pub(super) items: Vec<Dereg<R>>,
+    /// Hit memo tables A9 replaced under the lock (freed here, after it).
+    pub(super) retired_memos: Vec<RetiredMemo>,
 }
 
 impl<'c, R: Registrar> DeregList<'c, R> {
     pub(super) fn new(cache: &'c Cache<R>, shared: &'c Shared<R>) -> Self {
-        DeregList { cache, shared, items: Vec::new() }
+        DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new() }
     }
 
     /// Performs every collected deregistration. Call with the lock released.
     pub(super) fn perform(&mut self) {
+        if !self.retired_memos.is_empty() {
+            debug_assert!(!held_by_this_thread() || std::thread::panicking(), "memo freed with the lock held");
+            self.retired_memos.clear();
+        }
         if self.items.is_empty() {
             return;
         }

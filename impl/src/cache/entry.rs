@@ -2,7 +2,7 @@
 //! entry pointer into a reference.
 
 use super::Cache;
-use super::generation::Shared;
+use super::generation::{Shared, State};
 use super::lease::Lease;
 use crate::index::Slot;
 use super::state::EntryState;
@@ -14,16 +14,20 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
 /// One cached registration. Immutable after creation except for its atomics.
+///
+/// `repr(C)`: what an A1 hit touches (the state word, the LRU stamp and the
+/// lane flag) leads, in the entry's first cache line.
+#[repr(C)]
 pub(crate) struct Entry<R: Registrar> {
     pub(crate) state: EntryState,
     /// Logical time of the last use (LRU).
     pub(super) last_use: plain::AtomicU64,
+    /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
+    pub(super) memoized: plain::AtomicBool,
     /// GreedyDual-Size priority `H`.
     pub(super) priority: plain::AtomicU64,
     /// Per-page registration cost, ns (S6.3).
     pub(super) cost: u64,
-    /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
-    pub(super) memoized: plain::AtomicBool,
     /// The number of the last note (A6, R2, trim) that found it unleased.
     /// Written only under the lock exclusive (the lock orders it).
     pub(super) noted: plain::AtomicU64,
@@ -52,13 +56,16 @@ unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 
 // Every reference to an entry is made here, by one of three accessors whose
 // lifetime carries the reason the entry is alive (as crossbeam ties "alive
-// while guarded" to `Shared<'g, T>`):
+// while guarded" to `Shared<'g, T>`), and by one for the hit memo:
 // - [`indexed`]: an index slot, borrowed from the state behind the cache lock
 //   (A1–A11, A-D, the notes and evictions, flush): an entry leaves the index
 //   only under the lock exclusive, and is freed only after it left;
 // - [`leased`]: a lease (R1, LN1, LN3, which reach entries without the lock):
 //   nobody frees an entry with leases (A-H); forgotten generations are never
 //   freed;
+// - [`answered`] (unsafe): the hit memo's answer (A1), borrowed from the
+//   state behind the lock like `indexed`; the memo's version rule is what
+//   makes it findable;
 // - [`EntryPtr::get`] (unsafe) for the two raw lane pointers: a pin (LN4) and
 //   a memo revoked under the lock exclusive (LN5).
 
@@ -72,6 +79,21 @@ pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
     // the lock exclusive (A-H), which the borrow of the slot excludes (or,
     // for a slot just taken out, before the handoff of `retire`).
     unsafe { slot.value.0.as_ref() }
+}
+
+/// The entry the hit memo answered, alive while the state is borrowed (the
+/// lock held, at least shared).
+///
+/// # Safety
+/// `e` must be the memo's answer at the index's current answers version
+/// (`crate::hit_memo`): such an answer is findable, since every removal
+/// moves the version, and a findable entry is freed only after it left the
+/// index under the lock exclusive, which the borrow of `st` excludes.
+#[inline]
+pub(super) unsafe fn answered<R: Registrar>(st: &State<R>, e: EntryPtr<R>) -> &Entry<R> {
+    let _ = st;
+    // SAFETY: per the contract above.
+    unsafe { e.0.as_ref() }
 }
 
 /// The entry a lease keeps alive, for as long as the lease is borrowed.
@@ -98,6 +120,22 @@ impl<R: Registrar> EntryPtr<R> {
     pub(super) unsafe fn from_raw(p: *mut Entry<R>) -> Self {
         // SAFETY: from `as_ptr` of a `NonNull`.
         EntryPtr(unsafe { NonNull::new_unchecked(p) })
+    }
+
+    /// The pointer as the hit memo stores it.
+    #[inline(always)]
+    pub(super) fn memo_bits(self) -> u64 {
+        self.0.as_ptr() as usize as u64
+    }
+
+    /// The pointer the hit memo gave back.
+    ///
+    /// # Safety
+    /// `bits` must come from [`Self::memo_bits`].
+    #[inline(always)]
+    pub(super) unsafe fn from_memo_bits(bits: u64) -> Self {
+        // SAFETY: from `memo_bits` of a `NonNull`.
+        EntryPtr(unsafe { NonNull::new_unchecked(bits as usize as *mut Entry<R>) })
     }
 
     #[inline]

@@ -7,6 +7,7 @@ use super::entry::EntryPtr;
 use super::queue::InvalidationQueue;
 use super::events::EventSource;
 use super::window::Windows;
+use crate::hit_memo::HitMemo;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
@@ -31,6 +32,8 @@ pub(super) struct InFlight {
 /// What the cache lock protects.
 pub(crate) struct State<R: Registrar> {
     pub(super) index: IntervalIndex<EntryPtr<R>>,
+    /// A1's answers, valid while the index's answers version holds.
+    pub(super) memo: HitMemo,
     pub(super) inflight: Vec<InFlight>,
     pub(super) next_token: u64,
     /// Bytes of findable entries (max_pinned_bytes, S6.4).
@@ -108,6 +111,7 @@ impl<R: Registrar> Shared<R> {
         Shared {
             lock: RwLock::new(State {
                 index: IntervalIndex::new(),
+                memo: HitMemo::new(),
                 inflight: Vec::new(),
                 next_token: 0,
                 cached_bytes: 0,

@@ -1,0 +1,411 @@
+//! The hit memo: a direct-mapped table of A1's answers, in front of the
+//! index (spec.md#A1's "look up a covering findable entry").
+//!
+//! A1 asks the index for the canonical covering entry of a request
+//! `(first page, end page, access)`. With 10⁴–10⁵ scattered entries that
+//! descent waits on one cache miss per tree level. The memo remembers, per
+//! request, the answer the index gave, so a repeated request costs one
+//! hashed slot: one or two cache lines.
+//!
+//! # Invariants
+//! - **An answer is valid for one version of the index.** The index's
+//!   [`answers_version`](crate::index::IntervalIndex::answers_version) moves
+//!   whenever a *positive* answer may change: on every removal, on
+//!   `take_all`, and on an insert whose id is not above every id inserted
+//!   before (only a lower id can become a new canonical answer; a new
+//!   highest id cannot displace an older covering entry). A slot answers
+//!   only when its tag is `version + 1`, so nothing written under an older
+//!   version is ever used. Negative answers (misses) are never memoized.
+//! - **A slot is written at most once per version.** Writers (A1, under the
+//!   lock *shared*) claim a slot by moving its tag from an older value to
+//!   [`BUSY`], write the fields, then publish the tag `version + 1` with a
+//!   release store. A slot that already answers for this version, or that
+//!   another writer holds, is left alone. The version changes only under
+//!   the lock *exclusive*, which waits for every reader and writer of the
+//!   old version, so a reader that saw the tag `version + 1` reads fields no
+//!   one is writing: one acquire load of the tag is the whole protocol.
+//! - **It only ever answers what the index would.** Debug builds check every
+//!   memo answer against the index (`covering_answer` in the acquire step).
+//! - **Memory is freed without the lock.** Growth (A9, under the lock
+//!   exclusive) starts an empty table of 2–4 slots per entry and hands the
+//!   old one back to be freed after unlocking, like a deregistration (A11).
+//!   Tables of [`MAP_BYTES`] or more are their own anonymous mapping: the
+//!   kernel's zero pages make them empty without a memset, which a heap
+//!   table's growth would pay on the miss that triggers it.
+//!
+//! The hash of a first page adds its higher bit groups to its lower ones
+//! (`f + f >> b + f >> 2b` over `b` index bits): entries a stride apart
+//! fill consecutive slots, so an in-order walk reads the table in order.
+//! (An xor fold made that walk's cost depend on where ASLR put the
+//! buffers.)
+
+use crate::sync::{plain, AtomicU64, Ordering};
+use std::ptr::NonNull;
+
+/// The tag of a slot a writer holds.
+const BUSY: u64 = u64::MAX;
+/// The tag of a slot never written.
+const EMPTY: u64 = 0;
+/// Access bits sit above the end page in `end_access` (end pages of a
+/// 64-bit address space with 4 KiB pages stay below 2⁵²).
+const ACCESS_SHIFT: u32 = 56;
+
+/// Slots of a new table (the smallest size).
+#[cfg(not(loom))]
+pub const MIN_SLOTS: usize = 256;
+#[cfg(loom)]
+pub const MIN_SLOTS: usize = 2;
+/// Slots of the largest table (32 MiB): past 2¹⁹ entries the memo stops
+/// growing and answers what fits.
+pub const MAX_SLOTS: usize = 1 << 20;
+/// Tables this large (or larger) are their own mapping (see module docs).
+pub const MAP_BYTES: usize = 64 << 10;
+
+/// One memoized answer: 32 bytes, two to a cache line.
+#[repr(C, align(32))]
+struct MemoSlot {
+    /// `version + 1` of the answer held, [`BUSY`] or [`EMPTY`]. The one
+    /// word loom explores: it carries the protocol.
+    tag: AtomicU64,
+    first: plain::AtomicU64,
+    /// End page, with the access bits above [`ACCESS_SHIFT`].
+    end_access: plain::AtomicU64,
+    /// The answer, as the caller encoded it.
+    value: plain::AtomicU64,
+}
+
+impl MemoSlot {
+    fn empty() -> Self {
+        MemoSlot {
+            tag: AtomicU64::new(EMPTY),
+            first: plain::AtomicU64::new(0),
+            end_access: plain::AtomicU64::new(0),
+            value: plain::AtomicU64::new(0),
+        }
+    }
+}
+
+/// A table's slots: on the heap, or (large tables, never under loom) an
+/// anonymous mapping this table owns.
+enum Slots {
+    Heap(Box<[MemoSlot]>),
+    #[cfg_attr(loom, allow(dead_code))]
+    Mapped { ptr: NonNull<MemoSlot>, len: usize },
+}
+
+// SAFETY: a mapped table is owned memory holding atomics, like the `Box`.
+unsafe impl Send for Slots {}
+// SAFETY: as for `Send`: shared access goes through atomics only.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn new(len: usize) -> Self {
+        debug_assert!(len.is_power_of_two());
+        let bytes = len * std::mem::size_of::<MemoSlot>();
+        #[cfg(not(loom))]
+        if bytes >= MAP_BYTES {
+            if let Ok(addr) = crate::mem::map_anon(bytes as u64, libc::MAP_NORESERVE) {
+                // A failed mapping falls back to the heap below.
+                if let Some(ptr) = NonNull::new(addr as *mut MemoSlot) {
+                    return Slots::Mapped { ptr, len };
+                }
+            }
+        }
+        let _ = bytes;
+        Slots::Heap((0..len).map(|_| MemoSlot::empty()).collect())
+    }
+
+    #[inline(always)]
+    fn as_slice(&self) -> &[MemoSlot] {
+        match self {
+            Slots::Heap(b) => b,
+            // SAFETY: `ptr` is a live private mapping of `len` slots, owned
+            // by this value until `Drop`; the kernel zero-fills it, and all
+            // zeroes is an empty slot (four atomics holding 0); it is
+            // page-aligned, so aligned for `MemoSlot`.
+            Slots::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        if let Slots::Mapped { ptr, len } = *self {
+            let bytes = len * std::mem::size_of::<MemoSlot>();
+            // SAFETY: our own mapping of `bytes` bytes; no reference into
+            // it outlives `self` (`as_slice` borrows `self`).
+            unsafe { libc::munmap(ptr.as_ptr().cast(), bytes) };
+        }
+    }
+}
+
+/// A table the cache replaced, to be freed after unlocking (A11).
+pub struct RetiredMemo(#[allow(dead_code)] Slots);
+
+/// The hit memo (module docs).
+pub struct HitMemo {
+    slots: Slots,
+    /// `log2` of the slot count.
+    bits: u32,
+}
+
+impl Default for HitMemo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HitMemo {
+    pub fn new() -> Self {
+        Self::with_slots(MIN_SLOTS)
+    }
+
+    fn with_slots(len: usize) -> Self {
+        HitMemo { slots: Slots::new(len), bits: len.trailing_zeros() }
+    }
+
+    pub fn slots(&self) -> usize {
+        1 << self.bits
+    }
+
+    /// Whether the table is its own mapping (tests).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.slots, Slots::Mapped { .. })
+    }
+
+    #[inline(always)]
+    fn slot(&self, first: u64) -> &MemoSlot {
+        let b = self.bits;
+        let h = first.wrapping_add(first >> b).wrapping_add(first >> (2 * b));
+        let mask = (1u64 << b) - 1;
+        // In bounds: masked to the slot count.
+        &self.slots.as_slice()[(h & mask) as usize]
+    }
+
+    #[inline(always)]
+    fn key(end: u64, access: u8) -> Option<u64> {
+        (end < 1 << ACCESS_SHIFT).then(|| end | (access as u64) << ACCESS_SHIFT)
+    }
+
+    /// The answer memoized for `(first, end, access)` at `version`, if any.
+    #[inline(always)]
+    pub fn get(&self, version: u64, first: u64, end: u64, access: u8) -> Option<u64> {
+        let slot = self.slot(first);
+        // Acquire: pairs with `put`'s release store of this tag, so the
+        // fields below are the ones written before it (module docs: no one
+        // writes them again while the version holds).
+        if slot.tag.load(Ordering::Acquire) != version.wrapping_add(1) {
+            return None;
+        }
+        let key = Self::key(end, access)?;
+        // Relaxed: ordered by the acquire above.
+        if slot.first.load(Ordering::Relaxed) != first || slot.end_access.load(Ordering::Relaxed) != key {
+            return None;
+        }
+        Some(slot.value.load(Ordering::Relaxed))
+    }
+
+    /// Memoizes `value` as the answer for `(first, end, access)` at
+    /// `version`, unless the slot already answers for this version or
+    /// another writer holds it. Callers hold the lock at least shared, and
+    /// `value` is the index's answer under that same hold.
+    #[inline]
+    pub fn put(&self, version: u64, first: u64, end: u64, access: u8, value: u64) {
+        let want = version.wrapping_add(1);
+        debug_assert!(want != BUSY && want != EMPTY, "answers version out of range");
+        let Some(key) = Self::key(end, access) else { return };
+        let slot = self.slot(first);
+        // Relaxed load and claim: the claim publishes nothing (the release
+        // store below does), and a claim under a later version is ordered
+        // after every reader of this one by the lock exclusive that moved
+        // the version.
+        let cur = slot.tag.load(Ordering::Relaxed);
+        if cur == want || cur == BUSY {
+            return;
+        }
+        if slot.tag.compare_exchange(cur, BUSY, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            return;
+        }
+        slot.first.store(first, Ordering::Relaxed);
+        slot.end_access.store(key, Ordering::Relaxed);
+        slot.value.store(value, Ordering::Relaxed);
+        // Release: publishes the three stores above to `get`'s acquire.
+        slot.tag.store(want, Ordering::Release);
+    }
+
+    /// Under the lock exclusive, with `entries` findable: if they exceed
+    /// half the slots, starts an empty table of 2–4 slots per entry and
+    /// returns the old one, to be dropped after unlocking (A11).
+    pub fn grow_for(&mut self, entries: usize) -> Option<RetiredMemo> {
+        let len = self.slots();
+        if entries <= len / 2 || len >= MAX_SLOTS {
+            return None;
+        }
+        let want = entries.saturating_mul(2).checked_next_power_of_two().unwrap_or(MAX_SLOTS).min(MAX_SLOTS);
+        let old = std::mem::replace(self, Self::with_slots(want));
+        Some(RetiredMemo(old.slots))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_only_its_version_and_key() {
+        let m = HitMemo::new();
+        assert_eq!(m.get(0, 10, 12, 1), None);
+        m.put(0, 10, 12, 1, 77);
+        assert_eq!(m.get(0, 10, 12, 1), Some(77));
+        assert_eq!(m.get(1, 10, 12, 1), None, "another version");
+        assert_eq!(m.get(0, 10, 13, 1), None, "another end");
+        assert_eq!(m.get(0, 10, 12, 0), None, "another access");
+        // Written once per version: a second answer in the same version
+        // (same slot) is not taken.
+        m.put(0, 10, 12, 1, 78);
+        assert_eq!(m.get(0, 10, 12, 1), Some(77));
+        // A later version rewrites it.
+        m.put(1, 10, 12, 1, 79);
+        assert_eq!(m.get(1, 10, 12, 1), Some(79));
+        assert_eq!(m.get(0, 10, 12, 1), None);
+    }
+
+    #[test]
+    fn huge_spans_are_not_memoized() {
+        let m = HitMemo::new();
+        let end = 1u64 << ACCESS_SHIFT;
+        m.put(0, 1, end, 1, 5);
+        assert_eq!(m.get(0, 1, end, 1), None);
+        assert_eq!(m.get(0, 1, end & !(1 << ACCESS_SHIFT), 1), None);
+    }
+
+    #[test]
+    fn grows_empty_into_a_mapping_and_stops_at_the_cap() {
+        let mut m = HitMemo::new();
+        m.put(0, 3, 4, 0, 9);
+        assert!(m.grow_for(MIN_SLOTS / 2).is_none(), "at half: no growth");
+        let old = m.grow_for(MIN_SLOTS / 2 + 1).expect("grows past half");
+        drop(old);
+        assert_eq!(m.slots(), MIN_SLOTS * 2);
+        assert_eq!(m.get(0, 3, 4, 0), None, "a new table is empty");
+        m.grow_for(100_000).expect("grows");
+        assert_eq!(m.slots(), 1 << 18);
+        assert!(m.is_mapped(), "{} slots is a mapping", m.slots());
+        for f in 0..10_000u64 {
+            m.put(5, f * 2, f * 2 + 2, 1, f);
+        }
+        let hits = (0..10_000u64).filter(|&f| m.get(5, f * 2, f * 2 + 2, 1) == Some(f)).count();
+        // Stride-2 firsts under the additive hash fill distinct slots.
+        assert_eq!(hits, 10_000);
+        m.grow_for(usize::MAX).expect("grows to the cap");
+        assert_eq!(m.slots(), MAX_SLOTS);
+        assert!(m.grow_for(usize::MAX).is_none());
+    }
+
+    use crate::index::IntervalIndex;
+    use mrcache_types::{Access, PageSpan};
+
+    /// How the memo is consulted in [`memo_against_index`]: as A1 does, or
+    /// as a mutant that forgets the version (every answer kept forever).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Keying {
+        ByVersion,
+        IgnoringVersion,
+    }
+
+    /// One run of random inserts (ids in random order, so lower-id inserts
+    /// are common), removals, flushes and lookups on an index with the memo
+    /// in front, from `seed`; every lookup's memo answer must be the
+    /// index's. `Err` names the seed and step of the first disagreement.
+    fn memo_against_index(seed: u64, keying: Keying) -> Result<(), String> {
+        let mut x = seed | 1;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut idx: IntervalIndex<u64> = IntervalIndex::new();
+        let memo = HitMemo::new();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut used = std::collections::HashSet::new();
+        let accesses = [Access::LOCAL_READ, Access::LOCAL_WRITE, Access::LOCAL_WRITE | Access::REMOTE_WRITE];
+        for step in 0..400 {
+            let version = match keying {
+                Keying::ByVersion => idx.answers_version(),
+                Keying::IgnoringVersion => 0,
+            };
+            match next(10) {
+                0..=2 => {
+                    let first = next(12);
+                    let span = PageSpan { first, end: first + 1 + next(4) };
+                    let id = 1 + next(1000);
+                    if used.insert(id) {
+                        idx.insert(span, id, accesses[next(3) as usize], id);
+                        live.push((first, id));
+                    }
+                }
+                3 if !live.is_empty() => {
+                    let (first, id) = live.swap_remove(next(live.len() as u64) as usize);
+                    idx.remove(first, id).expect("live entry");
+                }
+                4 if next(20) == 0 => {
+                    idx.take_all();
+                    live.clear();
+                }
+                _ => {
+                    let first = next(14);
+                    let span = PageSpan { first, end: first + 1 + next(3) };
+                    let access = accesses[next(3) as usize];
+                    let truth = idx.covering(span, access).map(|s| s.value);
+                    let got = match memo.get(version, span.first, span.end, access.bits()) {
+                        Some(v) => Some(v),
+                        None => {
+                            if let Some(v) = truth {
+                                memo.put(version, span.first, span.end, access.bits(), v);
+                            }
+                            truth
+                        }
+                    };
+                    if got != truth {
+                        return Err(format!("seed {seed} step {step}: memo {got:?}, index {truth:?} for {span:?}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn memo_and_index_agree() {
+        for seed in 1..=300 {
+            memo_against_index(seed, Keying::ByVersion).unwrap();
+        }
+    }
+
+    /// The mutant the version exists against: a memo that keeps answers
+    /// across removals and lower-id inserts. The same runs must catch it.
+    #[test]
+    fn a_memo_that_ignores_the_version_is_caught() {
+        let caught = (1..=300).filter(|&seed| memo_against_index(seed, Keying::IgnoringVersion).is_err()).count();
+        assert!(caught > 0, "no run caught the versionless memo");
+    }
+
+    #[test]
+    fn a_lower_id_insert_moves_the_version_and_a_higher_one_does_not() {
+        let mut idx: IntervalIndex<u64> = IntervalIndex::new();
+        let span = PageSpan { first: 4, end: 6 };
+        idx.insert(PageSpan { first: 0, end: 10 }, 5, Access::LOCAL_WRITE, 5);
+        let v = idx.answers_version();
+        idx.insert(PageSpan { first: 2, end: 8 }, 9, Access::LOCAL_WRITE, 9);
+        assert_eq!(idx.answers_version(), v, "a new highest id changes no positive answer");
+        assert_eq!(idx.covering(span, Access::LOCAL_READ).map(|s| s.value), Some(5));
+        idx.insert(PageSpan { first: 3, end: 7 }, 2, Access::LOCAL_WRITE, 2);
+        assert_ne!(idx.answers_version(), v, "a lower id may be the new canonical answer");
+        assert_eq!(idx.covering(span, Access::LOCAL_READ).map(|s| s.value), Some(2));
+        let v = idx.answers_version();
+        idx.remove(0, 5);
+        assert_ne!(idx.answers_version(), v, "every removal moves it");
+    }
+}
+
