@@ -41,6 +41,7 @@
 
 use crate::sync::{plain, AtomicU64, Ordering};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// The tag of a slot a writer holds.
 const BUSY: u64 = u64::MAX;
@@ -85,18 +86,39 @@ impl MemoSlot {
     }
 }
 
-/// A table's slots: on the heap, or (large tables, never under loom) an
-/// anonymous mapping this table owns.
+/// An anonymous mapping holding a table (large tables, never under loom).
+/// Shared by the memo (current or retired, see [`HitMemo`]'s `retired`) and
+/// a [`RetiredMemo`] waiting to give its pages back; unmapped by the last.
+struct Mapping {
+    ptr: NonNull<MemoSlot>,
+    len: usize,
+}
+
+// SAFETY: owned memory holding atomics only, like a `Box<[MemoSlot]>`.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`: shared access goes through atomics only.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<MemoSlot>()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping of `bytes()` bytes; no reference into it
+        // outlives the last `Arc` (every slice borrows one).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes()) };
+    }
+}
+
+/// A table's slots: on the heap, or an anonymous mapping.
 enum Slots {
     Heap(Box<[MemoSlot]>),
     #[cfg_attr(loom, allow(dead_code))]
-    Mapped { ptr: NonNull<MemoSlot>, len: usize },
+    Mapped(Arc<Mapping>),
 }
-
-// SAFETY: a mapped table is owned memory holding atomics, like the `Box`.
-unsafe impl Send for Slots {}
-// SAFETY: as for `Send`: shared access goes through atomics only.
-unsafe impl Sync for Slots {}
 
 impl Slots {
     fn new(len: usize) -> Self {
@@ -107,7 +129,7 @@ impl Slots {
             if let Ok(addr) = crate::mem::map_anon(bytes as u64, libc::MAP_NORESERVE) {
                 // A failed mapping falls back to the heap below.
                 if let Some(ptr) = NonNull::new(addr as *mut MemoSlot) {
-                    return Slots::Mapped { ptr, len };
+                    return Slots::Mapped(Arc::new(Mapping { ptr, len }));
                 }
             }
         }
@@ -119,34 +141,113 @@ impl Slots {
     fn as_slice(&self) -> &[MemoSlot] {
         match self {
             Slots::Heap(b) => b,
-            // SAFETY: `ptr` is a live private mapping of `len` slots, owned
-            // by this value until `Drop`; the kernel zero-fills it, and all
-            // zeroes is an empty slot (four atomics holding 0); it is
-            // page-aligned, so aligned for `MemoSlot`.
-            Slots::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+            // SAFETY: a live private mapping of `len` slots, alive while the
+            // `Arc` is borrowed; the kernel zero-fills it, and all zeroes is
+            // an empty slot (four atomics holding 0); it is page-aligned, so
+            // aligned for `MemoSlot`.
+            Slots::Mapped(m) => unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) },
         }
     }
 }
 
-impl Drop for Slots {
+/// The slot of `first` in a table of `2^bits` slots (module docs: the hash).
+#[inline(always)]
+fn slot_index(first: u64, bits: u32) -> usize {
+    let h = first.wrapping_add(first >> bits).wrapping_add(first >> (2 * bits));
+    (h & ((1u64 << bits) - 1)) as usize
+}
+
+/// Where the current table is, readable without the lock, for a prefetch
+/// *before* A1 takes the lock: it reads the request's slot and prefetches
+/// the entry it names, so both cache misses overlap the lock's atomics
+/// instead of following them. Only a hint: the slot is read racily (a stale
+/// table, a slot being written, another request's answer) and its value is
+/// never dereferenced, only prefetched, and a prefetch never faults. What
+/// makes the racy read itself safe is that every table a hint ever named
+/// stays mapped while the memo lives ([`HitMemo`]'s `retired`).
+pub struct MemoHint(plain::AtomicU64);
+
+impl MemoHint {
+    /// Bits of the slot count's log, above the table's address (user
+    /// addresses stay below 2⁵⁸).
+    const BITS_SHIFT: u32 = 58;
+
+    fn encode(memo: &HitMemo) -> u64 {
+        let addr = memo.slots.as_slice().as_ptr() as usize as u64;
+        debug_assert!(addr >> Self::BITS_SHIFT == 0);
+        addr | (memo.bits as u64) << Self::BITS_SHIFT
+    }
+
+    /// # Safety
+    /// `memo` must outlive the hint, and be the only memo it is ever set from.
+    pub unsafe fn new(memo: &HitMemo) -> Self {
+        MemoHint(plain::AtomicU64::new(Self::encode(memo)))
+    }
+
+    /// After the table changed (under the lock exclusive).
+    ///
+    /// # Safety
+    /// As for [`Self::new`]: the memo the hint was made from.
+    pub unsafe fn set(&self, memo: &HitMemo) {
+        // Relaxed: a hint; readers may see the old table (type docs).
+        self.0.store(Self::encode(memo), Ordering::Relaxed);
+    }
+
+    /// Prefetches the slot `first` would use, and the entry it names.
+    #[inline(always)]
+    pub fn prefetch(&self, first: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+                        let h = self.0.load(Ordering::Relaxed);
+            let bits = (h >> Self::BITS_SHIFT) as u32;
+            let base = (h & ((1 << Self::BITS_SHIFT) - 1)) as usize as *const MemoSlot;
+            // SAFETY: `base` is a table of `2^bits` slots of the memo this
+            // hint was made from (the contract of `new` / `set`), the
+            // current one or a retired one, and every such table stays
+            // mapped while the memo lives (`HitMemo::retired`); the index is
+            // masked to the table. Only atomics are read.
+            let value = unsafe { (*base.add(slot_index(first, bits))).value.load(Ordering::Relaxed) };
+            // PREFETCHW (a prefetch for writing): A1 increments the entry's
+            // state word at once, and a line fetched for reading would need
+            // a second transaction to be written. Where the CPU lacks it,
+            // the encoding (0F 0D /1) is a NOP.
+            // SAFETY: a prefetch is a hint that never faults, whatever the
+            // address (a live entry, a freed one, or garbage); it reads and
+            // writes no register or flag.
+            unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) value, options(nostack, preserves_flags, readonly)) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = first;
+    }
+}
+
+/// A mapped table the memo replaced: dropped after unlocking (A11), it
+/// gives the table's pages back (`MADV_DONTNEED`: the memory reads as zeroes,
+/// empty slots, from then on) but leaves it mapped, since a [`MemoHint`] may
+/// still read it without the lock. The mapping goes with the memo.
+pub struct RetiredMemo(Option<Arc<Mapping>>);
+
+impl Drop for RetiredMemo {
     fn drop(&mut self) {
-        if let Slots::Mapped { ptr, len } = *self {
-            let bytes = len * std::mem::size_of::<MemoSlot>();
-            // SAFETY: our own mapping of `bytes` bytes; no reference into
-            // it outlives `self` (`as_slice` borrows `self`).
-            unsafe { libc::munmap(ptr.as_ptr().cast(), bytes) };
+        if let Some(m) = self.0.take() {
+            // SAFETY: our own mapping, alive while `m` is held; what it
+            // holds after this call (zeroes) is a valid table of empty slots,
+            // and only atomics ever read it.
+            unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.bytes(), libc::MADV_DONTNEED) };
         }
     }
 }
-
-/// A table the cache replaced, to be freed after unlocking (A11).
-pub struct RetiredMemo(#[allow(dead_code)] Slots);
 
 /// The hit memo (module docs).
 pub struct HitMemo {
     slots: Slots,
     /// `log2` of the slot count.
     bits: u32,
+    /// The tables growth replaced, kept until the memo goes: a
+    /// [`MemoHint`] reads them without the lock. Bounded: heap tables are
+    /// below [`MAP_BYTES`] in all, and mapped ones hold no pages once their
+    /// [`RetiredMemo`] dropped.
+    retired: Vec<Slots>,
 }
 
 impl Default for HitMemo {
@@ -161,7 +262,7 @@ impl HitMemo {
     }
 
     fn with_slots(len: usize) -> Self {
-        HitMemo { slots: Slots::new(len), bits: len.trailing_zeros() }
+        HitMemo { slots: Slots::new(len), bits: len.trailing_zeros(), retired: Vec::new() }
     }
 
     pub fn slots(&self) -> usize {
@@ -170,16 +271,13 @@ impl HitMemo {
 
     /// Whether the table is its own mapping (tests).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.slots, Slots::Mapped { .. })
+        matches!(self.slots, Slots::Mapped(_))
     }
 
     #[inline(always)]
     fn slot(&self, first: u64) -> &MemoSlot {
-        let b = self.bits;
-        let h = first.wrapping_add(first >> b).wrapping_add(first >> (2 * b));
-        let mask = (1u64 << b) - 1;
         // In bounds: masked to the slot count.
-        &self.slots.as_slice()[(h & mask) as usize]
+        &self.slots.as_slice()[slot_index(first, self.bits)]
     }
 
     #[inline(always)]
@@ -235,15 +333,22 @@ impl HitMemo {
 
     /// Under the lock exclusive, with `entries` findable: if they exceed
     /// half the slots, starts an empty table of 2–4 slots per entry and
-    /// returns the old one, to be dropped after unlocking (A11).
+    /// returns the old one's [`RetiredMemo`], to be dropped after unlocking
+    /// (A11). Then call [`MemoHint::set`].
     pub fn grow_for(&mut self, entries: usize) -> Option<RetiredMemo> {
         let len = self.slots();
         if entries <= len / 2 || len >= MAX_SLOTS {
             return None;
         }
         let want = entries.saturating_mul(2).checked_next_power_of_two().unwrap_or(MAX_SLOTS).min(MAX_SLOTS);
-        let old = std::mem::replace(self, Self::with_slots(want));
-        Some(RetiredMemo(old.slots))
+        let old = std::mem::replace(&mut self.slots, Slots::new(want));
+        self.bits = want.trailing_zeros();
+        let pages = match &old {
+            Slots::Heap(_) => None,
+            Slots::Mapped(m) => Some(Arc::clone(m)),
+        };
+        self.retired.push(old);
+        Some(RetiredMemo(pages))
     }
 }
 

@@ -112,6 +112,9 @@ impl<R: Registrar> Cache<R> {
             // Claimed before the lock: a first claim allocates, and nothing
             // may free memory under the lock (A11). A lane installed during a
             // revoke holds no memo yet (memos are set under the lock).
+            // Before the lock: its atomics then overlap the memo slot's and
+            // the entry's cache misses.
+            shared.memo_hint.prefetch(span.first);
             let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access) {
@@ -491,6 +494,8 @@ impl<R: Registrar> Cache<R> {
         st.index.insert(plan.span, id, plan.access, e);
         // Memo tables grow with the index; the old one is freed after unlocking.
         if let Some(old) = st.memo.grow_for(st.index.len()) {
+            // SAFETY: the memo the hint was made from (`Shared::new`).
+            unsafe { shared.memo_hint.set(&st.memo) };
             deregs.retired_memos.push(old);
         }
         self.add_candidate(st, e, plan.span.first, id);

@@ -7,7 +7,7 @@ use super::entry::EntryPtr;
 use super::queue::InvalidationQueue;
 use super::events::EventSource;
 use super::window::Windows;
-use crate::hit_memo::HitMemo;
+use crate::hit_memo::{HitMemo, MemoHint};
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
@@ -70,6 +70,8 @@ impl<R: Registrar> State<R> {
 /// One generation of the cache (see "Fork" in the module docs).
 pub(crate) struct Shared<R: Registrar> {
     pub(super) lock: RwLock<State<R>>,
+    /// Where the lock's hit memo is, for A1's prefetch before the lock.
+    pub(super) memo_hint: MemoHint,
     pub(super) queue: InvalidationQueue,
     /// Set by A10 when every remaining entry is leased and a limit is still
     /// exceeded; read by R2.
@@ -108,10 +110,14 @@ pub(crate) struct Shared<R: Registrar> {
 
 impl<R: Registrar> Shared<R> {
     pub(super) fn new(queue_capacity: usize, lane_slots: u32, monitor_required: bool) -> Self {
+        let memo = HitMemo::new();
         Shared {
+            // SAFETY: `memo` moves into this generation's state, which lives
+            // as long as the hint beside it, and is the one memo it names.
+            memo_hint: unsafe { MemoHint::new(&memo) },
             lock: RwLock::new(State {
                 index: IntervalIndex::new(),
-                memo: HitMemo::new(),
+                memo,
                 inflight: Vec::new(),
                 next_token: 0,
                 cached_bytes: 0,
