@@ -14,24 +14,34 @@
 //!   `take_all`, and on an insert whose id is not above every id inserted
 //!   before (only a lower id can become a new canonical answer; a new
 //!   highest id cannot displace an older covering entry). A slot answers
-//!   only when its tag is `version + 1`, so nothing written under an older
-//!   version is ever used. Negative answers (misses) are never memoized.
-//! - **A slot is written at most once per version.** Writers (A1, under the
-//!   lock *shared*) claim a slot by moving its tag from an older value to
-//!   [`BUSY`], write the fields, then publish the tag `version + 1` with a
-//!   release store. A slot that already answers for this version, or that
-//!   another writer holds, is left alone. The version changes only under
-//!   the lock *exclusive*, which waits for every reader and writer of the
-//!   old version, so a reader that saw the tag `version + 1` reads fields no
-//!   one is writing: one acquire load of the tag is the whole protocol.
+//!   only when its tag is the current version's, so nothing written under
+//!   an older version is ever used. Misses are never memoized.
+//! - **A slot is one word: a 16-bit tag above a 48-bit pointer.** Tags
+//!   name versions within an *epoch* of [`TAGS`] versions; the memo serves
+//!   only the epoch it last followed ([`HitMemo::follow`], called as every
+//!   exclusive section ends), and following a new epoch empties the table,
+//!   so a tag never names two versions.
+//! - **A slot holds an entry, and answers only the entry's own key.** The
+//!   caller memoizes an answer only for the request that *is* the entry's
+//!   key (its page span and access) and takes a memoized entry only for a
+//!   request equal to its key, checked on the entry itself (whose line the
+//!   hit reads anyway). That is sound because the answer stays canonical
+//!   for that key while the version holds. The table is thus 8 bytes a
+//!   slot, and at 10⁴ entries it fits beside them in a core's L2 cache.
+//! - **Written at most once per version, read with one load.** Writers (A1,
+//!   under the lock *shared*) CAS a slot from an older word to their own;
+//!   a slot already tagged for the version is left alone. The version
+//!   changes only under the lock *exclusive*, which waits for every reader
+//!   and writer of the old one.
 //! - **It only ever answers what the index would.** Debug builds check every
 //!   memo answer against the index (`covering_answer` in the acquire step).
 //! - **Memory is freed without the lock.** Growth (A9, under the lock
 //!   exclusive) starts an empty table of 2–4 slots per entry and hands the
-//!   old one back to be freed after unlocking, like a deregistration (A11).
-//!   Tables of [`MAP_BYTES`] or more are their own anonymous mapping: the
-//!   kernel's zero pages make them empty without a memset, which a heap
-//!   table's growth would pay on the miss that triggers it.
+//!   old one back; its pages are given back after unlocking, like a
+//!   deregistration (A11), but it stays mapped for [`MemoHint`]. Tables of
+//!   [`MAP_BYTES`] or more are their own anonymous mapping: the kernel's
+//!   zero pages make them empty without a memset, which a heap table's
+//!   growth would pay on the miss that triggers it.
 //!
 //! The hash of a first page adds its higher bit groups to its lower ones
 //! (`f + f >> b + f >> 2b` over `b` index bits): entries a stride apart
@@ -43,47 +53,40 @@ use crate::sync::{plain, AtomicU64, Ordering};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// The tag of a slot a writer holds.
-const BUSY: u64 = u64::MAX;
-/// The tag of a slot never written.
-const EMPTY: u64 = 0;
-/// Access bits sit above the end page in `end_access` (end pages of a
-/// 64-bit address space with 4 KiB pages stay below 2⁵²).
-const ACCESS_SHIFT: u32 = 56;
+/// The tag sits above the pointer (user-space pointers stay below 2⁴⁸).
+const TAG_SHIFT: u32 = 48;
+const POINTER_MASK: u64 = (1 << TAG_SHIFT) - 1;
+/// Versions per epoch: tags `1..=TAGS`, 0 marks an empty slot.
+pub const TAGS: u64 = (1 << (64 - TAG_SHIFT)) - 1;
 
 /// Slots of a new table (the smallest size).
 #[cfg(not(loom))]
 pub const MIN_SLOTS: usize = 256;
 #[cfg(loom)]
 pub const MIN_SLOTS: usize = 2;
-/// Slots of the largest table (32 MiB): past 2¹⁹ entries the memo stops
+/// Slots of the largest table (8 MiB): past 2¹⁹ entries the memo stops
 /// growing and answers what fits.
 pub const MAX_SLOTS: usize = 1 << 20;
 /// Tables this large (or larger) are their own mapping (see module docs).
 pub const MAP_BYTES: usize = 64 << 10;
 
-/// One memoized answer: 32 bytes, two to a cache line.
-#[repr(C, align(32))]
+/// One memoized answer: a tag and an entry pointer in one word (0: empty).
+/// The word is what loom explores: it carries the protocol.
+#[repr(transparent)]
 struct MemoSlot {
-    /// `version + 1` of the answer held, [`BUSY`] or [`EMPTY`]. The one
-    /// word loom explores: it carries the protocol.
-    tag: AtomicU64,
-    first: plain::AtomicU64,
-    /// End page, with the access bits above [`ACCESS_SHIFT`].
-    end_access: plain::AtomicU64,
-    /// The answer, as the caller encoded it.
-    value: plain::AtomicU64,
+    word: AtomicU64,
 }
 
 impl MemoSlot {
     fn empty() -> Self {
-        MemoSlot {
-            tag: AtomicU64::new(EMPTY),
-            first: plain::AtomicU64::new(0),
-            end_access: plain::AtomicU64::new(0),
-            value: plain::AtomicU64::new(0),
-        }
+        MemoSlot { word: AtomicU64::new(0) }
     }
+}
+
+/// A version's epoch and its tag in that epoch (never 0).
+#[inline(always)]
+fn epoch_and_tag(version: u64) -> (u64, u64) {
+    (version / TAGS, version % TAGS + 1)
 }
 
 /// An anonymous mapping holding a table (large tables, never under loom).
@@ -143,7 +146,7 @@ impl Slots {
             Slots::Heap(b) => b,
             // SAFETY: a live private mapping of `len` slots, alive while the
             // `Arc` is borrowed; the kernel zero-fills it, and all zeroes is
-            // an empty slot (four atomics holding 0); it is page-aligned, so
+            // an empty slot (an atomic holding 0); it is page-aligned, so
             // aligned for `MemoSlot`.
             Slots::Mapped(m) => unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.len) },
         }
@@ -206,7 +209,7 @@ impl MemoHint {
             // current one or a retired one, and every such table stays
             // mapped while the memo lives (`HitMemo::retired`); the index is
             // masked to the table. Only atomics are read.
-            let value = unsafe { (*base.add(slot_index(first, bits))).value.load(Ordering::Relaxed) };
+            let value = unsafe { (*base.add(slot_index(first, bits))).word.load(Ordering::Relaxed) } & POINTER_MASK;
             // PREFETCHW (a prefetch for writing): A1 increments the entry's
             // state word at once, and a line fetched for reading would need
             // a second transaction to be written. Where the CPU lacks it,
@@ -248,6 +251,8 @@ pub struct HitMemo {
     /// below [`MAP_BYTES`] in all, and mapped ones hold no pages once their
     /// [`RetiredMemo`] dropped.
     retired: Vec<Slots>,
+    /// The epoch of versions the table's tags belong to (module docs).
+    epoch: u64,
 }
 
 impl Default for HitMemo {
@@ -262,7 +267,7 @@ impl HitMemo {
     }
 
     fn with_slots(len: usize) -> Self {
-        HitMemo { slots: Slots::new(len), bits: len.trailing_zeros(), retired: Vec::new() }
+        HitMemo { slots: Slots::new(len), bits: len.trailing_zeros(), retired: Vec::new(), epoch: 0 }
     }
 
     pub fn slots(&self) -> usize {
@@ -280,55 +285,49 @@ impl HitMemo {
         &self.slots.as_slice()[slot_index(first, self.bits)]
     }
 
+    /// The entry pointer memoized for requests starting at page `first`
+    /// at `version`, if any. The caller takes it only if the request is the
+    /// entry's key (module docs).
     #[inline(always)]
-    fn key(end: u64, access: u8) -> Option<u64> {
-        (end < 1 << ACCESS_SHIFT).then(|| end | (access as u64) << ACCESS_SHIFT)
+    pub fn get(&self, version: u64, first: u64) -> Option<u64> {
+        let (epoch, tag) = epoch_and_tag(version);
+        // Relaxed: the word is the whole datum. The entry it names was
+        // published by the lock exclusive that inserted it, and readers and
+        // writers of one version all hold the lock shared.
+        let word = self.slot(first).word.load(Ordering::Relaxed);
+        (epoch == self.epoch && word >> TAG_SHIFT == tag).then_some(word & POINTER_MASK)
     }
 
-    /// The answer memoized for `(first, end, access)` at `version`, if any.
-    #[inline(always)]
-    pub fn get(&self, version: u64, first: u64, end: u64, access: u8) -> Option<u64> {
-        let slot = self.slot(first);
-        // Acquire: pairs with `put`'s release store of this tag, so the
-        // fields below are the ones written before it (module docs: no one
-        // writes them again while the version holds).
-        if slot.tag.load(Ordering::Acquire) != version.wrapping_add(1) {
-            return None;
-        }
-        let key = Self::key(end, access)?;
-        // Relaxed: ordered by the acquire above.
-        if slot.first.load(Ordering::Relaxed) != first || slot.end_access.load(Ordering::Relaxed) != key {
-            return None;
-        }
-        Some(slot.value.load(Ordering::Relaxed))
-    }
-
-    /// Memoizes `value` as the answer for `(first, end, access)` at
-    /// `version`, unless the slot already answers for this version or
-    /// another writer holds it. Callers hold the lock at least shared, and
-    /// `value` is the index's answer under that same hold.
+    /// Memoizes `pointer` (an entry whose key starts at page `first`, the
+    /// index's answer for that key under the caller's hold of the lock) at
+    /// `version`, unless the slot already answers for this version.
     #[inline]
-    pub fn put(&self, version: u64, first: u64, end: u64, access: u8, value: u64) {
-        let want = version.wrapping_add(1);
-        debug_assert!(want != BUSY && want != EMPTY, "answers version out of range");
-        let Some(key) = Self::key(end, access) else { return };
+    pub fn put(&self, version: u64, first: u64, pointer: u64) {
+        let (epoch, tag) = epoch_and_tag(version);
+        if epoch != self.epoch || pointer == 0 || pointer & !POINTER_MASK != 0 {
+            return;
+        }
         let slot = self.slot(first);
-        // Relaxed load and claim: the claim publishes nothing (the release
-        // store below does), and a claim under a later version is ordered
-        // after every reader of this one by the lock exclusive that moved
-        // the version.
-        let cur = slot.tag.load(Ordering::Relaxed);
-        if cur == want || cur == BUSY {
-            return;
+        // Relaxed: as in `get`; the CAS only keeps two writers of one
+        // version from both writing.
+        let old = slot.word.load(Ordering::Relaxed);
+        if old >> TAG_SHIFT != tag {
+            let _ = slot.word.compare_exchange(old, tag << TAG_SHIFT | pointer, Ordering::Relaxed, Ordering::Relaxed);
         }
-        if slot.tag.compare_exchange(cur, BUSY, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-            return;
+    }
+
+    /// As an exclusive section ends: if `version` starts a new epoch, empties
+    /// the table (its tags would name versions of the new one) and serves
+    /// that epoch from then on. `O(1)` but once per [`TAGS`] versions.
+    #[inline]
+    pub fn follow(&mut self, version: u64) {
+        let (epoch, _) = epoch_and_tag(version);
+        if epoch != self.epoch {
+            for slot in self.slots.as_slice() {
+                slot.word.store(0, Ordering::Relaxed);
+            }
+            self.epoch = epoch;
         }
-        slot.first.store(first, Ordering::Relaxed);
-        slot.end_access.store(key, Ordering::Relaxed);
-        slot.value.store(value, Ordering::Relaxed);
-        // Release: publishes the three stores above to `get`'s acquire.
-        slot.tag.store(want, Ordering::Release);
     }
 
     /// Under the lock exclusive, with `entries` findable: if they exceed
@@ -357,49 +356,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn answers_only_its_version_and_key() {
+    fn answers_only_its_version() {
         let m = HitMemo::new();
-        assert_eq!(m.get(0, 10, 12, 1), None);
-        m.put(0, 10, 12, 1, 77);
-        assert_eq!(m.get(0, 10, 12, 1), Some(77));
-        assert_eq!(m.get(1, 10, 12, 1), None, "another version");
-        assert_eq!(m.get(0, 10, 13, 1), None, "another end");
-        assert_eq!(m.get(0, 10, 12, 0), None, "another access");
+        assert_eq!(m.get(0, 10), None);
+        m.put(0, 10, 0x1000);
+        assert_eq!(m.get(0, 10), Some(0x1000));
+        assert_eq!(m.get(1, 10), None, "another version");
         // Written once per version: a second answer in the same version
         // (same slot) is not taken.
-        m.put(0, 10, 12, 1, 78);
-        assert_eq!(m.get(0, 10, 12, 1), Some(77));
+        m.put(0, 10, 0x2000);
+        assert_eq!(m.get(0, 10), Some(0x1000));
         // A later version rewrites it.
-        m.put(1, 10, 12, 1, 79);
-        assert_eq!(m.get(1, 10, 12, 1), Some(79));
-        assert_eq!(m.get(0, 10, 12, 1), None);
+        m.put(1, 10, 0x3000);
+        assert_eq!(m.get(1, 10), Some(0x3000));
+        assert_eq!(m.get(0, 10), None);
     }
 
     #[test]
-    fn huge_spans_are_not_memoized() {
+    fn a_new_epoch_empties_the_table() {
+        let mut m = HitMemo::new();
+        m.put(5, 10, 0x1000);
+        let later = 5 + TAGS;
+        assert_eq!(epoch_and_tag(later).1, epoch_and_tag(5).1, "the same tag, one epoch on");
+        assert_eq!(m.get(later, 10), None, "an epoch not followed yet is not served");
+        m.put(later, 10, 0x2000);
+        assert_eq!(m.get(later, 10), None, "nor written");
+        m.follow(later);
+        assert_eq!(m.get(later, 10), None, "followed: the old epoch's word is gone");
+        m.put(later, 10, 0x2000);
+        assert_eq!(m.get(later, 10), Some(0x2000));
+        m.follow(later + 1);
+        assert_eq!(m.get(later + 1, 10), None);
+    }
+
+    #[test]
+    fn pointers_beyond_48_bits_are_not_memoized() {
         let m = HitMemo::new();
-        let end = 1u64 << ACCESS_SHIFT;
-        m.put(0, 1, end, 1, 5);
-        assert_eq!(m.get(0, 1, end, 1), None);
-        assert_eq!(m.get(0, 1, end & !(1 << ACCESS_SHIFT), 1), None);
+        m.put(0, 1, 1 << TAG_SHIFT);
+        assert_eq!(m.get(0, 1), None);
+        m.put(0, 1, 0);
+        assert_eq!(m.get(0, 1), None, "0 is the empty word");
     }
 
     #[test]
     fn grows_empty_into_a_mapping_and_stops_at_the_cap() {
         let mut m = HitMemo::new();
-        m.put(0, 3, 4, 0, 9);
+        m.put(0, 3, 9);
         assert!(m.grow_for(MIN_SLOTS / 2).is_none(), "at half: no growth");
         let old = m.grow_for(MIN_SLOTS / 2 + 1).expect("grows past half");
         drop(old);
         assert_eq!(m.slots(), MIN_SLOTS * 2);
-        assert_eq!(m.get(0, 3, 4, 0), None, "a new table is empty");
+        assert_eq!(m.get(0, 3), None, "a new table is empty");
         m.grow_for(100_000).expect("grows");
         assert_eq!(m.slots(), 1 << 18);
         assert!(m.is_mapped(), "{} slots is a mapping", m.slots());
-        for f in 0..10_000u64 {
-            m.put(5, f * 2, f * 2 + 2, 1, f);
+        assert!(m.retired.len() == 2);
+        for f in 1..=10_000u64 {
+            m.put(5, f * 2, f);
         }
-        let hits = (0..10_000u64).filter(|&f| m.get(5, f * 2, f * 2 + 2, 1) == Some(f)).count();
+        let hits = (1..=10_000u64).filter(|&f| m.get(5, f * 2) == Some(f)).count();
         // Stride-2 firsts under the additive hash fill distinct slots.
         assert_eq!(hits, 10_000);
         m.grow_for(usize::MAX).expect("grows to the cap");
@@ -434,6 +449,8 @@ mod tests {
         let memo = HitMemo::new();
         let mut live: Vec<(u64, u64)> = Vec::new();
         let mut used = std::collections::HashSet::new();
+        // Ids ever inserted, with their keys (ids are never reused).
+        let mut keys = std::collections::HashMap::new();
         let accesses = [Access::LOCAL_READ, Access::LOCAL_WRITE, Access::LOCAL_WRITE | Access::REMOTE_WRITE];
         for step in 0..400 {
             let version = match keying {
@@ -446,7 +463,9 @@ mod tests {
                     let span = PageSpan { first, end: first + 1 + next(4) };
                     let id = 1 + next(1000);
                     if used.insert(id) {
-                        idx.insert(span, id, accesses[next(3) as usize], id);
+                        let access = accesses[next(3) as usize];
+                        idx.insert(span, id, access, id);
+                        keys.insert(id, (span, access));
                         live.push((first, id));
                     }
                 }
@@ -459,15 +478,24 @@ mod tests {
                     live.clear();
                 }
                 _ => {
-                    let first = next(14);
-                    let span = PageSpan { first, end: first + 1 + next(3) };
-                    let access = accesses[next(3) as usize];
+                    // Mostly entries' own keys (what the memo serves), and
+                    // other requests that must leave it alone.
+                    let (span, access) = match keys.get(&(1 + next(1000))) {
+                        Some(&k) if next(2) == 0 => k,
+                        _ => {
+                            let first = next(14);
+                            (PageSpan { first, end: first + 1 + next(3) }, accesses[next(3) as usize])
+                        }
+                    };
                     let truth = idx.covering(span, access).map(|s| s.value);
-                    let got = match memo.get(version, span.first, span.end, access.bits()) {
-                        Some(v) => Some(v),
+                    // As `covering_answer` does: a memoized entry only for
+                    // its own key, and only an entry's own key memoized.
+                    let is_key = |id: u64| keys.get(&id) == Some(&(span, access));
+                    let got = match memo.get(version, span.first).filter(|&id| is_key(id)) {
+                        Some(id) => Some(id),
                         None => {
-                            if let Some(v) = truth {
-                                memo.put(version, span.first, span.end, access.bits(), v);
+                            if let Some(id) = truth.filter(|&id| is_key(id)) {
+                                memo.put(version, span.first, id);
                             }
                             truth
                         }

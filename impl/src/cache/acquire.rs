@@ -27,27 +27,33 @@ pub(super) struct Plan {
     pub(super) range: Range,
 }
 
-/// A1's lookup under the lock (shared or exclusive): the hit memo's answer
-/// at the index's current answers version, else the index's (then memoized
-/// for the next request). The same answer either way: the canonical
-/// covering entry (debug builds check it against the index).
+/// A1's lookup under the lock (shared or exclusive): the hit memo's entry
+/// if the request is that entry's own key, else the index's answer (then
+/// memoized if the request is its key). The same answer either way: the
+/// canonical covering entry (debug builds check it against the index).
 #[inline(always)]
 fn covering_answer<R: Registrar>(st: &State<R>, span: PageSpan, access: Access) -> Option<(EntryPtr<R>, &Entry<R>)> {
     let version = st.index.answers_version();
-    if let Some(bits) = st.memo.get(version, span.first, span.end, access.bits()) {
+    if let Some(bits) = st.memo.get(version, span.first) {
         // SAFETY: the memo holds only `memo_bits` of index answers.
         let e = unsafe { EntryPtr::from_memo_bits(bits) };
-        debug_assert!(
-            st.index.covering(span, access).is_some_and(|s| s.value.as_ptr() == e.as_ptr()),
-            "the hit memo answered other than the index"
-        );
-        // SAFETY: the memo's answer at the current version (its module docs).
-        return Some((e, unsafe { answered(st, e) }));
+        // SAFETY: the memo's answer at the current version (its module
+        // docs), so findable, whatever key it was memoized for.
+        let entry = unsafe { answered(st, e) };
+        if entry.has_key(span, access) {
+            debug_assert!(
+                st.index.covering(span, access).is_some_and(|s| s.value.as_ptr() == e.as_ptr()),
+                "the hit memo answered other than the index"
+            );
+            return Some((e, entry));
+        }
     }
     let slot = st.index.covering(span, access)?;
-    let e = slot.value;
-    st.memo.put(version, span.first, span.end, access.bits(), e.memo_bits());
-    Some((e, indexed(slot)))
+    let entry = indexed(slot);
+    if entry.has_key(span, access) {
+        st.memo.put(version, span.first, slot.value.memo_bits());
+    }
+    Some((slot.value, entry))
 }
 
 impl<R: Registrar> Cache<R> {
@@ -478,6 +484,9 @@ impl<R: Registrar> Cache<R> {
         let keys = self.registrar.keys(&handle);
         let entry = Box::new(Entry::<R> {
             state: EntryState::new(1),
+            key_first: plan.span.first,
+            key_end: plan.span.end,
+            key_access: plan.access,
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
             cost: per_page_cost_ns(plan.span.count(), self.page_size),

@@ -9,21 +9,27 @@ use super::state::EntryState;
 use super::stats::inc;
 use crate::registrar::{Keys, Registrar};
 use crate::sync::{Ordering, plain};
-use mrcache_types::RegView;
+use mrcache_types::{Access, PageSpan, RegView};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 
 /// One cached registration. Immutable after creation except for its atomics.
 ///
-/// `repr(C)`: what an A1 hit touches (the state word, the LRU stamp and the
-/// lane flag) leads, in the entry's first cache line.
-#[repr(C)]
+/// `repr(C, align(32))`: what an A1 hit touches (the state word, the key
+/// the hit memo checks, the lane flag, the LRU stamp) leads, and its first
+/// 32 bytes never straddle two cache lines.
+#[repr(C, align(32))]
 pub(crate) struct Entry<R: Registrar> {
     pub(crate) state: EntryState,
-    /// Logical time of the last use (LRU).
-    pub(super) last_use: plain::AtomicU64,
+    /// The entry's key: its page span and access. A hit memo answer is
+    /// taken only for a request equal to it (`crate::hit_memo`).
+    pub(super) key_first: u64,
+    pub(super) key_end: u64,
+    pub(super) key_access: Access,
     /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
     pub(super) memoized: plain::AtomicBool,
+    /// Logical time of the last use (LRU).
+    pub(super) last_use: plain::AtomicU64,
     /// GreedyDual-Size priority `H`.
     pub(super) priority: plain::AtomicU64,
     /// Per-page registration cost, ns (S6.3).
@@ -103,6 +109,14 @@ pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> 
     // with leases; forgotten generations are freed, if ever, only in the
     // cache's `Drop`, which no lease outlives).
     unsafe { lease.entry.0.as_ref() }
+}
+
+impl<R: Registrar> Entry<R> {
+    /// Whether a request is exactly this entry's key (span and access).
+    #[inline(always)]
+    pub(super) fn has_key(&self, span: PageSpan, access: Access) -> bool {
+        self.key_first == span.first && self.key_end == span.end && self.key_access == access
+    }
 }
 
 impl<R: Registrar> EntryPtr<R> {

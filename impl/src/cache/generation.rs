@@ -193,6 +193,9 @@ impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
 impl<R: Registrar> Drop for WriteGuard<'_, R> {
     fn drop(&mut self) {
         self.guard.index.refresh();
+        // The hit memo serves the epoch of the version this section leaves.
+        let version = self.guard.index.answers_version();
+        self.guard.memo.follow(version);
         // SAFETY: dropped exactly once, here.
         unsafe { ManuallyDrop::drop(&mut self.guard) };
         HELD.with(|h| h.set(h.get() - 1));
