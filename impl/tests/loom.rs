@@ -15,7 +15,9 @@
 //! 5. release windows (W1–W3): a hook before the release (`release_begin`,
 //!    the frames change, `release_end`) against an acquire → no registration
 //!    that pinned the old frames is cached (P2 for the next acquire), and
-//!    no window stays open.
+//!    no window stays open;
+//! 6. the hit memo (A1): a hit through the memo against a removal → the
+//!    removed entry is never handed out once its removal returned.
 //!
 //! With `--cfg loom` each `model` explores the interleavings (run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release`);
@@ -417,3 +419,33 @@ fn release_window_never_caches_the_old_frames() {
 fn release_window_never_caches_the_old_frames_merge() {
     release_window(CacheConfig::with_policy(mrcache::OverlapPolicy::Merge));
 }
+
+// ---------------------------------------------------------------------------
+// 6. The hit memo against a removal
+
+/// Lanes off, so A1's repeated hits go through the hit memo: one thread
+/// hits (the memo answers, or the index and then the memo is written) while
+/// another invalidates the entry. Once the invalidation returned, the memo
+/// must not answer with the removed entry (its version moved), and every
+/// registration is deregistered once.
+#[test]
+fn memo_hit_vs_invalidation() {
+    model(|| {
+        let mut config = CacheConfig::default();
+        config.lanes = false;
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        let old = cache.acquire(0, P, RR).unwrap().view();
+        // An A1 hit: memoizes the entry.
+        assert!(cache.acquire(0, P, RR).unwrap().hit());
+        let invalidator = {
+            let cache = cache.clone();
+            thread::spawn(move || cache.invalidate(0, P, ReleaseKind::Munmap).unwrap())
+        };
+        drop(cache.acquire(0, P, RR).unwrap());
+        invalidator.join().unwrap();
+        let after = cache.acquire(0, P, RR).unwrap().view();
+        assert_ne!(after.id, old.id, "the memo answered with a removed entry");
+        all_deregistered_once(&cache);
+    });
+}
+
