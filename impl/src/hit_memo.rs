@@ -201,7 +201,8 @@ impl MemoHint {
     pub fn prefetch(&self, first: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
-                        let h = self.0.load(Ordering::Relaxed);
+                        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let h = self.0.load(Ordering::Relaxed);
             let bits = (h >> Self::BITS_SHIFT) as u32;
             let base = (h & ((1 << Self::BITS_SHIFT) - 1)) as usize as *const MemoSlot;
             // SAFETY: `base` is a table of `2^bits` slots of the memo this
@@ -218,6 +219,9 @@ impl MemoHint {
             // address (a live entry, a freed one, or garbage); it reads and
             // writes no register or flag.
             unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) value, options(nostack, preserves_flags, readonly)) };
+            // The entry's key may end on the next line (`Entry`'s docs).
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(value.wrapping_add(16) as usize as *const i8) };
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
         let _ = first;

@@ -485,8 +485,7 @@ impl<R: Registrar> Cache<R> {
         let entry = Box::new(Entry::<R> {
             state: EntryState::new(1),
             key_first: plan.span.first,
-            key_end: plan.span.end,
-            key_access: plan.access,
+            key_end_access: super::entry::end_access(plan.span.end, plan.access),
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
             cost: per_page_cost_ns(plan.span.count(), self.page_size),

@@ -15,17 +15,19 @@ use std::ptr::NonNull;
 
 /// One cached registration. Immutable after creation except for its atomics.
 ///
-/// `repr(C, align(32))`: what an A1 hit touches (the state word, the key
-/// the hit memo checks, the lane flag, the LRU stamp) leads, and its first
-/// 32 bytes never straddle two cache lines.
-#[repr(C, align(32))]
+/// `repr(C)`: what an A1 hit touches (the state word, the key the hit memo
+/// checks, the lane flag, the LRU stamp) leads. (Not aligned further: an
+/// over-aligned `Box` costs glibc ~150 bytes an entry in fragments; the hit
+/// memo's prefetch asks for the key's second line instead, in case the
+/// first 24 bytes straddle two.)
+#[repr(C)]
 pub(crate) struct Entry<R: Registrar> {
     pub(crate) state: EntryState,
     /// The entry's key: its page span and access. A hit memo answer is
     /// taken only for a request equal to it (`crate::hit_memo`).
     pub(super) key_first: u64,
-    pub(super) key_end: u64,
-    pub(super) key_access: Access,
+    /// The end page, with the access bits above [`KEY_ACCESS_SHIFT`].
+    pub(super) key_end_access: u64,
     /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
     pub(super) memoized: plain::AtomicBool,
     /// Logical time of the last use (LRU).
@@ -111,11 +113,22 @@ pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> 
     unsafe { lease.entry.0.as_ref() }
 }
 
+/// Where an entry's access bits sit in `key_end_access`: page numbers stay
+/// below 2⁵⁵ (pages of at least 512 bytes, spec.md#S6.2).
+const KEY_ACCESS_SHIFT: u32 = 56;
+
+/// An end page and an access, as an entry's key holds them.
+#[inline(always)]
+pub(super) fn end_access(end: u64, access: Access) -> u64 {
+    debug_assert!(end >> KEY_ACCESS_SHIFT == 0, "end page {end} beyond 2^56");
+    end | (access.bits() as u64) << KEY_ACCESS_SHIFT
+}
+
 impl<R: Registrar> Entry<R> {
     /// Whether a request is exactly this entry's key (span and access).
     #[inline(always)]
     pub(super) fn has_key(&self, span: PageSpan, access: Access) -> bool {
-        self.key_first == span.first && self.key_end == span.end && self.key_access == access
+        self.key_first == span.first && self.key_end_access == end_access(span.end, access)
     }
 }
 
