@@ -128,7 +128,21 @@ impl PageSpan {
         PageSpan { first: self.first.min(o.first), end: self.end.max(o.end) }
     }
     /// Widens the span outwards to multiples of `chunk_pages` (spec.md#S6.2).
+    #[inline]
     pub fn align(&self, chunk_pages: u64) -> PageSpan {
+        // Every miss plans through here: masks for a power of two (the
+        // default, 1, among them) rather than two 64-bit divisions.
+        if chunk_pages.is_power_of_two() {
+            let mask = chunk_pages - 1;
+            let end = self.end.checked_add(mask).map_or(u64::MAX, |e| e & !mask);
+            return PageSpan { first: self.first & !mask, end };
+        }
+        self.align_by_division(chunk_pages)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn align_by_division(&self, chunk_pages: u64) -> PageSpan {
         let c = chunk_pages.max(1);
         let first = self.first / c * c;
         let end = self.end.div_ceil(c).saturating_mul(c);
@@ -577,6 +591,26 @@ pub mod hex_u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn align_by_masks_equals_align_by_division() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..100_000 {
+            let c = 1u64 << (next() % 64);
+            let (a, b) = (next() >> (next() % 64), next() >> (next() % 64));
+            let span = PageSpan { first: a.min(b), end: a.max(b) };
+            assert_eq!(span.align(c), span.align_by_division(c), "{span} to {c}");
+        }
+        let top = PageSpan { first: u64::MAX - 3, end: u64::MAX };
+        assert_eq!(top.align(8), top.align_by_division(8));
+        assert_eq!(top.align(1), top);
+    }
 
     #[test]
     fn pages_by_shift_equal_pages_by_division() {
