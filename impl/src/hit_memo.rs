@@ -322,7 +322,9 @@ impl HitMemo {
 
     /// As an exclusive section ends: if `version` starts a new epoch, empties
     /// the table (its tags would name versions of the new one) and serves
-    /// that epoch from then on. `O(1)` but once per [`TAGS`] versions.
+    /// that epoch from then on. `O(1)`, except once per [`TAGS`] versions:
+    /// `O(slots)` then (stores, not `madvise`: nothing is given back under
+    /// the lock, spec.md#A11).
     #[inline]
     pub fn follow(&mut self, version: u64) {
         let (epoch, _) = epoch_and_tag(version);

@@ -1,0 +1,71 @@
+//! The hit memo through the whole cache (lanes off, so repeated hits take
+//! A1 and the memo): its answers stay the index's across an epoch of
+//! versions, where `HitMemo::follow` empties the table as an exclusive
+//! section ends (debug builds also check every memo answer against the
+//! index).
+
+use mrcache::hit_memo::TAGS;
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::types::{Access, ReleaseKind};
+use mrcache::{Cache, CacheConfig};
+
+const P: u64 = 4096;
+const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
+
+#[test]
+fn hits_stay_right_across_an_epoch_of_versions() {
+    let mut config = CacheConfig::default();
+    config.lanes = false;
+    let cache = Cache::new(CountingRegistrar::default(), config);
+    // A long-lived entry, hit every round, and a short-lived one, made,
+    // hit and invalidated every round: each invalidation moves the answers
+    // version by one, so the rounds cross into the next epoch.
+    let (kept, churned) = (1 << 30, 1 << 31);
+    let kept_id = cache.acquire(kept, 2 * P, RW).unwrap().view().id;
+    for round in 0..TAGS + 64 {
+        let l = cache.acquire(kept, 2 * P, RW).unwrap();
+        assert!(l.hit(), "round {round}");
+        assert_eq!(l.view().id, kept_id, "round {round}: the kept entry");
+        drop(l);
+        let id = cache.acquire(churned, P, RW).unwrap().view().id;
+        let l = cache.acquire(churned, P, RW).unwrap();
+        assert!(l.hit() && l.view().id == id, "round {round}: the entry just made");
+        drop(l);
+        cache.invalidate(churned, P, ReleaseKind::Munmap).unwrap();
+        let l = cache.acquire(churned, P, RW).unwrap();
+        assert_ne!(l.view().id, id, "round {round}: an invalidated entry answered");
+        drop(l);
+        cache.invalidate(churned, P, ReleaseKind::Munmap).unwrap();
+    }
+    cache.flush();
+    assert_eq!(cache.registrar().live(), 0);
+}
+
+/// What `follow`'s emptying is for: a memo word written in one epoch must
+/// not answer in the next, where the same tag names another version. The
+/// memoized entry is invalidated but kept alive by a lease, and its key is
+/// requested once per version (each request misses and its entry is
+/// invalidated, moving the version by one) until a whole epoch has passed.
+/// A memo that kept its words across epochs answers with the leased, removed
+/// entry when the tag comes round again.
+#[test]
+fn a_memo_word_never_answers_in_the_next_epoch() {
+    let mut config = CacheConfig::default();
+    config.lanes = false;
+    let cache = Cache::new(CountingRegistrar::default(), config);
+    let key = 1 << 30;
+    let held = cache.acquire(key, P, RW).unwrap();
+    let removed = held.view().id;
+    // An A1 hit: the memo holds the entry for its key.
+    assert!(cache.acquire(key, P, RW).unwrap().hit());
+    cache.invalidate(key, P, ReleaseKind::Munmap).unwrap();
+    for step in 0..TAGS + 256 {
+        let l = cache.acquire(key, P, RW).unwrap();
+        assert!(!l.hit() && l.view().id != removed, "step {step}: the removed entry answered");
+        drop(l);
+        cache.invalidate(key, P, ReleaseKind::Munmap).unwrap();
+    }
+    drop(held);
+    cache.flush();
+    assert_eq!(cache.registrar().live(), 0);
+}
