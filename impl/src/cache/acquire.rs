@@ -115,12 +115,12 @@ impl<R: Registrar> Cache<R> {
             //# if the queue is empty, take the lock *shared*; look up a covering
             //# findable entry with sufficient access; if found, increment its lease
             //# count atomically
-            // Claimed before the lock: a first claim allocates, and nothing
-            // may free memory under the lock (A11). A lane installed during a
-            // revoke holds no memo yet (memos are set under the lock).
             // Before the lock: its atomics then overlap the memo slot's and
             // the entry's cache misses.
             shared.memo_hint.prefetch(span.first);
+            // Claimed before the lock: a first claim allocates, and nothing
+            // may free memory under the lock (A11). A lane installed during a
+            // revoke holds no memo yet (memos are set under the lock).
             let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access) {
@@ -500,7 +500,8 @@ impl<R: Registrar> Cache<R> {
         self.touch(&entry);
         let e = EntryPtr::new(entry);
         st.index.insert(plan.span, id, plan.access, e);
-        // Memo tables grow with the index; the old one is freed after unlocking.
+        // Memo tables grow with the index; the old one's pages are given
+        // back after unlocking.
         if let Some(old) = st.memo.grow_for(st.index.len()) {
             // SAFETY: the memo the hint was made from (`Shared::new`).
             unsafe { shared.memo_hint.set(&st.memo) };

@@ -23,7 +23,8 @@ pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
     pub(super) shared: &'c Shared<R>,
     pub(super) items: Vec<Dereg<R>>,
-    /// Hit memo tables A9 replaced under the lock (freed here, after it).
+    /// Hit memo tables A9 replaced under the lock (their pages given back
+    /// here, after it).
     pub(super) retired_memos: Vec<RetiredMemo>,
 }
 

@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 ///
 /// `repr(C)`: what an A1 hit touches (the state word, the key the hit memo
 /// checks, the lane flag, the LRU stamp) leads. (Not aligned further: an
-/// over-aligned `Box` costs glibc ~150 bytes an entry in fragments; the hit
+/// over-aligned `Box` cost glibc ~110 bytes an entry in fragments; the hit
 /// memo's prefetch asks for the key's second line instead, in case the
 /// first 24 bytes straddle two.)
 #[repr(C)]
