@@ -14,8 +14,7 @@ const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 
 #[test]
 fn hits_stay_right_across_an_epoch_of_versions() {
-    let mut config = CacheConfig::default();
-    config.lanes = false;
+    let config = CacheConfig { lanes: false, ..CacheConfig::default() };
     let cache = Cache::new(CountingRegistrar::default(), config);
     // A long-lived entry, hit every round, and a short-lived one, made,
     // hit and invalidated every round: each invalidation moves the answers
@@ -50,8 +49,7 @@ fn hits_stay_right_across_an_epoch_of_versions() {
 /// entry when the tag comes round again.
 #[test]
 fn a_memo_word_never_answers_in_the_next_epoch() {
-    let mut config = CacheConfig::default();
-    config.lanes = false;
+    let config = CacheConfig { lanes: false, ..CacheConfig::default() };
     let cache = Cache::new(CountingRegistrar::default(), config);
     let key = 1 << 30;
     let held = cache.acquire(key, P, RW).unwrap();

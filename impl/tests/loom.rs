@@ -431,8 +431,7 @@ fn release_window_never_caches_the_old_frames_merge() {
 #[test]
 fn memo_hit_vs_invalidation() {
     model(|| {
-        let mut config = CacheConfig::default();
-        config.lanes = false;
+        let config = CacheConfig { lanes: false, ..CacheConfig::default() };
         let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
         let old = cache.acquire(0, P, RR).unwrap().view();
         // An A1 hit: memoizes the entry.
