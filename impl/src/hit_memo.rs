@@ -192,8 +192,10 @@ impl MemoHint {
     /// # Safety
     /// As for [`Self::new`]: the memo the hint was made from.
     pub unsafe fn set(&self, memo: &HitMemo) {
-        // Relaxed: a hint; readers may see the old table (type docs).
-        self.0.store(Self::encode(memo), Ordering::Relaxed);
+        // Release: publishes the new table's initialisation (a heap table's
+        // plain writes) to `prefetch`'s acquire. Readers may still see the
+        // old table (type docs).
+        self.0.store(Self::encode(memo), Ordering::Release);
     }
 
     /// Prefetches the slot `first` would use, and the entry it names.
@@ -201,8 +203,10 @@ impl MemoHint {
     pub fn prefetch(&self, first: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
-                        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let h = self.0.load(Ordering::Relaxed);
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // Acquire: pairs with `set`'s release, so a new table's
+            // initialisation happens before this thread reads it.
+            let h = self.0.load(Ordering::Acquire);
             let bits = (h >> Self::BITS_SHIFT) as u32;
             let base = (h & ((1 << Self::BITS_SHIFT) - 1)) as usize as *const MemoSlot;
             // SAFETY: `base` is a table of `2^bits` slots of the memo this
@@ -252,8 +256,10 @@ pub struct HitMemo {
     bits: u32,
     /// The tables growth replaced, kept until the memo goes: a
     /// [`MemoHint`] reads them without the lock. Bounded: heap tables are
-    /// below [`MAP_BYTES`] in all, and mapped ones hold no pages once their
-    /// [`RetiredMemo`] dropped.
+    /// below [`MAP_BYTES`] in all (unless a mapping failed and a larger
+    /// table fell back to the heap: then at most the current table's size
+    /// again), and mapped ones hold no pages once their [`RetiredMemo`]
+    /// dropped.
     retired: Vec<Slots>,
     /// The epoch of versions the table's tags belong to (module docs).
     epoch: u64,
@@ -329,8 +335,12 @@ impl HitMemo {
     pub fn follow(&mut self, version: u64) {
         let (epoch, _) = epoch_and_tag(version);
         if epoch != self.epoch {
+            // Only words that hold something: a mapped table's pages never
+            // written (or given back) then stay unallocated.
             for slot in self.slots.as_slice() {
-                slot.word.store(0, Ordering::Relaxed);
+                if slot.word.load(Ordering::Relaxed) != 0 {
+                    slot.word.store(0, Ordering::Relaxed);
+                }
             }
             self.epoch = epoch;
         }

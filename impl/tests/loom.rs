@@ -425,15 +425,19 @@ fn release_window_never_caches_the_old_frames_merge() {
 
 /// Lanes off, so A1's repeated hits go through the hit memo: one thread
 /// hits (the memo answers, or the index and then the memo is written) while
-/// another invalidates the entry. Once the invalidation returned, the memo
-/// must not answer with the removed entry (its version moved), and every
-/// registration is deregistered once.
+/// another invalidates the entry, which a lease keeps alive. Once the
+/// invalidation returned, the memo must not answer with the removed entry
+/// (its version moved), and every registration is deregistered once.
 #[test]
 fn memo_hit_vs_invalidation() {
     model(|| {
         let config = CacheConfig { lanes: false, ..CacheConfig::default() };
         let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
-        let old = cache.acquire(0, P, RR).unwrap().view();
+        // Held throughout: the removed entry stays alive, so a stale memo
+        // answer would be a live entry the assertion below sees, not a use
+        // after free.
+        let held = cache.acquire(0, P, RR).unwrap();
+        let old = held.view();
         // An A1 hit: memoizes the entry.
         assert!(cache.acquire(0, P, RR).unwrap().hit());
         let invalidator = {
@@ -444,6 +448,7 @@ fn memo_hit_vs_invalidation() {
         invalidator.join().unwrap();
         let after = cache.acquire(0, P, RR).unwrap().view();
         assert_ne!(after.id, old.id, "the memo answered with a removed entry");
+        drop(held);
         all_deregistered_once(&cache);
     });
 }

@@ -27,7 +27,7 @@ pub(super) struct Plan {
     pub(super) range: Range,
 }
 
-/// A1's lookup under the lock (shared or exclusive): the hit memo's entry
+/// A1's lookup under the lock shared: the hit memo's entry
 /// if the request is that entry's own key, else the index's answer (then
 /// memoized if the request is its key). The same answer either way: the
 /// canonical covering entry (debug builds check it against the index).
@@ -38,7 +38,7 @@ fn covering_answer<R: Registrar>(st: &State<R>, span: PageSpan, access: Access) 
         // SAFETY: the memo holds only `memo_bits` of index answers.
         let e = unsafe { EntryPtr::from_memo_bits(bits) };
         // SAFETY: the memo's answer at the current version (its module
-        // docs), so findable, whatever key it was memoized for.
+        // docs), so findable.
         let entry = unsafe { answered(st, e) };
         if entry.has_key(span, access) {
             debug_assert!(
