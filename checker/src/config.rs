@@ -110,6 +110,15 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::NoteSkipsRevoke if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_note_scripts());
+                cfg.max_regions = Some(1);
+                changed.push(
+                    "--lanes, the note scripts (T0: acquire A, release, acquire A, release; T1: acquire A, release, acquire B, release, acquire A) and --max-regions 1"
+                        .into(),
+                );
+            }
             Mutant::WindowedServedAfterEnd if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_closed_scripts());
                 changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
@@ -455,6 +464,17 @@ pub fn lane_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)],
         vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts where T1's miss on B, over `max_regions` 1, notes while T0 may
+/// hold a lane lease on A (its second acquire, after an A1 hit memoized A):
+/// the note must revoke A's slot to see that lease, else A10 evicts A under
+/// T0's lease and T1's last acquire of A misses where the contract hits.
+pub fn lane_note_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)],
+        vec![acq(11, 0, 1, RR), rel(11), acq(12, 1, 2, RR), rel(12), acq(13, 0, 1, RR)],
     ]
 }
 

@@ -80,10 +80,10 @@ mutants! {
     /// R2 is missing: a release that leaves an evictable entry while the
     /// cache is over a limit does not evict (UCX: eviction only on a miss).
     NoReleaseEviction: "R2 missing: releases never evict", [P5];
-    /// A6 notes the lease counts without raising the over-limit flag,
-    /// which A10 raises afterwards, so a release in between is neither
-    /// noted nor sees the flag, and skips R2.
-    OverLimitFlagLate: "A10 raises the over-limit flag after scanning the lease counts", [P5];
+    /// A10, still over a limit after its pass, raises the over-limit flag
+    /// without noting again: a release after A6's note is neither noted
+    /// nor sees the flag, and skips R2.
+    OverLimitFlagLate: "A10 raises the over-limit flag without a second note", [P5];
     /// A6/R2's prefix note stops one entry before it covers the excess:
     /// A10 cannot evict enough, and the cache stays over its limit with an
     /// unleased entry.
@@ -159,6 +159,10 @@ mutants! {
     /// neither stale nor windowed, pins the frames about to go, and is
     /// cached.
     WindowAfterQueue: "W1 opens the window after its event is queued and drained", [P2];
+    /// A6/R2 read a noted entry's lease count without revoking its lane
+    /// slots (LN5): a lane lease the state word does not count goes unseen,
+    /// and A10 evicts an entry another thread holds.
+    NoteSkipsRevoke: "A6/R2 note an entry without revoking its lane slots", [LINEARIZABLE];
 }
 
 impl Mutant {
@@ -190,6 +194,7 @@ impl Mutant {
                 | Mutant::LaneReuseBusySlot
                 | Mutant::LaneDetachedNoMutex
                 | Mutant::LaneQueueLenOnly
+                | Mutant::NoteSkipsRevoke
         )
     }
 }

@@ -87,6 +87,7 @@ mutants! {
     m30_end_closes_oldest => EndClosesOldest,
     m31_windowed_served_after_end => WindowedServedAfterEnd,
     m32_window_after_queue => WindowAfterQueue,
+    m33_note_skips_revoke => NoteSkipsRevoke,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -60,6 +60,10 @@ fn check_family(family: &str) {
                 failures.push(format!("{}: lane goals not reached: {lane_goals:?}", p.name));
             }
         }
+        // The note's revoke (LN5) must pin a lane lease there: the case it exists for.
+        if family == "lanes+note" && out.unreached().into_iter().any(|g| g.contains("a revoke pins a lane lease")) {
+            failures.push(format!("{}: no note pinned a lane lease", p.name));
+        }
         if out.unique_states != p.unique_states {
             failures.push(format!("{}: {} unique states, pinned {}", p.name, out.unique_states, p.unique_states));
         }
@@ -86,6 +90,7 @@ family! {
     pinned_2x3_pressure => "2x3+pressure",
     pinned_lanes => "lanes",
     pinned_lanes_limit => "lanes+limit",
+    pinned_lanes_note => "lanes+note",
     pinned_lanes_drain => "lanes-drain",
     pinned_lanes_reuse => "lanes-reuse",
     pinned_2x3_pair => "2x3+pair",
@@ -96,7 +101,7 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 90);
+    assert_eq!(all.len(), 96);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

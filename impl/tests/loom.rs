@@ -375,6 +375,50 @@ fn lane_release_on_another_thread_vs_invalidation() {
     });
 }
 
+/// A lane hit on A against another thread's miss on B over `max_regions` 1,
+/// whose note (A6) revokes A's slot before it reads A's lease count: either
+/// the lane hit came first (the revoke pins it, the note sees A leased and
+/// A stays cached under the lease) or the note did (the lane hit finds its
+/// slot revoked and takes A1, behind the lock). A lane lease never goes
+/// unseen: A is never evicted while this thread holds it on its lane.
+fn lane_hit_vs_evicting_note(config: CacheConfig) {
+    model(move || {
+        let mut config = config;
+        config.contract.limits.max_regions = Some(1);
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        warm_lane(&cache);
+        let evictor = {
+            let cache = cache.clone();
+            thread::spawn(move || drop(cache.acquire(16 * P, P, RR).unwrap()))
+        };
+        let lane_hits = cache.diagnostics().lane_hits;
+        let l = cache.acquire(0, P, RR).unwrap();
+        let on_lane = cache.diagnostics().lane_hits > lane_hits;
+        evictor.join().unwrap();
+        if on_lane {
+            assert!(cache.acquire(0, P, RR).unwrap().hit(), "an entry leased on a lane was evicted");
+        }
+        drop(l);
+        all_deregistered_once(&cache);
+    });
+}
+
+#[test]
+fn lane_hit_vs_an_evicting_note() {
+    lane_hit_vs_evicting_note(CacheConfig::default());
+}
+
+/// The note without its revoke (the checker's `note-skips-revoke`) is
+/// caught: loom finds the lane hit the note does not see.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "an entry leased on a lane was evicted")]
+fn loom_catches_a_note_that_skips_the_revoke() {
+    let mut config = CacheConfig::default();
+    config.faults.note_skips_revoke = true;
+    lane_hit_vs_evicting_note(config);
+}
+
 // ---------------------------------------------------------------------------
 // 5. Release windows: a hook before the release, as the W1/W2 pair
 

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 33] = [
+pub const MUTANTS: [&str; 34] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -42,6 +42,7 @@ pub const MUTANTS: [&str; 33] = [
     "end-closes-oldest",
     "windowed-served-after-end",
     "window-after-queue",
+    "note-skips-revoke",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).
@@ -56,11 +57,12 @@ pub struct FaultSwitch {
 }
 
 /// The cache's fault switches.
-pub const FAULT_SWITCHES: [FaultSwitch; 5] = [
+pub const FAULT_SWITCHES: [FaultSwitch; 6] = [
     FaultSwitch { name: "skip-seq-recheck", field: "skip_seq_recheck", mirrors: Some("no-seq-recheck") },
     FaultSwitch { name: "monitor-off", field: "monitor_off", mirrors: None },
     FaultSwitch { name: "leak-deregistration", field: "leak_deregistration", mirrors: None },
     FaultSwitch { name: "fork-keeps-monitor", field: "fork_keeps_monitor", mirrors: None },
+    FaultSwitch { name: "note-skips-revoke", field: "note_skips_revoke", mirrors: Some("note-skips-revoke") },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

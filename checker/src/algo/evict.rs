@@ -30,12 +30,15 @@ impl AlgoModel {
     }
 
     //= spec.md#S6.3
-    /// The LRU victim among unleased findable entries (ties by id).
+    /// The LRU victim among the noted findable entries (ties by id). Noted
+    /// entries are unleased until A10 (their slots were revoked before the
+    /// note, and no lane or A1 hit reaches them under the lock exclusive);
+    /// the lease count is not read again, as in the cache.
     pub(super) fn victim(&self, s: &State, noted: &[Handle]) -> Option<Handle> {
         s.regs
             .iter()
             .enumerate()
-            .filter(|(h, r)| r.findable && r.leases == 0 && noted.contains(&(*h as Handle)))
+            .filter(|(h, r)| r.findable && noted.contains(&(*h as Handle)))
             .min_by_key(|(_, r)| (r.last_use, r.id))
             .map(|(h, _)| h as Handle)
     }
@@ -59,20 +62,20 @@ impl Ctx<'_> {
     //= spec.md#A6
     //# The note may stop early: reading the unleased entries in policy order
     //# (S6.3) and noting the least ones until they cover the insert's excess
-    /// A6 / R2: with limits, raise the over-limit flag (not in mutant `over-limit-flag-late`),
-    /// then note, *before* the drain, the least unleased findable entries in
-    /// policy order until they cover `excess` (the prefix form of the note,
-    /// which the cache implements; A10 then evicts exactly what it would from
-    /// a note of every unleased entry). Mutant `note-one-short` notes one
-    /// entry fewer.
+    /// A6 / R2 / A10's second pass: with limits, note, *before* the drain,
+    /// the least unleased findable entries in policy order until they cover
+    /// `excess` (the prefix form of the note, which the cache implements;
+    /// A10 then evicts exactly what it would from a note of every unleased
+    /// entry). Each noted entry's lane slots are revoked before its count is
+    /// read (LN5; a revoke that pins makes it leased, and the note moves on):
+    /// here the dry run records the prefix's revokes and
+    /// [`Ctx::lane_prephase`] runs them first, until the prefix it computes
+    /// has no live slot. Mutant `note-skips-revoke` revokes nothing (lane
+    /// leases go unseen); `note-one-short` notes one entry fewer.
     pub(super) fn note_unleased(&mut self, t: usize, excess: Excess) {
         if !self.m.cfg.has_limits() {
             return;
         }
-        if !self.mutant(Mutant::OverLimitFlagLate) {
-            self.s.over_limit = true;
-        }
-        self.revoke_all(t as Actor);
         let mut unleased: Vec<Handle> = (0..self.s.regs.len())
             .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
             .map(|h| h as Handle)
@@ -91,8 +94,16 @@ impl Ctx<'_> {
         if self.mutant(Mutant::NoteOneShort) {
             noted.pop();
         }
+        //= spec.md#LN5
+        //# A6 and R2 revoke the slots of each entry before they read its
+        //# lease count for the note
+        if !self.mutant(Mutant::NoteSkipsRevoke) {
+            for &h in &noted {
+                self.revoke(t as Actor, h);
+            }
+        }
         noted.sort_unstable();
-        note!(self, "T{t} raises the over-limit flag and notes the least unleased entries covering {excess:?}: {noted:?}");
+        note!(self, "T{t} notes the least unleased entries covering {excess:?}: {noted:?}");
         self.thread_mut(t).noted = noted;
     }
 
@@ -110,18 +121,45 @@ impl Ctx<'_> {
             let Some(v) = self.m.victim(self.s, &noted) else { break };
             note!(self, "A10: evict #{v}");
             self.revoke(a, v);
-            self.s.regs[v as usize].findable = false;
-            self.dereg_list(a).push(v);
+            let r = &mut self.s.regs[v as usize];
+            r.findable = false;
+            // A leased victim (only under mutant `note-skips-revoke`) leaves
+            // the index as on invalidation: deregistered at its last release.
+            if r.leases == 0 {
+                self.dereg_list(a).push(v);
+            } else {
+                r.invalid = true;
+            }
         }
     }
 
     //= spec.md#A10
-    //# clear the flag when the pass ends within limits, else leave it raised.
-    // Correct order: A6 raised the over-limit flag *before* noting the
-    // unleased entries, so that a release (R1: decrement, then read the
-    // flag) either was noted or sees the flag.
-    pub(super) fn a10(&mut self, t: usize) {
+    //# if the pass ends over a limit (every noted entry gone or leased), a
+    //# second pass in the same section: raise the over-limit flag, note
+    //# again covering the current excess (as A6), drain, and evict again
+    /// A10 and R2's eviction: a pass on the note taken, then, if still over
+    /// a limit, the second pass. The flag is raised before the second note,
+    /// both in one step here (sequentially consistent in the cache), so a
+    /// concurrent R1 either is noted unleased or sees the flag and runs R2.
+    /// Mutant `over-limit-flag-late` raises the flag without the second note,
+    /// in a later step.
+    pub(super) fn evict_passes(&mut self, t: usize) {
         self.evict(t as Actor);
+        if !self.m.over_limits(self.s) || self.mutant(Mutant::OverLimitFlagLate) {
+            return;
+        }
+        note!(self, "A10: still over a limit: raise the over-limit flag, note again, drain and evict");
+        self.s.over_limit = true;
+        let excess = self.m.excess(self.s, 0);
+        self.note_unleased(t, excess);
+        self.drain_queue(t as Actor);
+        self.evict(t as Actor);
+    }
+
+    //= spec.md#A10
+    //# Clear the flag when a pass ends within limits, else leave it raised.
+    pub(super) fn a10(&mut self, t: usize) {
+        self.evict_passes(t);
         if self.mutant(Mutant::OverLimitFlagLate) && self.m.over_limits(self.s) {
             self.thread_mut(t).pc = Pc::A10b;
         } else {
@@ -132,7 +170,7 @@ impl Ctx<'_> {
 
     /// Mutant `over-limit-flag-late`'s late flag.
     pub(super) fn a10b(&mut self, t: usize) {
-        note!(self, "A10: still over a limit, every noted entry leased: raise the over-limit flag");
+        note!(self, "A10: still over a limit, every noted entry leased: raise the over-limit flag (no second note)");
         self.s.over_limit = true;
         self.a11(t);
     }

@@ -138,7 +138,7 @@ impl Ctx<'_> {
     }
 
     //= spec.md#LN5
-    //# A6 (when it notes), R2 and trim revoke every slot before they note
+    //# Trim revokes every slot before it notes.
     pub(super) fn revoke_all(&mut self, a: Actor) {
         if !self.m.cfg.lanes {
             return;

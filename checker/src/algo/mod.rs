@@ -366,7 +366,7 @@ struct Dry {
     /// The ones an event read from uffd takes out (read, waking the
     /// releasing thread, before they can be revoked).
     by_uffd: Vec<Handle>,
-    /// The step revokes every slot (A6 when it notes, R2, trim).
+    /// The step revokes every slot (the trim).
     all: bool,
     /// Applying a queued (`Some(false)`) or uffd (`Some(true)`) event now.
     applying: Option<bool>,

@@ -43,12 +43,12 @@ impl Ctx<'_> {
 
     //= spec.md#R2
     pub(super) fn r2(&mut self, t: usize) {
-        note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts");
+        note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts (A10's passes)");
         self.lock_exclusive(t as Actor);
         let excess = self.m.excess(self.s, 0);
         self.note_unleased(t, excess);
         self.drain_queue(t as Actor);
-        self.evict(t as Actor);
+        self.evict_passes(t);
         self.settle_over_limit();
         self.unlock_exclusive(t as Actor);
     }

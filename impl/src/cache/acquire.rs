@@ -229,9 +229,10 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#A6
             //# take the lock exclusive; if inserting the planned entry could
             //# exceed a limit (one more entry, the plan's bytes more; the drain and
-            //# displacement only remove entries), raise the over-limit flag and
-            //# note which findable entries are unleased (one sequentially
-            //# consistent read each); drain.
+            //# displacement only remove entries), note which findable entries are
+            //# unleased: before it reads an entry's lease count (one sequentially
+            //# consistent read each), it revokes that entry's lane slots (LN5);
+            //# drain.
             let mut st = self.write(shared);
             // Only an insert that could exceed a limit may evict (the drain
             // and displacement only remove entries): skip the note else.

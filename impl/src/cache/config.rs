@@ -34,6 +34,10 @@ pub struct Faults {
     /// monitor, which sees none of the child's releases (breaks P2 in the
     /// child; conformance case fork-child-unmap).
     pub fork_keeps_monitor: bool,
+    /// A6/R2 read a memoized entry's lease count for the note without
+    /// revoking its lane slots first: a lane lease goes unseen and A10
+    /// evicts a leased entry (mirrors the checker's `note-skips-revoke`).
+    pub note_skips_revoke: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     pub(super) dereg_leased_on_invalidate: bool,

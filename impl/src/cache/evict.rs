@@ -79,21 +79,31 @@ impl<R: Registrar> Cache<R> {
     }
 
     //= spec.md#A6
-    //# raise the over-limit flag and note which findable entries are
-    //# unleased (one sequentially consistent read each)
-    /// A6 / R2: after raising the over-limit flag, notes the unleased
-    /// findable entries A10 may need: in policy order (S6.3), the least ones
-    /// until they cover the excess of `regions` entries and `bytes` bytes
-    /// (the insert's excess in A6, the current one in R2). Taken *before*
-    /// the drain: an event queued before a release this note sees was pushed
-    /// before the note (the release came after the event returned), so the
-    /// drain applies it before any victim is chosen. Releases after the note
-    /// are treated as leased (they take effect after this operation) and,
-    /// with the flag raised, run R2 themselves.
+    //# note which findable entries are unleased: before it reads an entry's
+    //# lease count (one sequentially consistent read each), it revokes that
+    //# entry's lane slots (LN5)
+    /// A6 / R2: notes the unleased findable entries A10 may need: in policy
+    /// order (S6.3), the least ones until they cover the excess of `regions`
+    /// entries and `bytes` bytes (the insert's excess in A6, the current one
+    /// in R2 and A10's second pass). Taken *before* the drain: an event
+    /// queued before a release this note sees was pushed before the note
+    /// (the release came after the event returned), so the drain applies it
+    /// before any victim is chosen. Releases after the note are treated as
+    /// leased (they take effect after this operation); if that leaves the
+    /// cache over a limit, A10's second pass raises the over-limit flag and
+    /// notes again (see [`Self::enforce_limits`]).
+    ///
+    /// Only the candidates it is about to note are revoked (issue 22): a
+    /// lane lease is a lease the state word does not count until a revoke
+    /// pins it, so an entry's slots are revoked before its count is read,
+    /// and no lane hit on it follows (memos are made under the lock shared).
+    /// Entries that no slot points to (`memoized` clear: no lane ever held
+    /// them) cost nothing, so an evicting miss leaves other threads' lanes
+    /// as they are.
     ///
     /// Noting this prefix instead of every unleased entry chooses the same
-    /// victims: noted entries are not used until A10 (lock exclusive, lanes
-    /// revoked), so their keys and order stay; the drain and the
+    /// victims: noted entries are not used until A10 (lock exclusive, their
+    /// slots revoked), so their keys and order stay; the drain and the
     /// displacement only remove entries, each removal lowering the excess by
     /// at least as much as it removes from the prefix; so the noted entries
     /// still findable cover what A10 must evict, and they are the least ones
@@ -101,10 +111,6 @@ impl<R: Registrar> Cache<R> {
     pub(super) fn note_victims(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> Noted {
         #[cfg(test)]
         let regions = if tests::SHORT_NOTE.with(std::cell::Cell::get) { regions.saturating_sub(1) } else { regions };
-        shared.over_limit.store(true, Ordering::SeqCst);
-        //= spec.md#LN5
-        //# A6 (when it notes), R2 and trim revoke every slot before they note
-        self.revoke_all(shared);
         let noted = self.next_note(st);
         // Candidates left by an operation that noted and then exited before
         // A10 (A7, A8): they go back into the order first.
@@ -112,15 +118,11 @@ impl<R: Registrar> Cache<R> {
         for c in prefix.drain(..) {
             st.order.push(c);
         }
-        #[cfg(debug_assertions)]
-        {
-            st.full_note = st.index.iter().filter(|(_, slot)| indexed(slot).state.leases() == 0).map(|(_, slot)| slot.id).collect();
-            st.full_note.sort_unstable();
-        }
         let (mut n, mut b) = (0u64, 0u64);
         let mut passed = std::mem::take(&mut st.passed);
         // Bounded: each turn pops a candidate; a re-push needs a use of that
-        // entry since its last push, and a noted entry is not used until A10.
+        // entry since its last push, and an entry whose slots are revoked is
+        // not used until A10.
         while n < regions || b < bytes {
             let Some(c) = st.order.pop() else { break };
             let Some(slot) = st.index.find(c.first, c.id()) else {
@@ -131,27 +133,52 @@ impl<R: Registrar> Cache<R> {
                 passed.push(c);
                 continue;
             }
-            // Unleased: not used until we unlock, so this key is stable.
+            // Used since it was pushed (its key grew): back in the order,
+            // without a revoke. A lane hit may still raise it later; the
+            // key is read again after the revoke.
             let key = self.key_now(e, c.id());
             if key != c.key {
                 debug_assert!(key > c.key, "policy keys only grow");
                 st.order.push(Candidate { key, first: c.first });
                 continue;
             }
+            //= spec.md#LN5
+            //# A6 and R2 revoke the slots of each entry before they read its
+            //# lease count for the note
+            if e.memoized.load(Ordering::Relaxed) && !fault!(self.config, note_skips_revoke) {
+                let p = slot.value.as_ptr();
+                self.revoke(shared, |q| q == p);
+                // A lane lease the revoke pinned is a lease now; a lane hit
+                // between the first read and the revoke raised the key.
+                if e.state.leases() != 0 {
+                    passed.push(c);
+                    continue;
+                }
+                let key = self.key_now(e, c.id());
+                if key != c.key {
+                    st.order.push(Candidate { key, first: c.first });
+                    continue;
+                }
+            }
             e.noted.store(noted.0, Ordering::Relaxed);
             n += 1;
             b += e.view.len;
             prefix.push(c);
         }
-        // The full note A10 is checked against (debug builds): what this walk
-        // read for the entries it read, and an SeqCst read of its own (taken
-        // before the walk, within the same note) for the rest. Both are notes
-        // the spec allows: one read per entry, between the flag and the drain.
+        // The full note A10 is checked against (debug builds): the prefix,
+        // and every findable entry the walk did not read that a revoke of its
+        // slots would find unleased (its count 0, and no slot pointing to it
+        // counts a lane lease): the note of every entry that the spec allows.
         #[cfg(debug_assertions)]
         {
-            let leased_in_walk: std::collections::HashSet<u64> = passed.iter().map(|c| c.id()).collect();
-            st.full_note.retain(|id| !leased_in_walk.contains(id));
-            st.full_note.extend(prefix.iter().map(|c| c.id()));
+            let read: std::collections::HashSet<u64> = passed.iter().chain(prefix.iter()).map(|c| c.id()).collect();
+            st.full_note = prefix.iter().map(|c| c.id()).collect();
+            for (_, slot) in st.index.iter() {
+                let e = indexed(slot);
+                if !read.contains(&slot.id) && e.state.leases() == 0 && !self.lane_leased(shared, slot.value.as_ptr()) {
+                    st.full_note.push(slot.id);
+                }
+            }
             st.full_note.sort_unstable();
             st.full_note.dedup();
         }
@@ -173,7 +200,7 @@ impl<R: Registrar> Cache<R> {
     /// revoking the lanes; before the drain, as in [`Self::note_victims`].
     pub(super) fn note_all_unleased(&self, shared: &Shared<R>, st: &mut State<R>) -> Noted {
         //= spec.md#LN5
-        //# A6 (when it notes), R2 and trim revoke every slot before they note
+        //# Trim revokes every slot before it notes.
         self.revoke_all(shared);
         let noted = self.next_note(st);
         for (_, slot) in st.index.iter() {
@@ -234,15 +261,29 @@ impl<R: Registrar> Cache<R> {
 
     //= spec.md#S6.4
     //= spec.md#A10
-    /// Evicts while over a limit, victims among the `noted` entries. The flag
-    /// stays raised if still over (every noted entry is gone or leased): a
-    /// release after the note saw it and runs R2.
+    /// Evicts while over a limit, victims among the `noted` entries. If
+    /// still over (every noted entry is gone or leased), raises the flag and
+    /// runs a second pass on a new note; the flag stays raised if that ends
+    /// over too: a release after the second note saw it and runs R2.
     pub(super) fn enforce_limits<'c>(
         &'c self,
         shared: &'c Shared<R>,
         st: &mut State<R>,
         deregs: &mut DeregList<'c, R>,
         noted: &Noted,
+    ) {
+        self.evict_noted(shared, st, deregs, noted, true)
+    }
+
+    /// One pass of [`Self::enforce_limits`]; `second_pass`: whether it may
+    /// still run A10's second pass.
+    fn evict_noted<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        deregs: &mut DeregList<'c, R>,
+        noted: &Noted,
+        second_pass: bool,
     ) {
         if !self.limits_active {
             return;
@@ -277,6 +318,21 @@ impl<R: Registrar> Cache<R> {
         }
         for c in rest {
             st.order.push(*c);
+        }
+        //= spec.md#A10
+        //# if the pass ends over a limit (every noted entry gone or leased), a
+        //# second pass in the same section: raise the over-limit flag, note
+        //# again covering the current excess (as A6), drain, and evict again
+        // The flag is raised only here, so a release during an evicting
+        // miss that ends within limits never runs R2 (issue 22): releases
+        // after the first note that the second note does not see read the
+        // flag (both sequentially consistent) and run R2 themselves.
+        if second_pass && self.over_limits(st) {
+            shared.over_limit.store(true, Ordering::SeqCst);
+            let (regions, bytes) = self.current_excess(st);
+            let noted = self.note_victims(shared, st, regions, bytes);
+            self.drain(shared, st, deregs);
+            return self.evict_noted(shared, st, deregs, &noted, false);
         }
         self.settle_over_limit(shared, st);
     }
@@ -378,6 +434,41 @@ mod tests {
             c.acquire(0x10_0000 + i * 0x10_0000, 4096, Access::LOCAL_WRITE).expect("acquire").release();
         }
         c.stats().evictions
+    }
+
+    /// A miss over a limit of two while this thread holds a lane lease on
+    /// the least recently used entry A: the note revokes A's slot, sees the
+    /// lease as a pin and evicts B instead. Returns whether A was still
+    /// cached afterwards (its next acquire a hit).
+    fn lane_leased_lru_entry(skip_revoke: bool) -> bool {
+        let mut cfg = CacheConfig::default();
+        cfg.contract.limits.max_regions = Some(2);
+        cfg.faults.note_skips_revoke = skip_revoke;
+        let c = Cache::new(CountingRegistrar::default(), cfg);
+        let (a, b, z) = (0x10_0000u64, 0x20_0000u64, 0x30_0000u64);
+        let rw = Access::LOCAL_WRITE;
+        c.acquire(a, 4096, rw).expect("A misses").release();
+        c.acquire(a, 4096, rw).expect("A1 hit: A memoized in this lane").release();
+        c.acquire(b, 4096, rw).expect("B misses").release();
+        let held = c.acquire(a, 4096, rw).expect("a lane hit on A");
+        assert_eq!(c.diagnostics().lane_hits, 1, "the lease on A is a lane lease");
+        c.acquire(b, 4096, rw).expect("B hits: A is the least recently used").release();
+        c.acquire(z, 4096, rw).expect("Z misses and evicts").release();
+        drop(held);
+        let a_cached = c.acquire(a, 4096, rw).expect("A again").hit();
+        a_cached
+    }
+
+    #[test]
+    fn the_note_sees_a_lane_lease_and_evicts_the_next_entry() {
+        assert!(lane_leased_lru_entry(false), "A, leased on the lane, was evicted");
+    }
+
+    /// Teeth: a note that does not revoke misses the lane lease and evicts
+    /// the leased entry (the checker's `note-skips-revoke`).
+    #[test]
+    fn a_note_without_the_revoke_evicts_the_lane_leased_entry() {
+        assert!(!lane_leased_lru_entry(true), "the note without its revoke kept A");
     }
 
     #[test]

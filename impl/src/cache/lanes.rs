@@ -830,7 +830,14 @@ impl<R: Registrar> Cache<R> {
         self.revoke_where(shared, false, which)
     }
 
-    /// Revokes every slot's memo (A6, R2 and trim before they note).
+    /// Whether a slot of any lane points to `p` and counts a lane lease
+    /// (debug builds' full note; lock exclusive held, so no slot gains `p`).
+    #[cfg(debug_assertions)]
+    pub(super) fn lane_leased(&self, shared: &Shared<R>, p: *mut Entry<R>) -> bool {
+        shared.lanes.installed().any(|l| l.slots().iter().any(|s| s.ptr.load(Ordering::Relaxed) == p && s.count() != 0))
+    }
+
+    /// Revokes every slot's memo (trim, before it notes).
     pub(super) fn revoke_all(&self, shared: &Shared<R>) {
         self.revoke_where(shared, true, |_| true)
     }

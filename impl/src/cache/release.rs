@@ -72,8 +72,8 @@ impl<R: Registrar> Cache<R> {
             Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
             //= spec.md#R2
             //# else if the count reached 0 and the over-limit flag is set: take
-            //# the lock exclusive, raise the flag and note the unleased entries
-            //# (as A6, covering the current excess), drain, evict (A10), unlock,
+            //# the lock exclusive, note the unleased entries (as A6, covering the
+            //# current excess), drain, evict (A10, with its second pass), unlock,
             //# perform the dereg list.
             Released::Unleased => {
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
