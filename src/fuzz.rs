@@ -72,8 +72,8 @@ pub enum Mutant {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct FuzzArgs {
-    /// How long to run, in seconds.
-    #[arg(long, default_value_t = 60)]
+    /// How long to run, in seconds (at least 1).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub seconds: u64,
     /// Seed of every case (default: from the clock). Printed in the summary.
     #[arg(long)]
@@ -295,7 +295,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
             layers.retain(|l| *l != Layer::Dma);
         }
     }
-    let total = Duration::from_secs(args.seconds.max(1));
+    let total = Duration::from_secs(args.seconds);
     let start = Instant::now();
     let bar = if args.quiet || args.json {
         ProgressBar::hidden()

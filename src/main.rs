@@ -50,6 +50,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A closed stdout or stderr (`mrcache check ... | head -1`) ends the
+    // process quietly, as for any Unix tool, instead of a panic in print!.
+    // Not for `conform`, whose runner writes to adapters that may have
+    // exited: there a write must fail with EPIPE (reported as the adapter's
+    // end), not kill the runner.
+    if !matches!(cli.command, Command::Conform(_)) {
+        // SAFETY: restores the default disposition of SIGPIPE before any
+        // thread or I/O of this command exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args).map(|reports| {
             if args.json {
@@ -106,6 +116,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(e) if e.downcast_ref::<conform::AdapterDidNotStart>().is_some() => {
+            eprintln!("mrcache conform: {e:#}");
+            ExitCode::from(conform::AdapterDidNotStart::EXIT_STATUS)
+        }
         Err(e) => {
             eprintln!("mrcache: {e:#}");
             ExitCode::from(2)

@@ -57,7 +57,7 @@ fn slug(label: &str) -> String {
 
 /// Writes every chart into `dir` (created if needed); returns the files.
 pub fn write_all(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--plot {}: cannot create the directory", dir.display()))?;
+    prepare_dir(dir)?;
     let mut files = Vec::new();
     for t in &report.traces {
         let s = slug(&t.label);
@@ -341,4 +341,9 @@ fn thresholds(report: &Report, path: &Path) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Makes the `--plot` directory (`mrcache report` calls it before its work).
+pub fn prepare_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--plot {}: cannot create the directory", dir.display()))
 }

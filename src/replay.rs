@@ -252,6 +252,16 @@ pub fn replay_model_with(
 }
 
 pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
+    // The model has no monitor and no registrar: say so rather than ignore
+    // the flags.
+    if args.engine == Engine::Model {
+        if args.monitor != MonitorKind::Explicit {
+            anyhow::bail!("--monitor applies to --engine impl only (the model engine has no monitor); add --engine impl");
+        }
+        if args.registrar != crate::replay_impl::RegistrarKind::Counting {
+            anyhow::bail!("--registrar applies to --engine impl only (the model engine has no registrar); add --engine impl");
+        }
+    }
     let mut reports = Vec::new();
     for path in &args.traces {
         let trace = load(path)?;

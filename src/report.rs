@@ -195,6 +195,10 @@ fn config(trace: &Trace, policy: OverlapPolicy, eviction: EvictionPolicy, max_pi
 
 /// Runs the whole report.
 pub fn run(args: &ReportArgs) -> Result<Report> {
+    // Before the work: a directory that cannot be made fails now, not after.
+    if let Some(dir) = &args.plot {
+        crate::plot::prepare_dir(dir)?;
+    }
     let (cost_model, cost_samples, cost_note) = match &args.cost_model {
         CostSpec::Given(m) => (Some(m.clone()), Vec::new(), None),
         CostSpec::None => (None, Vec::new(), Some("--cost-model none".to_string())),

@@ -181,9 +181,43 @@ fn hung_crashing_and_babbling_adapters_are_reported_per_case() {
     let x = &r.results[0];
     assert_eq!((x.verdict, x.rule.as_str()), (Verdict::Fail, "protocol"), "{x:?}");
     assert!(x.detail.contains("registration 9"), "{}", x.detail);
-    // A missing adapter program: reported, not a panic.
-    let r = only("/nonexistent/adapter", &["seed-redux"], 1.0);
-    assert_eq!(r.results[0].verdict, Verdict::Fail);
+    // A line without end: bounded, reported as `protocol`, not held.
+    let r = only("sh -c 'read x; head -c 3000000 /dev/zero; sleep 5'", &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.rule.as_str()), (Verdict::Fail, "protocol"), "{x:?}");
+    assert!(x.detail.contains("longer than 1048576 bytes"), "{}", x.detail);
+    // A hello in another protocol version: the versions, not a Rust value.
+    let hello2 = r#"{"seq":0,"ok":true,"protocol":2,"name":"t","policy":null,"arena":{"addr":"0x100000","len":1048576}}"#;
+    let r = only(&format!("sh -c 'read x; echo '\\''{hello2}'\\''; sleep 5'"), &["seed-redux"], 2.0);
+    let x = &r.results[0];
+    assert!(x.detail.contains("the runner speaks 1, the adapter speaks 2") && !x.detail.contains("Some("), "{}", x.detail);
+}
+
+/// An adapter that ends before its first hello did not start: one error
+/// (its exit, its stderr, a hint for status 127), exit status 3, never a
+/// crash per case (issue 25: 28 `fail crash` lines before).
+#[test]
+fn an_adapter_that_does_not_start_is_one_error_with_its_own_exit_status() {
+    for (adapter, says) in [
+        ("/nonexistent/adapter", "/nonexistent/adapter: not found"),
+        ("mrcache-not-on-path adapter", "status 127 is the shell's `command not found`"),
+        ("true", "exited with status 0 before its hello"),
+        ("sh -c 'echo no library >&2; exit 1'", "its stderr: no library"),
+    ] {
+        let err = conform::run(&args(adapter.to_string())).expect_err(adapter);
+        let did_not_start = err.downcast_ref::<conform::AdapterDidNotStart>().unwrap_or_else(|| panic!("{adapter}: {err:#}"));
+        assert!(did_not_start.message.starts_with("the adapter did not start"), "{}", did_not_start.message);
+        assert!(did_not_start.message.contains(says), "{adapter}: {}", did_not_start.message);
+        let out = Command::new(bin())
+            .args(["conform", "--adapter", adapter, "--cases"])
+            .arg(root().join("conformance/cases"))
+            .output()
+            .expect("mrcache runs");
+        assert_eq!(out.status.code(), Some(conform::AdapterDidNotStart::EXIT_STATUS as i32), "{adapter}");
+        assert!(out.stdout.is_empty(), "{adapter}: no table: {}", String::from_utf8_lossy(&out.stdout));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{adapter}: one line: {stderr}");
+    }
 }
 
 #[test]
@@ -197,6 +231,23 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
     assert!(err(r#"{"op": "acquire", "lease": 1, "addr": 0, "len": 0, "access": "rw"}"#).contains("bad.jsonl:2"));
     assert!(err(r#"{"mem": "mremap_shrink", "addr": 0, "len": 4096, "new_len": 8192}"#).contains("new_len"));
     assert!(err(r#"{"ctl": "go"}"#).contains("unknown ctl"));
+    // Mistakes that used to reach the adapter and be blamed on it (issue 25).
+    let acq = r#"{"op": "acquire", "lease": 1, "addr": 0, "len": 4096, "access": "rw"}"#;
+    let rel = r#"{"op": "release", "lease": 1}"#;
+    let e = err(&format!("{acq}\n{rel}\n{rel}"));
+    assert!(e.contains("bad.jsonl:4") && e.contains("release of lease 1, released already"), "{e}");
+    let e = err(rel);
+    assert!(e.contains("bad.jsonl:2") && e.contains("taken by no earlier acquire"), "{e}");
+    let e = err(r#"{"op": "acquire", "lease": 1, "buf": "b", "addr": 0, "len": 4096, "access": "rw"}"#);
+    assert!(e.contains("unknown buf `b`"), "{e}");
+    let e = err(r#"{"op": "acquire", "lease": 1, "addr": "0x100000", "len": 4096, "access": "rw"}"#);
+    assert!(e.contains("outside the arena's first 0x100000 bytes"), "{e}");
+    let e = err(r#"{"mem": "munmap", "addr": "0xff000", "len": 8192}"#);
+    assert!(e.contains("outside the arena"), "{e}");
+    let e = err(r#"{"ctl": "continue", "thread": 1}"#);
+    assert!(e.contains("`continue` of thread 1, which nothing paused"), "{e}");
+    let e = err(r#"{"op": "acquirre", "lease": 1}"#);
+    assert!(e.contains("unknown op `acquirre`") && !e.contains("release_event") && !e.contains("alloc"), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p"}"#, p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl:1") && e.contains("spec"), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p", "spec": ["P1"], "expect": 1}"#, p)

@@ -8,21 +8,29 @@
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 pub(super) enum Line {
     Text(String),
+    /// A line longer than [`MAX_LINE`] bytes: the reader stopped there
+    /// (the runner never holds more than that of one line).
+    TooLong,
     Eof,
 }
+
+/// The longest line an adapter may write (a reply is a few hundred bytes).
+pub(super) const MAX_LINE: u64 = 1 << 20;
 
 pub(super) struct Adapter {
     child: Child,
     stdin: Option<ChildStdin>,
     pub(super) rx: Receiver<Line>,
     stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Set when the stderr reader reached end of file.
+    stderr_done: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub(super) transcript: Vec<String>,
 }
 
@@ -47,13 +55,19 @@ impl Adapter {
         std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
             loop {
-                let mut s = String::new();
-                match r.read_line(&mut s) {
+                let mut buf = Vec::new();
+                // Bounded: at most MAX_LINE bytes of one line are held.
+                match (&mut r).take(MAX_LINE + 1).read_until(b'\n', &mut buf) {
                     Ok(0) | Err(_) => {
                         let _ = tx.send(Line::Eof);
                         return;
                     }
+                    Ok(n) if n as u64 > MAX_LINE && buf.last() != Some(&b'\n') => {
+                        let _ = tx.send(Line::TooLong);
+                        return;
+                    }
                     Ok(_) => {
+                        let s = String::from_utf8_lossy(&buf);
                         if tx.send(Line::Text(s.trim_end().to_string())).is_err() {
                             return;
                         }
@@ -63,7 +77,10 @@ impl Adapter {
         });
         let errs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let errs2 = errs.clone();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done2 = done.clone();
         std::thread::spawn(move || {
+            let _at_end = SetOnDrop(done2);
             for l in BufReader::new(stderr).lines() {
                 let Ok(l) = l else { return };
                 let mut v = errs2.lock().unwrap_or_else(|e| e.into_inner());
@@ -73,7 +90,7 @@ impl Adapter {
                 }
             }
         });
-        Ok(Adapter { child, stdin, rx, stderr: errs, transcript: Vec::new() })
+        Ok(Adapter { child, stdin, rx, stderr: errs, stderr_done: done, transcript: Vec::new() })
     }
 
     pub(super) fn note(&mut self, s: String) {
@@ -124,8 +141,25 @@ impl Adapter {
         }
     }
 
-    pub(super) fn stderr_tail(&self) -> Vec<String> {
+    /// The last lines of its stderr. Once it has exited, waits (up to
+    /// 500 ms) for the reader to take in what it wrote last.
+    pub(super) fn stderr_tail(&mut self) -> Vec<String> {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while !self.stderr_done.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Sets its flag when dropped (the stderr reader's end, however it ends).
+struct SetOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 

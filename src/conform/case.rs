@@ -106,6 +106,107 @@ fn field_bool(obj: &Map<String, Value>, key: &str, at: &str) -> Result<bool> {
     }
 }
 
+/// The ops a case may use: every [`Op`] but the three the adapter performs
+/// as real memory operations instead.
+const CASE_OPS: [&str; 8] = ["acquire", "release", "release_begin", "release_end", "flush", "trim", "fork", "mem (a memory operation)"];
+
+/// An op that does not parse: an unknown name lists the ops a case may use
+/// (serde's own list would offer `release_event`, `alloc` and `free`, which
+/// cases reject); any other error is serde's, at the line.
+fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
+    let msg = e.to_string();
+    match msg.strip_prefix("unknown variant `").and_then(|r| r.split_once('`')) {
+        Some((name, _)) => anyhow!("{at}: unknown op `{name}` (expected one of {})", CASE_OPS.join(", ")),
+        None => anyhow!("{at}: not an op: {msg}"),
+    }
+}
+
+/// Mistakes in a case that would otherwise reach the adapter and be blamed
+/// on it (issue 25): a release of a lease no earlier acquire took, or taken
+/// and released already; a `buf` no earlier record named; an address
+/// outside the first [`MIN_ARENA`](super::MIN_ARENA) bytes of the arena
+/// (all an adapter must offer); a `continue` of a thread with nothing
+/// paused, or a pause on a thread already paused.
+fn check_records(records: &[(usize, Record)], path: &Path) -> Result<()> {
+    use std::collections::{HashMap, HashSet};
+    let mut held: HashSet<u64> = HashSet::new();
+    let mut released: HashSet<u64> = HashSet::new();
+    let mut bufs: HashSet<&str> = HashSet::new();
+    let mut paused: HashMap<u64, usize> = HashMap::new();
+    let in_arena = |addr: u64, len: u64| addr.checked_add(len).is_some_and(|end| end <= super::MIN_ARENA);
+    for (n, r) in records {
+        let at = format!("{}:{n}", path.display());
+        let (buf, thread, pause) = match r {
+            Record::Op { buf, thread, pause, .. } | Record::Mem { buf, thread, pause, .. } => (buf, *thread, *pause),
+            Record::Continue { thread } => {
+                if paused.remove(thread).is_none() {
+                    bail!("{at}: `continue` of thread {thread}, which nothing paused");
+                }
+                continue;
+            }
+        };
+        if let Some(b) = buf {
+            if !bufs.contains(b.as_str()) {
+                let mut known: Vec<&str> = bufs.iter().copied().collect();
+                known.sort_unstable();
+                bail!(
+                    "{at}: field `buf`: unknown buf `{b}` (no earlier record names it{})",
+                    if known.is_empty() { String::new() } else { format!("; named so far: {}", known.join(", ")) }
+                );
+            }
+        }
+        if pause {
+            if let Some(p) = paused.insert(thread, *n) {
+                bail!("{at}: thread {thread} pauses again while paused at line {p} (a `continue` first)");
+            }
+        }
+        match r {
+            Record::Op { op, .. } => {
+                match *op {
+                    Op::Acquire { lease, .. } => {
+                        let fresh = !released.contains(&lease) && held.insert(lease);
+                        if !fresh {
+                            bail!("{at}: lease {lease} is taken twice (lease ids are unique within a case)");
+                        }
+                    }
+                    Op::Release { lease } => {
+                        if !held.remove(&lease) {
+                            let why = if released.contains(&lease) { "released already" } else { "taken by no earlier acquire" };
+                            bail!("{at}: release of lease {}, {why}", lease);
+                        }
+                        released.insert(lease);
+                    }
+                    _ => {}
+                }
+                if let (None, Some(Ok(range))) = (buf, op.range()) {
+                    if !in_arena(range.addr, range.len) {
+                        bail!(
+                            "{at}: [{:#x}, {:#x}) lies outside the arena's first {:#x} bytes, all an adapter must offer",
+                            range.addr,
+                            range.addr.saturating_add(range.len),
+                            super::MIN_ARENA
+                        );
+                    }
+                }
+            }
+            Record::Mem { buf, name, addr, len, .. } => {
+                if buf.is_none() && !in_arena(*addr, *len) {
+                    bail!(
+                        "{at}: [{addr:#x}, {:#x}) lies outside the arena's first {:#x} bytes, all an adapter must offer",
+                        addr.saturating_add(*len),
+                        super::MIN_ARENA
+                    );
+                }
+                if let Some(nm) = name {
+                    bufs.insert(nm.as_str());
+                }
+            }
+            Record::Continue { .. } => {}
+        }
+    }
+    Ok(())
+}
+
 impl Case {
     pub fn load(path: &Path) -> Result<Case> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read case {}", path.display()))?;
@@ -191,7 +292,7 @@ impl Case {
                 for k in ["thread", "pause", "buf"] {
                     obj.remove(k);
                 }
-                let op: Op = serde_json::from_value(Value::Object(obj)).with_context(|| format!("{at}: not an op"))?;
+                let op: Op = serde_json::from_value(Value::Object(obj)).map_err(|e| unknown_op(e, &at))?;
                 match op {
                     Op::ReleaseEvent { .. } | Op::Alloc { .. } | Op::Free { .. } => bail!(
                         "{at}: `{}` is not a conformance record: the adapter performs real memory operations (use {{\"mem\": ...}})",
@@ -210,6 +311,7 @@ impl Case {
                 bail!("{at}: a record needs `op`, `mem` or `ctl`");
             }
         }
+        check_records(&records, path)?;
         Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, path: path.to_path_buf(), records })
     }
 

@@ -248,6 +248,9 @@ impl CaseRun<'_> {
                         return Ok(());
                     }
                 }
+                Ok(Line::TooLong) => {
+                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes", super::adapter::MAX_LINE)));
+                }
                 Ok(Line::Eof) => {
                     let how = self.ad.exit_status();
                     let (rule, what) = match &self.pending.get(&seq).map(|p| p.kind.clone()) {

@@ -35,7 +35,14 @@ pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
     }
     match o.get("protocol").and_then(Value::as_u64) {
         Some(PROTOCOL) => {}
-        other => return Err(format!("{at}: field `protocol`: the runner speaks {PROTOCOL}, the adapter {other:?}")),
+        other => {
+            let theirs = match (other, o.get("protocol")) {
+                (Some(n), _) => format!("speaks {n}"),
+                (None, None) => "gave no `protocol`".to_string(),
+                (None, Some(x)) => format!("gave `protocol` {x}, not a version number"),
+            };
+            return Err(format!("{at}: field `protocol`: the runner speaks {PROTOCOL}, the adapter {theirs}"));
+        }
     }
     let name = s("name").ok_or_else(|| format!("{at}: the hello reply needs `name`"))?;
     let version = s("version").unwrap_or_else(|| "?".into());

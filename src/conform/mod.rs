@@ -84,6 +84,45 @@ pub struct ConformArgs {
     pub only: Vec<String>,
 }
 
+/// The adapter ended before its first hello: `mrcache conform` reports it
+/// once, with its own exit status ([`AdapterDidNotStart::EXIT_STATUS`]),
+/// instead of a crash in every case.
+#[derive(Debug)]
+pub struct AdapterDidNotStart {
+    pub message: String,
+}
+
+impl AdapterDidNotStart {
+    /// `mrcache conform`'s exit status for it (1: a case failed; 2: an
+    /// error in the cases or the arguments).
+    pub const EXIT_STATUS: u8 = 3;
+
+    fn new(adapter: &str, first: &CaseResult) -> Self {
+        let stderr: Vec<&str> =
+            first.transcript.iter().filter_map(|l| l.strip_prefix("stderr: ")).collect();
+        let mut message = format!("the adapter did not start: `{adapter}`: {}", first.detail.trim_start_matches("the adapter "));
+        if !stderr.is_empty() {
+            message.push_str(&format!("; its stderr: {}", stderr.join(" | ")));
+        }
+        if first.detail.contains("status 127") {
+            message.push_str(
+                "; status 127 is the shell's `command not found`: check the command; for mrcache's own \
+                 adapter give its full path (e.g. target/release/mrcache adapter) or put mrcache on PATH \
+                 (`cargo install --path .`)",
+            );
+        }
+        AdapterDidNotStart { message }
+    }
+}
+
+impl std::fmt::Display for AdapterDidNotStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for AdapterDidNotStart {}
+
 /// Runs every case; the adapter's identity comes from the first hello.
 pub fn run(args: &ConformArgs) -> Result<RunReport> {
     let mut cases = Case::load_dir(&args.cases)?;
@@ -103,6 +142,14 @@ pub fn run(args: &ConformArgs) -> Result<RunReport> {
     };
     for case in &cases {
         let (res, hello) = run_case(case, args);
+        // An adapter that ends before its first hello did not start (a
+        // wrong path, a missing library, `mrcache` not on PATH): one error,
+        // not a crash in every case.
+        if hello.is_none() && report.name.is_empty() {
+            if let Some(r) = res.as_ref().filter(|r| r.rule == "crash" && r.line <= 1) {
+                return Err(AdapterDidNotStart::new(&args.adapter, r).into());
+            }
+        }
         if let Some(h) = hello {
             if report.name.is_empty() {
                 report.name = h.name.clone();

@@ -36,7 +36,11 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
     });
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let hello = (|| -> Result<Hello, (String, String)> {
-        ad.send(&hello_cmd, 1).map_err(|e| ("crash".into(), e))?;
+        if ad.send(&hello_cmd, 1).is_err() {
+            // Its stdin closed: it exited (or is exiting) before reading the
+            // hello; report how it ended, not the broken pipe.
+            return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status())));
+        }
         let deadline = Instant::now() + timeout;
         loop {
             match ad.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -50,6 +54,9 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
                     return parse_hello(&v, "hello").map_err(|e| ("protocol".into(), e));
                 }
                 Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
+                Ok(Line::TooLong) => {
+                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes", super::adapter::MAX_LINE)))
+                }
                 Err(_) => return Err(("hang".into(), format!("no hello within {:.1} s", args.timeout))),
             }
         }
