@@ -32,6 +32,17 @@ if ldd ./api_errors_static | grep -q libmrcache; then
   exit 1
 fi
 
+# The README's "From C" recipes, verbatim, on a fresh prefix (issue 25).
+recipe=$(awk '/ci\/c-tests.sh runs the next block verbatim/{f=1; next} f&&/^```sh/{g=1; next} g&&/^```/{exit} g' "$root/README.md")
+[ -n "$recipe" ] || { echo "c-tests: no recipe block in README.md" >&2; exit 1; }
+mkdir "$work/recipe"
+cp "$root/examples/c/pingpong_cache.c" "$work/recipe/prog.c"
+(cd "$root" && PREFIX="$work/recipe/prefix" PKG_CONFIG_PATH= bash -euo pipefail -c "cd '$work/recipe'; ln -s '$root/ci' ci; $recipe")
+if ldd "$work/recipe/prog-static" | grep -q libmrcache; then
+  echo "the README's static recipe links libmrcache.so" >&2
+  exit 1
+fi
+
 echo "== native"
 MRCACHE_REQUIRE_UFFD=1 ./pingpong_cache
 ./api_errors

@@ -7,10 +7,11 @@
 # With libibverbs present (pkg-config), the built-in verbs registrar is
 # compiled in (feature `verbs`); without it mrcache_registrar_verbs returns
 # MRCACHE_NO_DEVICE.
-# Then: PKG_CONFIG_PATH=PREFIX/lib/pkgconfig cc prog.c $(pkg-config --cflags --libs mrcache)
+#   PREFIX/lib/pkgconfig/mrcache-static.pc (the static link)
+# Then: the README's "From C" recipes (run verbatim by ci/c-tests.sh).
 set -euo pipefail
 prefix=${1:?usage: ci/install.sh PREFIX}
-cd "$(dirname "$0")/.."
+cd -P "$(dirname "$0")/.."
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 target=${CARGO_TARGET_DIR:-$PWD/target}/capi-install
@@ -33,4 +34,8 @@ install -m 755 "$target/release/libmrcache_capi.so" "$prefix/lib/libmrcache.so"
 install -m 644 "$target/release/libmrcache_capi.a" "$prefix/lib/libmrcache.a"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@REQUIRES_PRIVATE@|$requires|" \
   -e "s|@LIBS_PRIVATE@|$native|" capi/mrcache.pc.in >"$prefix/lib/pkgconfig/mrcache.pc"
+# The static link: the archive by path (with -lmrcache the linker would take
+# the .so beside it), plus what Rust's standard library needs.
+sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@REQUIRES_PRIVATE@|$requires|" \
+  -e "s|@LIBS_PRIVATE@|$native|" capi/mrcache-static.pc.in >"$prefix/lib/pkgconfig/mrcache-static.pc"
 echo "installed mrcache $version under $prefix${features:+ (with verbs)}"

@@ -273,7 +273,9 @@ pub unsafe extern "C" fn mrcache_create(
 }
 
 /// Destroys a cache: deregisters everything cached and frees it. Refuses
-/// with `MRCACHE_BUSY` (changing nothing) while any lease is held.
+/// with `MRCACHE_BUSY` (changing nothing) while any lease is held (in a
+/// fork child: any lease taken in the child; those from before the fork
+/// are void there and not waited for).
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
@@ -293,7 +295,10 @@ pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_statu
 }
 
 /// Acquires a lease on a registration covering `[addr, addr+len)` with at
-/// least `access` (spec.md#S2.1) into `*lease`.
+/// least `access` (spec.md#S2.1) into `*lease`. On failure `*lease` is the
+/// all-zero lease (when `lease` is not NULL), which no acquire returns:
+/// releasing it gives `MRCACHE_INVALID_LEASE`. `addr` NULL is
+/// `MRCACHE_NULL_ARGUMENT`.
 #[no_mangle]
 #[inline(never)]
 pub unsafe extern "C" fn mrcache_acquire(
@@ -311,6 +316,12 @@ pub unsafe extern "C" fn mrcache_acquire(
         }
         if lease.is_null() {
             return fail_null("lease");
+        }
+        // Every failure leaves the all-zero lease, which is never valid.
+        // SAFETY: non-null and writable (header).
+        unsafe { lease.write(mrcache_lease_t { opaque: 0 }) };
+        if addr.is_null() {
+            return fail_null("addr");
         }
         // SAFETY: non-null, and the caller passes a live handle (header).
         let h = unsafe { &*cache };
@@ -442,6 +453,7 @@ pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const 
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
+        non_null(addr, "addr")?;
         h.cache.invalidate(addr as u64, len as u64, ReleaseKind::Munmap).map_err(Failure::from)
     })
 }
@@ -462,6 +474,7 @@ pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *con
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
+        non_null(addr, "addr")?;
         h.cache.release_begin(addr as u64, len as u64).map_err(Failure::from)
     })
 }
@@ -474,6 +487,7 @@ pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const
     guard(|| {
         // SAFETY: the caller passes NULL or a live handle.
         let h = unsafe { handle(cache) }?;
+        non_null(addr, "addr")?;
         h.cache.release_end(addr as u64, len as u64).map_err(Failure::from)
     })
 }

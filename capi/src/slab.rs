@@ -67,6 +67,10 @@ struct Slot {
     id: AtomicU64,
     addr: AtomicU64,
     len: AtomicU64,
+    /// The process's fork generation when the lease was taken: in a fork
+    /// child, a lease from before the fork is void (its holder may not
+    /// exist there), and [`LeaseSlab::held`] does not count it.
+    fork_generation: AtomicU64,
 }
 
 impl Slot {
@@ -81,6 +85,7 @@ impl Slot {
             id: AtomicU64::new(0),
             addr: AtomicU64::new(0),
             len: AtomicU64::new(0),
+            fork_generation: AtomicU64::new(0),
         }
     }
 }
@@ -306,6 +311,7 @@ impl LeaseSlab {
         slot.id.store(view.id, Ordering::Relaxed);
         slot.addr.store(view.addr, Ordering::Relaxed);
         slot.len.store(view.len, Ordering::Relaxed);
+        slot.fork_generation.store(mrcache_impl::cache::fork_generation(), Ordering::Relaxed);
         slot.state.store(generation << 1 | LIVE, Ordering::Release);
         Ok(mrcache_lease_t { opaque: self.tag << 48 | u64::from(generation) << INDEX_BITS | u64::from(index) })
     }
@@ -366,9 +372,18 @@ impl LeaseSlab {
     }
 
     /// Leases held now (a scan; for `mrcache_destroy` and the stats).
+    /// Leases held in this process: a lease taken before a fork is void in
+    /// the child (spec.md#S2.6) and not counted there, so a child can
+    /// always destroy its cache; such a lease is leaked with the slab.
     pub(crate) fn held(&self) -> u64 {
         let fresh = self.fresh.load(Ordering::Acquire);
-        (0..fresh).filter_map(|i| self.slot(i)).filter(|s| s.state.load(Ordering::Acquire) & LIVE != 0).count() as u64
+        let now = mrcache_impl::cache::fork_generation();
+        (0..fresh)
+            .filter_map(|i| self.slot(i))
+            // Acquire on the state: the fork generation was stored before
+            // the LIVE store that this load reads.
+            .filter(|s| s.state.load(Ordering::Acquire) & LIVE != 0 && s.fork_generation.load(Ordering::Relaxed) == now)
+            .count() as u64
     }
 }
 

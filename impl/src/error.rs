@@ -34,7 +34,7 @@ pub enum Error {
     /// E5 as well: the event source refused to watch the range it would have
     /// to watch before registering (spec.md#S7.1: memory userfaultfd cannot
     /// watch is refused with a clear error).
-    #[error("E5 registrar: monitor cannot watch {range}: {detail}")]
+    #[error("E5 registrar: {}", watch_message(.range, .detail))]
     Watch { range: Range, detail: String },
     /// E6: the registration was invalidated during every attempt (spec.md#A7).
     #[error("E6 retries_exhausted: the registration was invalidated during each of its {attempts} attempts")]
@@ -91,6 +91,16 @@ impl Error {
     }
 }
 
+/// [`Error::Watch`]'s text: the range once (the monitor's own detail often
+/// names it already: "cannot watch [a,b): ...").
+fn watch_message(range: &Range, detail: &str) -> String {
+    if detail.contains(&range.to_string()) {
+        format!("the monitor refused: {detail}")
+    } else {
+        format!("the monitor cannot watch {range}: {detail}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,4 +120,16 @@ mod tests {
         assert!(msg.contains("E5") && msg.contains("ibv_reg_mr") && msg.contains("errno 14"), "{msg}");
         assert_eq!(Error::RetriesExhausted { attempts: 4 }.op_error(), OpError::RetriesExhausted);
     }
+
+    /// The range appears once, whether or not the monitor's detail names it
+    /// (issue 25: "monitor cannot watch [0x0,0x1000): cannot watch [0x0,0x1000): ...").
+    #[test]
+    fn a_watch_error_names_its_range_once() {
+        let range = Range::new(0, 4096).unwrap();
+        let named = Error::Watch { range, detail: format!("cannot watch {range}: a file mapping") }.to_string();
+        assert_eq!(named.matches(&range.to_string()).count(), 1, "{named}");
+        let unnamed = Error::Watch { range, detail: "EBUSY".into() }.to_string();
+        assert_eq!(unnamed.matches(&range.to_string()).count(), 1, "{unnamed}");
+    }
 }
+

@@ -93,8 +93,11 @@ fn wipe_check() -> Option<()> {
     }
 }
 
+/// The process's fork generation: how many forks this process is removed
+/// from the one that loaded the library (a child's is its parent's + 1).
+/// A lease taken under an older one is void here (spec.md#S2.6).
 #[inline]
-pub(super) fn generation() -> u64 {
+pub fn generation() -> u64 {
     FORKS.load(Ordering::Relaxed)
 }
 

@@ -100,6 +100,7 @@ pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 #[cfg(any(test, feature = "testkit"))]
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent};
+pub use fork::generation as fork_generation;
 pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};

@@ -139,8 +139,9 @@ pub enum UffdError {
     /// The `userfaultfd()` syscall failed (also after retrying with
     /// `UFFD_USER_MODE_ONLY` when the first attempt gave EPERM).
     #[error(
-        "userfaultfd() failed: {} (ENOSYS: kernel without CONFIG_USERFAULTFD; EPERM: blocked by \
-         seccomp, or vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE)",
+        "userfaultfd() failed: {} (ENOSYS: running under valgrind, which does not implement \
+         userfaultfd, or a kernel without CONFIG_USERFAULTFD; EPERM: blocked by seccomp, or \
+         vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE)",
         os_err(.errno)
     )]
     Open { errno: i32 },
