@@ -10,6 +10,8 @@ cargo test -q -p mrcache-checker --test step_ids -- --nocapture citations_are
 # Lints: every target, warnings are errors (impl/ also denies unsafe code
 # without a SAFETY comment, Cargo.toml [lints]).
 cargo clippy -q --workspace --all-targets -- -D warnings
+# The Rust API's docs: no broken or private links (issue 25).
+RUSTDOCFLAGS="-D warnings" cargo doc -q -p mrcache --no-deps
 # Contention smoke (issue 10; the long runs are `bash ci/stress.sh contention`):
 # the unmodified concurrent test, one copy per CPU beside two busy loops on
 # each (where the old P2 oracle failed 3 runs in 386), for 60 s.

@@ -1,10 +1,64 @@
 //! mrcache: a registration cache for RDMA memory regions (see spec.md).
 //!
+//! An RDMA NIC reads and writes only *registered* memory, and registering
+//! (`ibv_reg_mr`) costs tens of microseconds, so a library registers a buffer
+//! once and reuses the registration: [`Cache::acquire`] returns a [`Lease`]
+//! on a registration covering the buffer (a hit, or a miss that registers
+//! through the cache's [`registrar::Registrar`]); dropping the lease gives it
+//! back. The cache must learn when the program frees or unmaps memory it
+//! holds a registration of, or a later hit hands the NIC pages the buffer no
+//! longer has: that is the monitor's job. Start one
+//! ([`MonitorThread::start`], userfaultfd: munmap, madvise, mremap and
+//! `free` that returns memory are seen by themselves), or call
+//! [`Cache::invalidate`] (or [`Cache::release_begin`] / [`Cache::release_end`]
+//! from your own memory hooks) whenever memory is released. A cache with
+//! neither never learns of a release.
+//!
+//! ```
+//! use mrcache::registrar::counting::CountingRegistrar;
+//! use mrcache::types::Access;
+//! use mrcache::{Cache, CacheConfig, MonitorThread};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), mrcache::Error> {
+//! // The registrar pins memory: `registrar::verbs` (ibv_reg_mr on a
+//! // protection domain) or `registrar::uring` in a real program; one that
+//! // only counts here.
+//! let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+//! // Where userfaultfd is available: releases invalidate by themselves.
+//! let monitor = MonitorThread::start(&cache).ok();
+//!
+//! let buf = vec![0u8; 64 << 10];
+//! {
+//!     // A borrowed lease: lives within the cache's borrow.
+//!     let lease = cache.acquire_slice(&buf, Access::LOCAL_WRITE)?;
+//!     let keys = lease.keys(); // lkey / rkey for the work request
+//!     let _ = keys;
+//!     assert!(!lease.hit()); // the first acquire registers
+//! } // dropped: released
+//! assert!(cache.acquire_slice(&buf, Access::LOCAL_WRITE)?.hit());
+//!
+//! // Without a monitor, say that the memory is gone before reusing it:
+//! if monitor.is_none() {
+//!     cache.invalidate(buf.as_ptr() as u64, buf.len() as u64, mrcache::types::ReleaseKind::Munmap)?;
+//! }
+//! drop(buf);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! For a request object released at completion, on any thread, use a
+//! [`SharedCache`] and its [`OwnedLease`]s (an example is on
+//! [`SharedCache`]).
+//!
 //! Layout: [`cache`] is the cache of spec.md §A ([`Cache`], [`Lease`]);
-//! [`index`] its interval index and [`hit_memo`] the memo of its answers; [`sync`] the std/loom facade;
 //! [`registrar`] pins memory (counting, io_uring, verbs);
-//! [`monitor`] turns process memory releases into cache invalidations;
-//! `testkit` (feature `testkit`) holds the harnesses that check all of it.
+//! [`monitor`] turns process memory releases into cache invalidations.
+//! The modules `index` (its interval index), `hit_memo` (the memo of its
+//! answers), `sync` (the std/loom facade), `pagemap` and `mem` are public
+//! for the project's own tests, benches and tools, and hidden from these
+//! docs: they are not part of the API. `testkit` (feature `testkit`) holds
+//! the harnesses that check all of it.
 //! A production build (`cargo build --release -p mrcache`, no features)
 //! depends on neither the reference model nor stateright and has no fault
 //! switches (`Faults`, test builds only; tests/production.rs shows it).
@@ -23,12 +77,17 @@ macro_rules! fault {
 
 pub mod cache;
 pub mod error;
+#[doc(hidden)]
 pub mod hit_memo;
+#[doc(hidden)]
 pub mod index;
+#[doc(hidden)]
 pub mod mem;
 pub mod monitor;
+#[doc(hidden)]
 pub mod pagemap;
 pub mod registrar;
+#[doc(hidden)]
 pub mod sync;
 #[cfg(all(feature = "testkit", not(loom)))]
 pub mod testkit;

@@ -74,6 +74,22 @@ impl<R: Registrar> Cache<R> {
         self.acquire_locked(shared, range, access)
     }
 
+    /// [`Self::acquire`] for the bytes of `buf` (empty: `E1`). The lease
+    /// borrows the cache, not the buffer: the registration stays pinned
+    /// while the lease lives even if the buffer is freed meanwhile (S5.3),
+    /// and the monitor (or [`Self::invalidate`]) keeps later acquires fresh.
+    #[inline(always)]
+    pub fn acquire_slice<T>(&self, buf: &[T], access: Access) -> Result<Lease<'_, R>, Error> {
+        self.acquire(buf.as_ptr() as u64, std::mem::size_of_val(buf) as u64, access)
+    }
+
+    /// [`Self::acquire`] for `len` bytes at `ptr` (only the address is used:
+    /// nothing is read through it).
+    #[inline(always)]
+    pub fn acquire_ptr<T>(&self, ptr: *const T, len: usize, access: Access) -> Result<Lease<'_, R>, Error> {
+        self.acquire(ptr as u64, len as u64, access)
+    }
+
     /// [`Self::acquire`] in two halves, for a caller that keeps the hit path
     /// apart (the C API, whose hit path then never holds a lease in memory
     /// shared with the miss path's result): the lane hit (LN1), or `None`.

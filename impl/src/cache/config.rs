@@ -64,7 +64,7 @@ impl Faults {
     }
 }
 
-/// The configuration of a [`Cache`]: the contract's declared policy
+/// The configuration of a [`Cache`](super::Cache): the contract's declared policy
 /// ([`Config`]: overlap policy, page size, chunking, eviction, limits) plus
 /// implementation parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -185,6 +185,27 @@ impl<'c, R: Registrar + 'static> Lease<'c, R> {
 /// The `Arc` is never handed out (a bare `Arc` dropped last would free the
 /// cache without the check); [`crate::monitor::MonitorThread::start_shared`]
 /// keeps a handle, not an `Arc`.
+///
+/// ```
+/// use mrcache::registrar::counting::CountingRegistrar;
+/// use mrcache::types::Access;
+/// use mrcache::{CacheConfig, MonitorThread, SharedCache};
+///
+/// # fn main() -> Result<(), mrcache::Error> {
+/// let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let _monitor = MonitorThread::start_shared(&cache).ok();
+/// let buf = vec![0u8; 8192];
+/// // An owned lease: 'static, released wherever it is dropped.
+/// let lease = cache.acquire_owned_slice(&buf, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+/// let completion = std::thread::spawn(move || {
+///     let _rkey = lease.keys().rkey; // handed to the peer
+///     drop(lease); // the transfer completed
+/// });
+/// completion.join().unwrap();
+/// assert_eq!(cache.stats().releases, 1);
+/// # Ok(())
+/// # }
+/// ```
 pub struct SharedCache<R: Registrar + 'static>(ManuallyDrop<CacheArc<R>>);
 
 /// The cache is boxed inside the `Arc` so that the last handle can take it
@@ -205,11 +226,19 @@ impl<R: Registrar + 'static> SharedCache<R> {
         Self::from(Cache::new(registrar, config))
     }
 
-    /// [`Cache::acquire`], returning a lease that refers to the cache by
-    /// itself ([`OwnedLease`]), for a request object released at
+    /// [`Cache::acquire_slice`], returning a lease that refers to the cache
+    /// by itself ([`OwnedLease`]), for a request object released at
     /// completion, on any thread. On the hit path it writes no shared cache
     /// line and allocates nothing: it is a [`Lease`] (the lane slot, or the
     /// state word) plus one owner-only count on this thread's lane.
+    #[inline(always)]
+    pub fn acquire_owned_slice<T>(&self, buf: &[T], access: Access) -> Result<OwnedLease<R>, crate::Error> {
+        self.acquire_owned(buf.as_ptr() as u64, std::mem::size_of_val(buf) as u64, access)
+    }
+
+    /// [`Cache::acquire`], returning a lease that refers to the cache by
+    /// itself ([`OwnedLease`]): see [`Self::acquire_owned_slice`] for a
+    /// buffer.
     #[inline(always)]
     pub fn acquire_owned(&self, addr: u64, len: u64, access: Access) -> Result<OwnedLease<R>, crate::Error> {
         let cache: &Cache<R> = self;

@@ -20,7 +20,7 @@
 //!   the LRU / GreedyDual-Size stamps, all atomics, so the hit path only needs
 //!   the lock shared;
 //! - the **over-limit flag** (R2);
-//! - with limits, the **eviction order** ([`evict_order`]): a lazy min-heap
+//! - with limits, the **eviction order** (`evict_order`): a lazy min-heap
 //!   of victim candidates in policy order, under the lock exclusive, so that
 //!   A6 / R2 note only the least unleased entries that cover the excess and
 //!   A10 evicts them without scanning the index (spec.md#A6 allows the
@@ -44,7 +44,7 @@
 //! # Lanes (spec.md#LN1)
 //!
 //! The usual hit skips even that: each thread memoizes its A1 hits in its own
-//! lane ([`lanes`]), and a repeated acquire of the same key is served there
+//! lane (module `lanes`), and a repeated acquire of the same key is served there
 //! with plain stores and loads and a compiler fence. A lane lease is counted
 //! in its slot, not in the state word. Every removal from the index first
 //! revokes the entry's memos (membarrier), turning a slot still counting
@@ -71,7 +71,7 @@
 //! # Sequential equivalence with the model
 //!
 //! For any sequential sequence of operations the cache returns the `Ret`s of
-//! `mrcache_model::Model::step` and the same [`Stats`]: the same canonical hit
+//! `mrcache_model::Model::step` and the same [`Stats`](mrcache_types::Stats): the same canonical hit
 //! (lowest covering id), the same overlap plan (S6.1), ids in creation order
 //! of cached registrations (registrations discarded by A7/A8 get none), the
 //! same LRU / GreedyDual-Size victims (one logical clock ticked by every use;
@@ -117,6 +117,29 @@ use crate::sync::{Ordering, plain};
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
 /// it by reference, in an `Arc`, or in a [`SharedCache`] handle (which hands
 /// out [`OwnedLease`]s, leases that do not borrow it).
+///
+/// A cache needs a monitor to stay fresh: a [`crate::MonitorThread`], or
+/// [`Cache::invalidate`] (or [`Cache::release_begin`] / [`Cache::release_end`])
+/// called on every release of memory it may hold (the crate docs show both).
+///
+/// ```
+/// use mrcache::registrar::counting::CountingRegistrar;
+/// use mrcache::types::{Access, ReleaseKind};
+/// use mrcache::{Cache, CacheConfig};
+///
+/// # fn main() -> Result<(), mrcache::Error> {
+/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let buf = vec![1u8; 4096];
+/// let lease = cache.acquire_slice(&buf, Access::LOCAL_WRITE)?; // a miss: registers
+/// let view = lease.view(); // what was registered: id, addr, len, access
+/// assert!(view.addr <= buf.as_ptr() as u64 && view.len >= 4096);
+/// drop(lease);
+/// // This program's own memory hook: the buffer goes back to the system.
+/// cache.invalidate(buf.as_ptr() as u64, 4096, ReleaseKind::Munmap)?;
+/// assert_eq!(cache.stats().invalidations, 1);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Cache<R: Registrar> {
     registrar: R,
     config: CacheConfig,

@@ -169,14 +169,14 @@ pub struct Diagnostics {
     pub early_deregistrations: u64,
     /// Release events queued now (spec.md#L2).
     pub queued_events: u64,
-    /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`].
+    /// The queue's bound: `max_unreleased`, at most [`MAX_QUEUE_CAPACITY`](super::MAX_QUEUE_CAPACITY).
     pub queue_capacity: u64,
     /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
     /// Releases its owner thread made on its own lane (spec.md#LN3, the
     /// fast release), included in `Stats::releases`.
     pub lane_releases: u64,
-    /// Lanes this generation has made (at most [`MAX_LANES`]).
+    /// Lanes this generation has made (at most [`MAX_LANES`](super::MAX_LANES)).
     pub lanes: u64,
     /// Lane slots holding a pin now (LN5: revoked while leased).
     pub pinned_slots: u64,
