@@ -1,4 +1,5 @@
-//! mrcache: a registration cache for RDMA memory regions (see spec.md).
+//! mrcache: a registration cache for RDMA memory regions (the contract:
+//! [`spec`], the repository's spec.md).
 //!
 //! An RDMA NIC reads and writes only *registered* memory, and registering
 //! (`ibv_reg_mr`) costs tens of microseconds, so a library registers a buffer
@@ -87,6 +88,7 @@ pub mod monitor;
 #[doc(hidden)]
 pub mod pagemap;
 pub mod registrar;
+pub mod spec;
 #[doc(hidden)]
 pub mod sync;
 #[cfg(all(feature = "testkit", not(loom)))]

@@ -54,6 +54,25 @@ use std::sync::Arc;
 /// A lease on a registration. Dropping it releases it (spec.md#S2.2, R1,
 /// R2). While it lives, its registration stays registered (P3), even if a
 /// release event removes it from the cache meanwhile (S5.3).
+///
+/// ```
+/// use mrcache::registrar::counting::CountingRegistrar;
+/// use mrcache::types::Access;
+/// use mrcache::{Cache, CacheConfig};
+///
+/// # fn main() -> Result<(), mrcache::Error> {
+/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let buf = vec![0u8; 16 << 10];
+/// let lease = cache.acquire_slice(&buf[4096..8192], Access::REMOTE_READ)?;
+/// let keys = lease.keys(); // post the work request with keys.lkey / keys.rkey
+/// let view = lease.view(); // the registration: it covers the request
+/// assert!(view.addr <= buf[4096..].as_ptr() as u64);
+/// assert!(view.access.suffices_for(Access::REMOTE_READ));
+/// let _ = keys;
+/// drop(lease); // at completion
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping a lease releases it at once"]
 pub struct Lease<'c, R: Registrar> {
     cache: &'c Cache<R>,
