@@ -66,6 +66,18 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     f()
 }
 
+/// A sequentially consistent fence under loom, nothing otherwise. Loom
+/// treats SeqCst loads and stores as AcqRel, so a store-buffering (Dekker)
+/// pair that relies on the single total order of SeqCst accesses (the
+/// over-limit flag against a release's decrement: spec.md#A10, R1) would
+/// show loom outcomes no real build has. This fence, on both sides, gives
+/// loom that order; real builds get it from the SeqCst accesses themselves.
+#[inline(always)]
+pub fn loom_sc_fence() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
+
 /// `true` when compiled for loom (tests use it to skip assertions that need
 /// loom's exhaustive scheduling to be meaningful).
 pub const LOOM: bool = cfg!(loom);

@@ -419,6 +419,49 @@ fn loom_catches_a_note_that_skips_the_revoke() {
     lane_hit_vs_evicting_note(config);
 }
 
+/// A release of the only other entry against a miss over `max_regions` 1
+/// whose first note sees it leased: either A10's second pass (flag raised,
+/// then a second note) sees the release and evicts, or the release sees the
+/// flag and runs R2. Either way, once both are done, the cache is within its
+/// limit but for leased entries (P5): the flag is raised only when a pass
+/// ends over (issue 22).
+fn release_vs_second_pass(config: CacheConfig) {
+    model(move || {
+        let mut config = config;
+        config.contract.limits.max_regions = Some(1);
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        let held = cache.acquire(0, P, RR).unwrap();
+        // SAFETY: the lease borrows the cache `cache` points to, which this
+        // thread keeps alive until after the join.
+        let held: mrcache::Lease<'static, CountingRegistrar> = unsafe { std::mem::transmute(held) };
+        let releaser = thread::spawn(move || drop(held));
+        // Kept: its own release would run R2 and hide a missed eviction.
+        let b = cache.acquire(16 * P, P, RR).unwrap();
+        releaser.join().unwrap();
+        let st = cache.stats();
+        assert!(st.cached_entries <= 1, "over the limit with an unleased entry (P5): {st:?}");
+        drop(b);
+        all_deregistered_once(&cache);
+    });
+}
+
+#[test]
+fn a_release_against_the_second_pass_keeps_the_limit() {
+    release_vs_second_pass(CacheConfig::default());
+}
+
+/// A10's flag without its second note (the checker's
+/// `over-limit-flag-late`) is caught: loom finds the release the first note
+/// saw leased and that read the flag before it was raised.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "over the limit with an unleased entry")]
+fn loom_catches_the_flag_without_the_second_note() {
+    let mut config = CacheConfig::default();
+    config.faults.over_limit_flag_late = true;
+    release_vs_second_pass(config);
+}
+
 // ---------------------------------------------------------------------------
 // 5. Release windows: a hook before the release, as the W1/W2 pair
 

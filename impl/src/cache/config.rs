@@ -38,6 +38,11 @@ pub struct Faults {
     /// revoking its lane slots first: a lane lease goes unseen and A10
     /// evicts a leased entry (mirrors the checker's `note-skips-revoke`).
     pub note_skips_revoke: bool,
+    /// A10's second pass raises the over-limit flag but does not note
+    /// again: a release after the first note that read the flag before it
+    /// was raised is neither evicted nor runs R2, and the cache stays over
+    /// its limit (mirrors the checker's `over-limit-flag-late`; P5).
+    pub over_limit_flag_late: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     pub(super) dereg_leased_on_invalidate: bool,

@@ -329,6 +329,10 @@ impl<R: Registrar> Cache<R> {
         // flag (both sequentially consistent) and run R2 themselves.
         if second_pass && self.over_limits(st) {
             shared.over_limit.store(true, Ordering::SeqCst);
+            crate::sync::loom_sc_fence();
+            if fault!(self.config, over_limit_flag_late) {
+                return; // the flag without the second note
+            }
             let (regions, bytes) = self.current_excess(st);
             let noted = self.note_victims(shared, st, regions, bytes);
             self.drain(shared, st, deregs);

@@ -783,6 +783,7 @@ impl<R: Registrar> Cache<R> {
         if let LaneReleased::Detached = release(r, e.as_ptr(), owner) {
             self.lane_detached(shared, r, e.as_ptr());
         }
+        crate::sync::loom_sc_fence();
         if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
             self.release_over_limit(shared);
         }
@@ -814,6 +815,7 @@ impl<R: Registrar> Cache<R> {
             Released::Held => {}
             Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
             Released::Unleased => {
+                crate::sync::loom_sc_fence();
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
                     self.release_over_limit(shared);
                 }

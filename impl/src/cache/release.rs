@@ -76,6 +76,7 @@ impl<R: Registrar> Cache<R> {
             //# current excess), drain, evict (A10, with its second pass), unlock,
             //# perform the dereg list.
             Released::Unleased => {
+                crate::sync::loom_sc_fence();
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
                     self.release_over_limit(shared);
                 }
