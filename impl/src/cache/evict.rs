@@ -172,10 +172,11 @@ impl<R: Registrar> Cache<R> {
         #[cfg(debug_assertions)]
         {
             let read: std::collections::HashSet<u64> = passed.iter().chain(prefix.iter()).map(|c| c.id()).collect();
+            let lane_leased = self.lane_leased(shared);
             st.full_note = prefix.iter().map(|c| c.id()).collect();
             for (_, slot) in st.index.iter() {
                 let e = indexed(slot);
-                if !read.contains(&slot.id) && e.state.leases() == 0 && !self.lane_leased(shared, slot.value.as_ptr()) {
+                if !read.contains(&slot.id) && e.state.leases() == 0 && !lane_leased.contains(&slot.value.as_ptr()) {
                     st.full_note.push(slot.id);
                 }
             }

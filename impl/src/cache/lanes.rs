@@ -832,11 +832,19 @@ impl<R: Registrar> Cache<R> {
         self.revoke_where(shared, false, which)
     }
 
-    /// Whether a slot of any lane points to `p` and counts a lane lease
-    /// (debug builds' full note; lock exclusive held, so no slot gains `p`).
+    /// The entries a slot of some lane points to while counting a lane
+    /// lease on them (debug builds' full note; lock exclusive held, so no
+    /// slot gains an entry meanwhile). One pass over the lanes.
     #[cfg(debug_assertions)]
-    pub(super) fn lane_leased(&self, shared: &Shared<R>, p: *mut Entry<R>) -> bool {
-        shared.lanes.installed().any(|l| l.slots().iter().any(|s| s.ptr.load(Ordering::Relaxed) == p && s.count() != 0))
+    pub(super) fn lane_leased(&self, shared: &Shared<R>) -> std::collections::HashSet<*mut Entry<R>> {
+        shared
+            .lanes
+            .installed()
+            .flat_map(|l| l.slots().iter())
+            .filter(|s| s.count() != 0)
+            .map(|s| s.ptr.load(Ordering::Relaxed))
+            .filter(|p| !p.is_null())
+            .collect()
     }
 
     /// Revokes every slot's memo (trim, before it notes).
