@@ -187,7 +187,7 @@ struct Mrcache {
 impl Mrcache {
     fn start(policy: OverlapPolicy, limits: Limits, fault: Option<CacheFault>) -> Result<Mrcache, String> {
         #[cfg_attr(not(feature = "testkit"), allow(unused_mut, reason = "fault switches need the testkit"))]
-        let mut cfg = CacheConfig::new(Config { policy, limits, ..Config::default() });
+        let mut cfg = CacheConfig::new(Config { policy, limits, ..Config::default() }).monitored_by(mrcache::Monitoring::Userfaultfd);
         match fault {
             #[cfg(feature = "testkit")]
             Some(CacheFault::MonitorOff) => cfg.faults.monitor_off = true,

@@ -226,7 +226,7 @@ fn faults_of(m: Option<Mutant>) -> Faults {
 fn seq_case(seed: u64, faults: Faults) -> Result<u64, Box<(String, mrcache::types::trace::Trace)>> {
     let all = configs();
     let config = all[(seed % all.len() as u64) as usize];
-    let mut cc = CacheConfig::new(config);
+    let mut cc = CacheConfig::explicit_with(config);
     cc.faults = faults;
     let errnos = [libc::ENOMEM, libc::EAGAIN, libc::EFAULT, libc::EINVAL];
     let reg = TestRegistrar::new(CountingRegistrar::default()).with_random_faults(mix(seed ^ 0xfa17), 50, &errnos);

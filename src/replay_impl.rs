@@ -135,7 +135,7 @@ pub fn replay_masked(
     skip: Option<&[bool]>,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Stats> {
-    let cache_config = CacheConfig::new(config);
+    let cache_config = CacheConfig::explicit_with(config);
     let run_with = Run { trace, name, config, cache_config, registrar, monitor, skip };
     match registrar {
         RegistrarKind::Counting => run(run_with, CountingRegistrar::default(), progress),
@@ -166,6 +166,11 @@ fn run<R: Registrar>(run: Run<'_>, inner: R, progress: &mut dyn FnMut(usize)) ->
     } else {
         (None, None)
     };
+    let monitoring = match monitor {
+        MonitorKind::Uffd => mrcache::Monitoring::Userfaultfd,
+        MonitorKind::Explicit => mrcache::Monitoring::Explicit,
+    };
+    let cache_config = cache_config.monitored_by(monitoring);
     let cache = Arc::new(Cache::try_new(Logged { inner, deregistered: Mutex::new(Vec::new()) }, cache_config)?);
     let monitor_thread = match monitor {
         MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| anyhow!("userfaultfd monitor: {e}"))?),

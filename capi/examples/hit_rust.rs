@@ -65,7 +65,7 @@ fn with_partner(cache: &SharedCache<CountingRegistrar>, owned_partner: bool, mea
 
 fn main() {
     let (rounds, iters) = (env("ROUNDS", 5), env("ITERS", 10_000_000));
-    let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+    let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit());
     drop(cache.acquire(BASE, LEN, Access::LOCAL_WRITE).unwrap());
     println!("rust_borrowed_1t {:.2}", best(rounds, iters, |n| borrowed(&cache, n)));
     println!("rust_owned_1t {:.2}", best(rounds, iters, |n| owned(&cache, n)));

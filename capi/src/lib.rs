@@ -27,7 +27,7 @@ pub use registrar::mrcache_registrar_t;
 pub use slab::mrcache_lease_t;
 pub use status::mrcache_status_t;
 
-use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, MonitorThread, OverlapPolicy};
+use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, MonitorThread, Monitoring, OverlapPolicy};
 use mrcache_types::{Access, ReleaseKind};
 use registrar::{not_in_callback, CRegistrar};
 use slab::LeaseSlab;
@@ -226,7 +226,14 @@ fn cache_config(c: &mrcache_config_t) -> Result<(CacheConfig, u32), Failure> {
         },
         ..Config::default()
     };
-    let config = CacheConfig::new(contract);
+    let monitoring = if c.monitor == mrcache_monitor_t::MRCACHE_MONITOR_UFFD as u32 {
+        Monitoring::Userfaultfd
+    } else {
+        // MRCACHE_MONITOR_NONE: the header's contract is mrcache_invalidate
+        // (or the release hooks) on every release.
+        Monitoring::Explicit
+    };
+    let config = CacheConfig::explicit_with(contract).monitored_by(monitoring);
     config.validate().map_err(|e| invalid_config(e.to_string()))?;
     Ok((config, c.monitor))
 }

@@ -33,7 +33,7 @@ fn hit(c: &mut Criterion) {
         (false, 1024, 10_000),
     ];
     for (lanes, lane_slots, n) in cases {
-        let cache = Cache::new(CountingRegistrar::default(), CacheConfig { lanes, lane_slots, ..CacheConfig::default() });
+        let cache = Cache::new(CountingRegistrar::default(), CacheConfig { lanes, lane_slots, ..CacheConfig::explicit() });
         let base = 1u64 << 32;
         for i in 0..n {
             drop(cache.acquire(base + i * 2 * REGION, REGION, Access::LOCAL_WRITE).unwrap());
@@ -59,7 +59,7 @@ fn hit(c: &mut Criterion) {
     // The same lane hit released by dropping the lease: the drop glue may
     // not be inlined, and then the lease makes a round trip through memory.
     {
-        let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+        let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
         let base = 1u64 << 32;
         drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
         g.bench_function("mrcache, released by drop/1", |b| {
@@ -70,7 +70,7 @@ fn hit(c: &mut Criterion) {
     // beside the borrowed lease on the same one: the difference is the
     // owner-only count on the thread's lane.
     {
-        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit());
         let base = 1u64 << 32;
         drop(cache.acquire(base, 64 << 10, Access::LOCAL_WRITE).unwrap());
         g.bench_function("64 KiB, borrowed lease", |b| {
@@ -105,7 +105,7 @@ fn hit(c: &mut Criterion) {
 fn two_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("hit get+put, 2 threads on one region");
     for lanes in [true, false] {
-        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::default() });
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig { lanes, ..CacheConfig::explicit() });
         let base = 1u64 << 32;
         drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
@@ -134,7 +134,7 @@ fn two_threads(c: &mut Criterion) {
     }
     // Owned leases on both threads (a request object on each).
     {
-        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+        let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit());
         let base = 1u64 << 32;
         drop(cache.acquire(base, REGION, Access::LOCAL_WRITE).unwrap());
         let stop = Arc::new(AtomicBool::new(false));

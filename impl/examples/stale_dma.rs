@@ -40,7 +40,7 @@ fn map(at: Option<u64>) -> u64 {
 
 /// Runs the sequence; returns whether the application saw the DMA'd message.
 fn run(monitored: bool) -> Result<bool, Box<dyn std::error::Error>> {
-    let cache = Arc::new(Cache::new(UringRegistrar::with_defaults()?, CacheConfig::default()));
+    let cache = Arc::new(Cache::new(UringRegistrar::with_defaults()?, CacheConfig::explicit()));
     let _monitor = if monitored { Some(MonitorThread::start(&cache)?) } else { None };
     let x = map(None);
     drop(cache.acquire(x, LEN as u64, Access::LOCAL_WRITE)?);

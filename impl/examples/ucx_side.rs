@@ -1,7 +1,7 @@
 //! The mrcache arm of `bench/ucx/run.sh`: the workloads of
 //! `bench/ucx/ucx_arm.c` (UCX's `ucs_rcache`), with the same address
 //! sequences, through mrcache's API with [`CountingRegistrar`] and
-//! `CacheConfig::default()` (a limit only where the workload sets one).
+//! `CacheConfig::explicit()` (a limit only where the workload sets one).
 //! Every result is one line, `<workload> <metric>=<value>`, as the C arm
 //! prints it; `bench/ucx/summarize.py` pairs them.
 //!
@@ -39,7 +39,7 @@ impl Rng {
 }
 
 fn cache(max_regions: Option<u64>) -> Cache<CountingRegistrar> {
-    let mut cfg = CacheConfig::default();
+    let mut cfg = CacheConfig::explicit();
     cfg.contract.limits.max_regions = max_regions;
     Cache::new(CountingRegistrar::default(), cfg)
 }

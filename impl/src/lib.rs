@@ -8,25 +8,27 @@
 //! through the cache's [`registrar::Registrar`]); dropping the lease gives it
 //! back. The cache must learn when the program frees or unmaps memory it
 //! holds a registration of, or a later hit hands the NIC pages the buffer no
-//! longer has: that is the monitor's job. Start one
-//! ([`MonitorThread::start`], userfaultfd: munmap, madvise, mremap and
-//! `free` that returns memory are seen by themselves), or call
-//! [`Cache::invalidate`] (or [`Cache::release_begin`] / [`Cache::release_end`]
-//! from your own memory hooks) whenever memory is released. A cache with
-//! neither never learns of a release.
+//! longer has: that is the monitor's job. A cache is built with a choice of
+//! [`Monitoring`], and refused without one: a userfaultfd monitor
+//! ([`MonitorThread::start`]: munmap, madvise, mremap and `free` that returns
+//! memory are seen by themselves), [`Cache::invalidate`] called on every
+//! release, [`Cache::release_begin`] / [`Cache::release_end`] from your own
+//! memory hooks, or `Unmonitored`, which says what it costs.
 //!
 //! ```
 //! use mrcache::registrar::counting::CountingRegistrar;
 //! use mrcache::types::Access;
-//! use mrcache::{Cache, CacheConfig, MonitorThread};
+//! use mrcache::{Cache, CacheConfig, MonitorThread, Monitoring};
 //! use std::sync::Arc;
 //!
 //! # fn main() -> Result<(), mrcache::Error> {
 //! // The registrar pins memory: `registrar::verbs` (ibv_reg_mr on a
 //! // protection domain) or `registrar::uring` in a real program; one that
 //! // only counts here.
-//! let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
-//! // Where userfaultfd is available: releases invalidate by themselves.
+//! let config = CacheConfig::default().monitored_by(Monitoring::Userfaultfd);
+//! let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+//! // Releases invalidate by themselves once the monitor runs (where
+//! // userfaultfd is unavailable, this example falls back to `invalidate`).
 //! let monitor = MonitorThread::start(&cache).ok();
 //!
 //! let buf = vec![0u8; 64 << 10];
@@ -46,6 +48,16 @@
 //! drop(buf);
 //! # Ok(())
 //! # }
+//! ```
+//!
+//! Without a choice, construction fails and says what to choose:
+//!
+//! ```
+//! use mrcache::registrar::counting::CountingRegistrar;
+//! use mrcache::{Cache, CacheConfig};
+//!
+//! let refused = Cache::try_new(CountingRegistrar::default(), CacheConfig::default());
+//! assert!(refused.unwrap_err().to_string().contains("no monitor chosen"));
 //! ```
 //!
 //! For a request object released at completion, on any thread, use a
@@ -96,7 +108,7 @@ pub mod testkit;
 
 #[cfg(any(test, feature = "testkit"))]
 pub use cache::Faults;
-pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Lease, OwnedLease, ReleaseEvent, SharedCache};
+pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Lease, Monitoring, OwnedLease, ReleaseEvent, SharedCache};
 pub use error::Error;
 pub use monitor::MonitorThread;
 pub use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};

@@ -91,7 +91,7 @@ fn worker<'c>(
 }
 
 fn smoke(config: Config, ops: usize) {
-    smoke_with(CacheConfig::new(config), ops)
+    smoke_with(CacheConfig::explicit_with(config), ops)
 }
 
 fn smoke_with(cache_config: CacheConfig, ops: usize) {
@@ -180,7 +180,7 @@ fn with_limits(policy: OverlapPolicy, eviction: EvictionPolicy) -> Config {
 
 /// The panic message of `smoke_with` under a fault switch (it must panic).
 fn smoke_fails(faults: Faults) -> String {
-    let mut cc = CacheConfig::new(with_limits(OverlapPolicy::Independent, EvictionPolicy::Lru));
+    let mut cc = CacheConfig::explicit_with(with_limits(OverlapPolicy::Independent, EvictionPolicy::Lru));
     cc.faults = faults;
     let err = std::panic::catch_unwind(|| smoke_with(cc, 20_000)).expect_err("the oracle must catch the fault");
     err.downcast_ref::<String>().cloned().or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
@@ -213,7 +213,7 @@ fn hit_heavy_parallel_reads() {
     // A miss whose registration is invalidated on each of its `max_retries`
     // attempts ends in E6 (spec.md#S3.7): allowed, counted, never a panic.
     let pages = Arc::new(Pages::new(16, P));
-    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::default());
+    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::explicit());
     let e6 = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..4 {

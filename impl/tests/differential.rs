@@ -48,7 +48,7 @@ fn unmap(addr: u64, len: u64) -> Op {
 /// Runs `ops` through the environment (strict), then `finish`; panics with
 /// the divergence.
 fn differential(config: Config, ops: &[Op]) {
-    let cache = Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::new(config));
+    let cache = Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::explicit_with(config));
     let mut env = Environment::new(&cache, config).strict(true);
     for op in ops {
         if let Err(d) = env.step(op) {

@@ -25,7 +25,7 @@ fn rel(lease: u64) -> Op {
 /// Applies `(op, errnos to fail the next registrar calls with)` to the cache;
 /// the model judges each outcome. Returns the outcomes.
 fn judged(config: Config, steps: &[(Op, &[Option<i32>])], same_stats: bool) -> Vec<Ret> {
-    let cache = Cache::new(Recorder::default(), CacheConfig::new(config));
+    let cache = Cache::new(Recorder::default(), CacheConfig::explicit_with(config));
     let mut model = Model::new(config);
     let mut leases = HashMap::new();
     let mut out = Vec::new();
@@ -147,7 +147,7 @@ fn efault_is_e5_and_the_cache_stays_consistent() {
 
 #[test]
 fn registrar_error_carries_verb_and_errno() {
-    let cache = Cache::new(Recorder::default(), CacheConfig::default());
+    let cache = Cache::new(Recorder::default(), CacheConfig::explicit());
     cache.registrar().fail_next(&[Some(libc::EFAULT)]);
     let e = cache.acquire(0x1000, 10, RR).unwrap_err();
     assert_eq!(e.code(), "E5");
@@ -174,17 +174,17 @@ fn enomem_then_efault_is_e5_fault() {
 
 #[test]
 fn bad_config_is_an_error_not_a_panic() {
-    let mut c = CacheConfig::default();
+    let mut c = CacheConfig::explicit();
     c.contract.page_size = 3000;
     assert!(Cache::try_new(Recorder::default(), c).is_err());
-    let mut c = CacheConfig::default();
+    let mut c = CacheConfig::explicit();
     c.contract.chunk_pages = 0;
     assert!(Cache::try_new(Recorder::default(), c).is_err());
-    let mut c = CacheConfig::default();
+    let mut c = CacheConfig::explicit();
     c.contract.chunk_pages = 1 << 60;
     let e = Cache::try_new(Recorder::default(), c).unwrap_err();
     assert!(e.to_string().contains("2^62"), "{e}");
-    let c = CacheConfig { max_retries: 0, ..CacheConfig::default() };
+    let c = CacheConfig { max_retries: 0, ..CacheConfig::explicit() };
     assert!(Cache::try_new(Recorder::default(), c).is_err());
 }
 
@@ -210,7 +210,7 @@ mod injected {
             for seed in 0..6u64 {
                 let seed = (ci as u64) << 8 | seed;
                 let reg = TestRegistrar::new(CountingRegistrar::default()).with_random_faults(seed, 200, &errnos);
-                let cache = Cache::new(reg, CacheConfig::new(config));
+                let cache = Cache::new(reg, CacheConfig::explicit_with(config));
                 let mut env = Environment::new(&cache, config);
                 let mut gen = OpGen::new(seed, config.page_size);
                 for _ in 0..150 {
@@ -249,7 +249,7 @@ mod injected {
         use mrcache::types::{Access, Op, ReleaseKind};
         use std::sync::Arc;
         let config = mrcache::Config::default();
-        let cache = Arc::new(Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::new(config)));
+        let cache = Arc::new(Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::explicit_with(config)));
         let mut env = Environment::new(&cache, config).with_event_hook(&cache);
         let acq = |lease, page: u64| Op::Acquire { lease, addr: page * 4096, len: 4096, access: Access::REMOTE_READ };
         env.step(&acq(1, 5)).unwrap();
@@ -301,7 +301,7 @@ mod bad_input {
         // our own mapping could be taken by another test's thread stack).
         let unmapped = 0x2000;
         let config = Config::default();
-        let cache = Cache::new(TestRegistrar::new(reg), CacheConfig::new(config));
+        let cache = Cache::new(TestRegistrar::new(reg), CacheConfig::explicit_with(config));
 
         // Direct API: errors with their codes and messages.
         let e = cache.acquire(base, 0, RW).unwrap_err();
@@ -322,7 +322,7 @@ mod bad_input {
         drop(cache);
 
         // The same through the judged environment, with a good acquire after.
-        let cache = Cache::new(TestRegistrar::new(UringRegistrar::new(64).unwrap()), CacheConfig::new(config));
+        let cache = Cache::new(TestRegistrar::new(UringRegistrar::new(64).unwrap()), CacheConfig::explicit_with(config));
         let mut env = Environment::new(&cache, config).strict(false);
         let acq = |lease, addr, len| Op::Acquire { lease, addr, len, access: RW };
         let steps = [
@@ -362,7 +362,7 @@ mod bad_input {
     /// compile. The harness's lease names give E4 instead (above).
     #[test]
     fn leases_cannot_be_released_twice() {
-        let cache = Cache::new(mrcache::registrar::counting::CountingRegistrar::default(), CacheConfig::default());
+        let cache = Cache::new(mrcache::registrar::counting::CountingRegistrar::default(), CacheConfig::explicit());
         let l = cache.acquire(0x1000, 10, RW).unwrap();
         l.release();
         // l.release(); // error[E0382]: use of moved value: `l`

@@ -42,7 +42,7 @@ fn child(cache: &Cache<CountingRegistrar>, held: mrcache::Lease<'_, CountingRegi
 #[test]
 //= spec.md#F1
 fn fork_child_forgets_without_deregistering() {
-    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     let held = cache.acquire(0, P, RR).unwrap(); // id 1, leased
     cache.invalidate(0, P, ReleaseKind::Munmap).unwrap(); // invalid, still leased
     drop(cache.acquire(4 * P, P, RR).unwrap()); // id 2, cached

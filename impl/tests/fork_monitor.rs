@@ -69,7 +69,7 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
 }
 
 fn monitored(faults: Faults) -> (Arc<Cache<CountingRegistrar>>, MonitorThread) {
-    let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig { faults, ..CacheConfig::default() }));
+    let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig { faults, ..CacheConfig::explicit() }));
     let monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");
     (cache, monitor)
 }

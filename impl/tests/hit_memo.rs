@@ -14,7 +14,7 @@ const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 
 #[test]
 fn hits_stay_right_across_an_epoch_of_versions() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::default() };
+    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
     let cache = Cache::new(CountingRegistrar::default(), config);
     // A long-lived entry, hit every round, and a short-lived one, made,
     // hit and invalidated every round: each invalidation moves the answers
@@ -49,7 +49,7 @@ fn hits_stay_right_across_an_epoch_of_versions() {
 /// entry when the tag comes round again.
 #[test]
 fn a_memo_word_never_answers_in_the_next_epoch() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::default() };
+    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
     let cache = Cache::new(CountingRegistrar::default(), config);
     let key = 1 << 30;
     let held = cache.acquire(key, P, RW).unwrap();

@@ -14,7 +14,7 @@ const A: u64 = 1 << 32;
 const LEN: u64 = 8192;
 
 fn cache() -> Cache<CountingRegistrar> {
-    Cache::new(CountingRegistrar::default(), CacheConfig::default())
+    Cache::new(CountingRegistrar::default(), CacheConfig::explicit())
 }
 
 fn deregs(c: &Cache<CountingRegistrar>) -> u64 {
@@ -141,7 +141,7 @@ fn exited_threads_give_their_lanes_back() {
 #[test]
 fn a_lane_leased_entry_is_not_an_eviction_victim() {
     let config = Config { limits: Limits { max_regions: Some(1), ..Limits::default() }, ..Config::default() };
-    let c = Cache::new(CountingRegistrar::default(), config);
+    let c = Cache::new(CountingRegistrar::default(), mrcache::CacheConfig::explicit_with(config));
     warm(&c, A);
     let held = c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap();
     assert_eq!(c.diagnostics().lane_hits, 1);
@@ -232,12 +232,12 @@ fn lane_counts_survive_a_fork() {
 #[test]
 fn lane_slots_must_be_a_power_of_two_in_range() {
     for bad in [0, 1, 3, 1000, 1 << 17] {
-        let config = CacheConfig { lane_slots: bad, ..CacheConfig::default() };
+        let config = CacheConfig { lane_slots: bad, ..CacheConfig::explicit() };
         let err = Cache::try_new(CountingRegistrar::default(), config).unwrap_err();
         assert!(err.to_string().contains("lane_slots"), "{err}");
     }
     for good in [2, 64, 1 << 16] {
-        let c = Cache::try_new(CountingRegistrar::default(), CacheConfig { lane_slots: good, ..CacheConfig::default() })
+        let c = Cache::try_new(CountingRegistrar::default(), CacheConfig { lane_slots: good, ..CacheConfig::explicit() })
             .unwrap();
         warm(&c, A);
         drop(c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap());
@@ -252,7 +252,7 @@ fn lane_slots_must_be_a_power_of_two_in_range() {
 #[test]
 fn a_dry_lane_recovers_when_keys_repeat() {
     let c = cache();
-    let buffers = 4 * u64::from(CacheConfig::default().lane_slots);
+    let buffers = 4 * u64::from(CacheConfig::explicit().lane_slots);
     for round in 0..3 {
         for i in 0..buffers {
             let l = c.acquire(A + i * LEN, LEN, Access::LOCAL_WRITE).unwrap();

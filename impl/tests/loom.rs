@@ -92,7 +92,7 @@ fn handoff_through_the_cache() {
     // A lease dropped on one thread while another invalidates its range: the
     // registrar sees exactly one deregistration, never while leased.
     model(|| {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let lease = cache.acquire(0, P, RR).unwrap();
         let view = lease.view();
         drop(lease);
@@ -295,12 +295,12 @@ fn sequence_retry(config: CacheConfig) {
 
 #[test]
 fn stale_in_flight_registration_is_never_cached() {
-    sequence_retry(CacheConfig::default());
+    sequence_retry(CacheConfig::explicit());
 }
 
 #[test]
 fn stale_in_flight_registration_is_never_cached_merge() {
-    sequence_retry(CacheConfig::with_policy(mrcache::OverlapPolicy::Merge));
+    sequence_retry(CacheConfig::explicit_with(mrcache::Config::with_policy(mrcache::OverlapPolicy::Merge)));
 }
 
 /// The mutant that skips A7 is caught: loom finds the interleaving in which
@@ -309,7 +309,7 @@ fn stale_in_flight_registration_is_never_cached_merge() {
 #[test]
 #[should_panic(expected = "stale registration returned")]
 fn loom_catches_skip_seq_recheck() {
-    let mut config = CacheConfig::default();
+    let mut config = CacheConfig::explicit();
     config.faults.skip_seq_recheck = true;
     sequence_retry(config);
 }
@@ -338,7 +338,7 @@ fn all_deregistered_once(cache: &Cache<CountingRegistrar>) {
 #[test]
 fn lane_hit_vs_invalidation() {
     model(|| {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let view = warm_lane(&cache);
         let invalidator = {
             let cache = cache.clone();
@@ -361,7 +361,7 @@ fn lane_hit_vs_invalidation() {
 #[test]
 fn lane_release_on_another_thread_vs_invalidation() {
     model(|| {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         warm_lane(&cache);
         let l = cache.acquire(0, P, RR).unwrap();
         assert_eq!(cache.diagnostics().lane_hits, 1);
@@ -405,7 +405,7 @@ fn lane_hit_vs_evicting_note(config: CacheConfig) {
 
 #[test]
 fn lane_hit_vs_an_evicting_note() {
-    lane_hit_vs_evicting_note(CacheConfig::default());
+    lane_hit_vs_evicting_note(CacheConfig::explicit());
 }
 
 /// The note without its revoke (the checker's `note-skips-revoke`) is
@@ -414,7 +414,7 @@ fn lane_hit_vs_an_evicting_note() {
 #[test]
 #[should_panic(expected = "an entry leased on a lane was evicted")]
 fn loom_catches_a_note_that_skips_the_revoke() {
-    let mut config = CacheConfig::default();
+    let mut config = CacheConfig::explicit();
     config.faults.note_skips_revoke = true;
     lane_hit_vs_evicting_note(config);
 }
@@ -447,7 +447,7 @@ fn release_vs_second_pass(config: CacheConfig) {
 
 #[test]
 fn a_release_against_the_second_pass_keeps_the_limit() {
-    release_vs_second_pass(CacheConfig::default());
+    release_vs_second_pass(CacheConfig::explicit());
 }
 
 /// A10's flag without its second note (the checker's
@@ -457,7 +457,7 @@ fn a_release_against_the_second_pass_keeps_the_limit() {
 #[test]
 #[should_panic(expected = "over the limit with an unleased entry")]
 fn loom_catches_the_flag_without_the_second_note() {
-    let mut config = CacheConfig::default();
+    let mut config = CacheConfig::explicit();
     config.faults.over_limit_flag_late = true;
     release_vs_second_pass(config);
 }
@@ -499,12 +499,12 @@ fn release_window(config: CacheConfig) {
 
 #[test]
 fn release_window_never_caches_the_old_frames() {
-    release_window(CacheConfig::default());
+    release_window(CacheConfig::explicit());
 }
 
 #[test]
 fn release_window_never_caches_the_old_frames_merge() {
-    release_window(CacheConfig::with_policy(mrcache::OverlapPolicy::Merge));
+    release_window(CacheConfig::explicit_with(mrcache::Config::with_policy(mrcache::OverlapPolicy::Merge)));
 }
 
 // ---------------------------------------------------------------------------
@@ -518,7 +518,7 @@ fn release_window_never_caches_the_old_frames_merge() {
 #[test]
 fn memo_hit_vs_invalidation() {
     model(|| {
-        let config = CacheConfig { lanes: false, ..CacheConfig::default() };
+        let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
         let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
         // Held throughout: the removed entry stays alive, so a stale memo
         // answer would be a live entry the assertion below sees, not a use

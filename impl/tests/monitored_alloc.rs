@@ -12,7 +12,7 @@ use std::alloc::System;
 static ALLOC: MonitoredAlloc<System> = MonitoredAlloc::new(System);
 
 fn cache() -> &'static Cache<CountingRegistrar> {
-    let c: &'static Cache<CountingRegistrar> = Box::leak(Box::new(Cache::new(CountingRegistrar::default(), CacheConfig::default())));
+    let c: &'static Cache<CountingRegistrar> = Box::leak(Box::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit())));
     ALLOC.subscribe(c).unwrap();
     c
 }

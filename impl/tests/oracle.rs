@@ -44,7 +44,7 @@ const RR: Access = Access::REMOTE_READ;
 fn stale_lease_alarm_was_the_oracle_reading_a_running_events_generation() {
     let pages = Arc::new(Pages::new(64, P));
     let config = Config { chunk_pages: 2, ..Config::default() };
-    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::new(config));
+    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::explicit_with(config));
     let page = 26 * P;
 
     // Event A on page 26: the frames change, then its hook runs.
@@ -141,7 +141,7 @@ impl Registrar for GatedRegistrar {
 /// deregistration when another thread flushes and checks.
 #[test]
 fn leak_alarm_was_a_check_beside_a_running_monitor_round() {
-    let cache = Arc::new(Cache::new(GatedRegistrar::default(), CacheConfig::default()));
+    let cache = Arc::new(Cache::new(GatedRegistrar::default(), CacheConfig::explicit()));
     drop(cache.acquire(0x1000, 5 * P, RR).unwrap());
     assert_eq!(cache.registrar().inner.live(), 1);
     cache.registrar().close();

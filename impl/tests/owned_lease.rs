@@ -16,7 +16,7 @@ const A: u64 = 1 << 32;
 const LEN: u64 = 8192;
 
 fn cache() -> SharedCache<CountingRegistrar> {
-    SharedCache::new(CountingRegistrar::default(), CacheConfig::default())
+    SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit())
 }
 
 /// The counting registrar, plus a flag its drop (the cache's) raises.
@@ -50,7 +50,7 @@ impl Registrar for Tracked {
 fn tracked(lanes: bool) -> (SharedCache<Tracked>, Arc<AtomicBool>) {
     let dropped = Arc::new(AtomicBool::new(false));
     let r = Tracked { inner: CountingRegistrar::default(), dropped: dropped.clone() };
-    (SharedCache::new(r, CacheConfig { lanes, ..CacheConfig::default() }), dropped)
+    (SharedCache::new(r, CacheConfig { lanes, ..CacheConfig::explicit() }), dropped)
 }
 
 /// A request object as a communication library keeps one: the lease is

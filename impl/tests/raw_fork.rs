@@ -44,7 +44,7 @@ fn child(cache: &Cache<CountingRegistrar>) -> i32 {
 #[test]
 //= spec.md#F1
 fn a_raw_fork_is_seen_by_the_slow_paths() {
-    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     drop(cache.acquire(0, P, RR).unwrap()); // cached in the parent
     // SAFETY: a fork without atfork handlers, from a process whose other
     // threads (the test harness's) hold no lock the child needs: the child

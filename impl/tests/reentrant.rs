@@ -68,7 +68,7 @@ fn same(r: Range) -> (u64, u64) {
 
 #[test]
 fn invalidation_inside_register_makes_the_acquire_retry() {
-    let (cache, pages) = reentrant_cache(CacheConfig::default(), 1, same);
+    let (cache, pages) = reentrant_cache(CacheConfig::explicit(), 1, same);
     let snap = pages.completed_snapshot(0, P);
     let lease = cache.acquire(0, P, RR).unwrap();
     assert!(!lease.hit());
@@ -90,7 +90,7 @@ fn invalidation_inside_register_makes_the_acquire_retry() {
 
 #[test]
 fn invalidated_on_every_attempt_is_e6() {
-    let (cache, _) = reentrant_cache(CacheConfig::default(), u32::MAX, same);
+    let (cache, _) = reentrant_cache(CacheConfig::explicit(), u32::MAX, same);
     let e = cache.acquire(0, 2 * P, RR).unwrap_err();
     assert_eq!(e.op_error(), OpError::RetriesExhausted);
     assert!(e.to_string().contains("E6") && e.to_string().contains('4'), "{e}");
@@ -102,7 +102,7 @@ fn invalidated_on_every_attempt_is_e6() {
 
 #[test]
 fn max_retries_is_configurable() {
-    let config = CacheConfig { max_retries: 2, ..CacheConfig::default() };
+    let config = CacheConfig { max_retries: 2, ..CacheConfig::explicit() };
     let (cache, _) = reentrant_cache(config, u32::MAX, same);
     assert!(cache.acquire(0, P, RR).is_err());
     assert_eq!(cache.registrar().registered.load(Ordering::SeqCst), 2);
@@ -112,7 +112,7 @@ fn max_retries_is_configurable() {
 fn unrelated_event_inside_register_invalidates_others_not_the_new_one() {
     // The second registration raises an event over the first one's page: the
     // cached entry goes, the registration in flight is not stale.
-    let (cache, pages) = reentrant_cache_after(CacheConfig::default(), 1, 1, |_| (32 * P, P));
+    let (cache, pages) = reentrant_cache_after(CacheConfig::explicit(), 1, 1, |_| (32 * P, P));
     drop(cache.acquire(32 * P, P, RR).unwrap());
     assert_eq!(cache.stats().cached_entries, 1);
     let l = cache.acquire(0, P, RR).unwrap();
@@ -130,7 +130,7 @@ fn unrelated_event_inside_register_invalidates_others_not_the_new_one() {
 #[test]
 fn hook_while_holding_the_lock_does_not_block() {
     let pages = Arc::new(Pages::new(64, P));
-    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::default());
+    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::explicit());
     drop(cache.acquire(0, 2 * P, RR).unwrap());
     drop(cache.acquire(8 * P, P, RR).unwrap());
     // Inside the monitor round the exclusive lock is held: an explicit
@@ -158,7 +158,7 @@ fn hook_while_holding_the_lock_does_not_block() {
 fn full_queue_collapses_into_a_hull() {
     // max_unreleased = 2 (spec.md#L2): a hook that finds the queue full
     // replaces it by one event covering the hull; it never waits.
-    let config = CacheConfig::new(Config {
+    let config = CacheConfig::explicit_with(Config {
         limits: mrcache::Limits { max_unreleased: Some(2), ..Default::default() },
         ..Config::default()
     });
@@ -189,7 +189,7 @@ fn full_queue_collapses_into_a_hull() {
 
 #[test]
 fn skip_seq_recheck_returns_a_stale_registration() {
-    let mut config = CacheConfig::default();
+    let mut config = CacheConfig::explicit();
     config.faults.skip_seq_recheck = true;
     let (cache, pages) = reentrant_cache(config, 1, same);
     let lease = cache.acquire(0, P, RR).unwrap();
@@ -205,7 +205,7 @@ fn skip_seq_recheck_returns_a_stale_registration() {
 
 #[test]
 fn monitor_off_misses_release_events() {
-    let mut config = CacheConfig::default();
+    let mut config = CacheConfig::explicit();
     config.faults.monitor_off = true;
     let pages = Arc::new(Pages::new(64, P));
     let cache = Cache::new(GenRegistrar::new(pages.clone()), config);
@@ -222,7 +222,7 @@ fn dereg_leased_on_invalidate_deregisters_under_a_lease() {
     let mut faults = Faults::default();
     // SAFETY: GenHandle owns only plain data; `handle()` stays readable.
     unsafe { faults.enable_dereg_leased_on_invalidate() };
-    let config = CacheConfig { faults, ..CacheConfig::default() };
+    let config = CacheConfig { faults, ..CacheConfig::explicit() };
     let pages = Arc::new(Pages::new(64, P));
     let cache = Cache::new(GenRegistrar::new(pages), config);
     let lease = cache.acquire(0, P, RR).unwrap();
@@ -238,7 +238,7 @@ fn dereg_leased_on_invalidate_deregisters_under_a_lease() {
 #[test]
 fn faults_off_by_default_and_leased_invalidation_defers() {
     let pages = Arc::new(Pages::new(64, P));
-    let cache = Cache::new(GenRegistrar::new(pages), CacheConfig::default());
+    let cache = Cache::new(GenRegistrar::new(pages), CacheConfig::explicit());
     let lease = cache.acquire(0, P, RR).unwrap();
     cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
     assert_eq!(cache.registrar().live(), 1, "P3: a leased registration stays registered");

@@ -49,7 +49,7 @@ fn staged(policy: OverlapPolicy) -> Staged {
         }
     }));
     // Leaked: the registrar's hook refers to the cache.
-    let cache: &'static Cache<GenRegistrar> = Box::leak(Box::new(Cache::new(reg, CacheConfig::new(Config::with_policy(policy)))));
+    let cache: &'static Cache<GenRegistrar> = Box::leak(Box::new(Cache::new(reg, CacheConfig::explicit_with(Config::with_policy(policy)))));
     cell.set(cache).ok().unwrap();
     Staged { cache, pages, next }
 }
@@ -199,7 +199,7 @@ fn bad_arguments_and_unmatched_ends() {
 fn concurrent_acquires_never_get_frames_a_completed_release_took() {
     for policy in OverlapPolicy::ALL {
         let pages = Arc::new(Pages::new(16, P));
-        let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::new(Config::with_policy(policy)));
+        let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::explicit_with(Config::with_policy(policy)));
         let stop = AtomicBool::new(false);
         std::thread::scope(|sc| {
             for t in 0..2u64 {

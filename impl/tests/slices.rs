@@ -7,7 +7,7 @@ use mrcache::{Cache, CacheConfig, SharedCache};
 
 #[test]
 fn a_slice_acquires_exactly_its_bytes() {
-    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     let words = vec![7u64; 1024]; // 8 KiB
     let lease = cache.acquire_slice(&words, Access::LOCAL_WRITE).expect("acquire");
     let view = lease.view();
@@ -20,11 +20,11 @@ fn a_slice_acquires_exactly_its_bytes() {
 
 #[test]
 fn an_empty_slice_is_e1() {
-    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+    let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     let empty: [u8; 0] = [];
     let err = cache.acquire_slice(&empty, Access::LOCAL_WRITE).map(|_| ()).expect_err("empty");
     assert_eq!(err.op_error(), OpError::EmptyRange);
-    let shared = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+    let shared = SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit());
     let err = shared.acquire_owned_slice(&empty, Access::LOCAL_WRITE).map(|_| ()).expect_err("empty");
     assert_eq!(err.op_error(), OpError::EmptyRange);
 }

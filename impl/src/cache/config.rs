@@ -69,6 +69,45 @@ impl Faults {
     }
 }
 
+/// How a cache learns that memory it may hold a registration of was released
+/// (spec.md#S3, S7). A cache is only as fresh as this: a buffer freed and
+/// reused without the cache learning of it hits a registration of the old
+/// pages. [`Cache::try_new`](super::Cache::try_new) refuses
+/// [`Monitoring::Unchosen`], the default, so that no cache is unmonitored
+/// by accident (issue 23).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Monitoring {
+    /// Not chosen yet: refused at construction.
+    #[default]
+    Unchosen,
+    /// A userfaultfd monitor: start a [`crate::MonitorThread`] on the cache.
+    /// munmap, madvise, mremap, MAP_FIXED-over and brk shrink are seen by
+    /// themselves (spec.md#S7.3, and its limits in S7.4).
+    Userfaultfd,
+    /// The program calls [`Cache::invalidate`](super::Cache::invalidate)
+    /// after every release of memory the cache may hold.
+    Explicit,
+    /// The program's memory hooks call
+    /// [`Cache::release_begin`](super::Cache::release_begin) before and
+    /// [`Cache::release_end`](super::Cache::release_end) after each release
+    /// (spec.md#S2.9).
+    ReleaseHooks,
+    /// Nothing tells the cache of releases. Costs freshness: a buffer freed
+    /// and reused at the same address is served the old registration, and
+    /// the NIC reads and writes pages the program no longer maps (P2 does not
+    /// hold). Only for memory that is never released while the cache lives.
+    Unmonitored,
+}
+
+impl Monitoring {
+    /// The choices, for error messages.
+    const CHOICES: &'static str = "set CacheConfig::monitoring to Monitoring::Userfaultfd (and start a \
+        MonitorThread), Explicit (call Cache::invalidate on every release), ReleaseHooks \
+        (release_begin/release_end around every release) or Unmonitored (no release is ever seen: a \
+        buffer freed and reused hits a stale registration)";
+}
+
 /// The configuration of a [`Cache`](super::Cache): the contract's declared policy
 /// ([`Config`]: overlap policy, page size, chunking, eviction, limits) plus
 /// implementation parameters.
@@ -88,6 +127,9 @@ pub struct CacheConfig {
     /// thread and cache. Raise it for threads that reuse more buffers.
     #[serde(default = "default_lane_slots")]
     pub lane_slots: u32,
+    /// How the cache learns of releases: must be chosen ([`Monitoring`]).
+    #[serde(default)]
+    pub monitoring: Monitoring,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
     #[cfg(any(test, feature = "testkit"))]
@@ -112,12 +154,6 @@ impl Default for CacheConfig {
     }
 }
 
-impl From<Config> for CacheConfig {
-    fn from(contract: Config) -> Self {
-        CacheConfig::new(contract)
-    }
-}
-
 impl CacheConfig {
     pub fn new(contract: Config) -> Self {
         CacheConfig {
@@ -125,9 +161,27 @@ impl CacheConfig {
             max_retries: DEFAULT_MAX_RETRIES,
             lanes: true,
             lane_slots: LANE_SLOTS,
+            monitoring: Monitoring::Unchosen,
             #[cfg(any(test, feature = "testkit"))]
             faults: Faults::default(),
         }
+    }
+
+    /// The same configuration, with `monitoring` chosen.
+    pub fn monitored_by(self, monitoring: Monitoring) -> Self {
+        CacheConfig { monitoring, ..self }
+    }
+
+    /// The default configuration for a program that calls
+    /// [`Cache::invalidate`](super::Cache::invalidate) on every release
+    /// ([`Monitoring::Explicit`]).
+    pub fn explicit() -> Self {
+        CacheConfig::explicit_with(Config::default())
+    }
+
+    /// `contract`, for a program that calls `invalidate` on every release.
+    pub fn explicit_with(contract: Config) -> Self {
+        CacheConfig::new(contract).monitored_by(Monitoring::Explicit)
     }
 
     pub fn with_policy(policy: OverlapPolicy) -> Self {
@@ -138,6 +192,9 @@ impl CacheConfig {
     /// in [512, 2^20], `chunk_pages ≥ 1`, `chunk_pages · page_size ≤ 2^62`) and
     /// `max_retries ≥ 1`.
     pub fn validate(&self) -> Result<(), Error> {
+        if self.monitoring == Monitoring::Unchosen {
+            return Err(Error::InvalidConfig { reason: format!("no monitor chosen: {}", Monitoring::CHOICES) });
+        }
         self.contract.validate().map_err(|reason| Error::InvalidConfig { reason })?;
         if self.max_retries == 0 {
             return Err(Error::InvalidConfig { reason: "max_retries must be at least 1".into() });

@@ -432,7 +432,7 @@ mod tests {
     /// Three buffers through a cache of two: the third miss evicts the
     /// least recently used one.
     fn three_through_two() -> u64 {
-        let mut cfg = CacheConfig::default();
+        let mut cfg = CacheConfig::explicit();
         cfg.contract.limits.max_regions = Some(2);
         let c = Cache::new(CountingRegistrar::default(), cfg);
         for i in 0..3u64 {
@@ -446,7 +446,7 @@ mod tests {
     /// lease as a pin and evicts B instead. Returns whether A was still
     /// cached afterwards (its next acquire a hit).
     fn lane_leased_lru_entry(skip_revoke: bool) -> bool {
-        let mut cfg = CacheConfig::default();
+        let mut cfg = CacheConfig::explicit();
         cfg.contract.limits.max_regions = Some(2);
         cfg.faults.note_skips_revoke = skip_revoke;
         let c = Cache::new(CountingRegistrar::default(), cfg);

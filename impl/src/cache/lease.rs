@@ -61,7 +61,7 @@ use std::sync::Arc;
 /// use mrcache::{Cache, CacheConfig};
 ///
 /// # fn main() -> Result<(), mrcache::Error> {
-/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
 /// let buf = vec![0u8; 16 << 10];
 /// let lease = cache.acquire_slice(&buf[4096..8192], Access::REMOTE_READ)?;
 /// let keys = lease.keys(); // post the work request with keys.lkey / keys.rkey
@@ -208,10 +208,11 @@ impl<'c, R: Registrar + 'static> Lease<'c, R> {
 /// ```
 /// use mrcache::registrar::counting::CountingRegistrar;
 /// use mrcache::types::Access;
-/// use mrcache::{CacheConfig, MonitorThread, SharedCache};
+/// use mrcache::{CacheConfig, MonitorThread, Monitoring, SharedCache};
 ///
 /// # fn main() -> Result<(), mrcache::Error> {
-/// let cache = SharedCache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let config = CacheConfig::default().monitored_by(Monitoring::Userfaultfd);
+/// let cache = SharedCache::new(CountingRegistrar::default(), config);
 /// let _monitor = MonitorThread::start_shared(&cache).ok();
 /// let buf = vec![0u8; 8192];
 /// // An owned lease: 'static, released wherever it is dropped.

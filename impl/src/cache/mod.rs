@@ -96,7 +96,7 @@ mod state;
 mod stats;
 mod window;
 
-pub use config::{CacheConfig, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
+pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 #[cfg(any(test, feature = "testkit"))]
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent};
@@ -128,7 +128,7 @@ use crate::sync::{Ordering, plain};
 /// use mrcache::{Cache, CacheConfig};
 ///
 /// # fn main() -> Result<(), mrcache::Error> {
-/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::default());
+/// let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
 /// let buf = vec![1u8; 4096];
 /// let lease = cache.acquire_slice(&buf, Access::LOCAL_WRITE)?; // a miss: registers
 /// let view = lease.view(); // what was registered: id, addr, len, access

@@ -170,7 +170,7 @@ mod tests {
     #[test]
     //= spec.md#S7.3
     fn munmap_invalidates_through_the_monitor_thread() {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let _monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");
         let a = map(8 << 12);
         {
@@ -202,7 +202,7 @@ mod tests {
         // Op::Fork replayed in the same process: the monitor still watches
         // this process's memory. Were it detached, the munmap below would
         // wait forever for a read that the monitor thread no longer does.
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let _monitor = MonitorThread::start(&cache).unwrap();
         let a = map(4 << 12);
         drop(cache.acquire(a, 4 << 12, Access::LOCAL_WRITE).unwrap());
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn unwatchable_memory_is_refused_clearly() {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let _monitor = MonitorThread::start(&cache).unwrap();
         let path = std::env::temp_dir().join(format!("mrcache-uffd-{}", std::process::id()));
         let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn a_second_source_is_refused() {
-        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::default()));
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
         let _m = MonitorThread::start(&cache).unwrap();
         assert!(matches!(MonitorThread::start(&cache), Err(UffdError::AlreadyMonitored)));
     }

@@ -500,7 +500,7 @@ pub fn replay_trace_with<R: Registrar>(
     expectations: Expectations,
     faults: crate::Faults,
 ) -> Result<Summary, Divergence> {
-    let mut cc = crate::CacheConfig::new(config);
+    let mut cc = crate::CacheConfig::explicit_with(config);
     cc.faults = faults;
     let cache = Cache::new(TestRegistrar::new(registrar), cc);
     let mut env = Environment::new(&cache, config);

@@ -205,7 +205,7 @@ pub fn configs() -> Vec<Config> {
 }
 
 pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
-    let mut cc = CacheConfig::new(hc.config);
+    let mut cc = CacheConfig::explicit_with(hc.config);
     cc.faults = hc.faults;
     // A quarter of the histories without lanes: every hit is then A1.
     cc.lanes = !seed.is_multiple_of(4);

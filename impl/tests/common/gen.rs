@@ -260,7 +260,7 @@ pub fn case(configs: usize, max_steps: usize) -> impl Strategy<Value = Case> {
 pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trace)>> {
     let configs = mrcache::testkit::configs();
     let config = configs[case.config % configs.len()];
-    let mut cc = CacheConfig::new(config);
+    let mut cc = CacheConfig::explicit_with(config);
     cc.faults = faults;
     let cache = Arc::new(Cache::new(TestRegistrar::new(CountingRegistrar::default()), cc));
     let mut env = Environment::new(&cache, config).strict(true).with_event_hook(&cache);
