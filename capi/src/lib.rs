@@ -233,7 +233,7 @@ fn cache_config(c: &mrcache_config_t) -> Result<(CacheConfig, u32), Failure> {
         // (or the release hooks) on every release.
         Monitoring::Explicit
     };
-    let config = CacheConfig::explicit_with(contract).monitored_by(monitoring);
+    let config = CacheConfig::new(contract).monitored_by(monitoring);
     config.validate().map_err(|e| invalid_config(e.to_string()))?;
     Ok((config, c.monitor))
 }

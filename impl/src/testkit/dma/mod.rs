@@ -106,6 +106,16 @@ pub enum MonitorKind {
     Explicit,
 }
 
+impl MonitorKind {
+    /// The cache's [`crate::Monitoring`] for this monitor.
+    pub fn monitoring(self) -> crate::Monitoring {
+        match self {
+            MonitorKind::Uffd => crate::Monitoring::Userfaultfd,
+            MonitorKind::Explicit => crate::Monitoring::Explicit,
+        }
+    }
+}
+
 /// The run's parameters.
 #[derive(Clone, Debug)]
 pub struct DmaConfig {

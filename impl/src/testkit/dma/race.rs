@@ -110,11 +110,8 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     let arena = Arena::new(SLOTS, slot_bytes, 0)?;
     let registrar = UringRegistrar::new(256).map_err(|e| format!("io_uring registrar: {e}"))?;
-    let mut cc = CacheConfig::explicit_with(Config { page_size: page, ..Config::default() });
+    let mut cc = CacheConfig::new(Config { page_size: page, ..Config::default() }).monitored_by(cfg.monitor.monitoring());
     cc.faults = cfg.faults;
-    if cfg.monitor == MonitorKind::Uffd {
-        cc.monitoring = crate::Monitoring::Userfaultfd;
-    }
     let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false), cc));
     let monitor = match cfg.monitor {
         MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| format!("userfaultfd monitor: {e}"))?),

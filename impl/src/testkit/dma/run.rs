@@ -37,11 +37,8 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
     let pfn_available = pagemap::pfns_available();
     let pfn = cfg.pagemap && pfn_available;
     let registrar = UringRegistrar::with_defaults().map_err(|e| format!("io_uring registrar: {e}"))?;
-    let mut cc = CacheConfig::explicit_with(Config { policy: cfg.policy, page_size: page, ..Config::default() });
+    let mut cc = CacheConfig::new(Config { policy: cfg.policy, page_size: page, ..Config::default() }).monitored_by(cfg.monitor.monitoring());
     cc.faults = cfg.faults;
-    if cfg.monitor == MonitorKind::Uffd {
-        cc.monitoring = crate::Monitoring::Userfaultfd;
-    }
     let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false).record_pfns(pfn), cc));
     let churn: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.slots * cfg.slot_pages).map(|_| AtomicU64::new(0)).collect());
     let register_churns = Arc::new(AtomicU64::new(0));
