@@ -201,8 +201,21 @@ impl<R: Registrar> Cache<R> {
 
     /// Counters in the shared schema (spec.md#S8). Exact when no operation is
     /// in flight.
+    ///
+    /// With an event source installed (a [`crate::MonitorThread`]), it first
+    /// waits out a monitor round in progress: the kernel wakes a thread that
+    /// unmapped watched memory inside the round's read, before the round has
+    /// applied the event (M2). So the invalidation of a `munmap` that has
+    /// returned is counted. Its deregistration follows the round's unlock
+    /// (L1) and may not be counted yet.
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
+        if shared.source.get().is_some() && !super::generation::held_by_this_thread() {
+            // A shared section cannot start while the round's exclusive one
+            // runs; taken and dropped at once, it only orders the reads below
+            // after that round.
+            drop(shared.lock.read().unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
         let c = &self.counters;
         let (lane_hits, lane_releases) = self.lane_counts(shared);
         Stats {
