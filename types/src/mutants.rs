@@ -57,13 +57,14 @@ pub struct FaultSwitch {
 }
 
 /// The cache's fault switches.
-pub const FAULT_SWITCHES: [FaultSwitch; 7] = [
+pub const FAULT_SWITCHES: [FaultSwitch; 8] = [
     FaultSwitch { name: "skip-seq-recheck", field: "skip_seq_recheck", mirrors: Some("no-seq-recheck") },
     FaultSwitch { name: "monitor-off", field: "monitor_off", mirrors: None },
     FaultSwitch { name: "leak-deregistration", field: "leak_deregistration", mirrors: None },
     FaultSwitch { name: "fork-keeps-monitor", field: "fork_keeps_monitor", mirrors: None },
     FaultSwitch { name: "note-skips-revoke", field: "note_skips_revoke", mirrors: Some("note-skips-revoke") },
     FaultSwitch { name: "over-limit-flag-late", field: "over_limit_flag_late", mirrors: Some("over-limit-flag-late") },
+    FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: None },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

@@ -43,6 +43,10 @@ pub struct Faults {
     /// was raised is neither evicted nor runs R2, and the cache stays over
     /// its limit (mirrors the checker's `over-limit-flag-late`; P5).
     pub over_limit_flag_late: bool,
+    /// spec.md#M3 off: a REMOVE read from userfaultfd is applied as a plain
+    /// event and opens no window (the behaviour before issue 23; S7.4(b)
+    /// open again). Mirrors the checker's `remove-without-window`.
+    pub remove_without_window: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     pub(super) dereg_leased_on_invalidate: bool,

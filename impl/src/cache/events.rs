@@ -38,6 +38,19 @@ pub trait EventSource: Send + Sync + 'static {
     fn watch(&self, _range: Range) -> Result<(), String> {
         Ok(())
     }
+
+    /// Whether this source proves that a madvise returned (spec.md#M4): a
+    /// REMOVE it delivers then opens a release window (M3) that the source
+    /// closes with [`Cache::close_remove_window`] once proven. A source that
+    /// cannot prove it returns `false`: its REMOVEs are plain events
+    /// (spec.md#S7.4(b) stays open).
+    fn proves_removes(&self) -> bool {
+        false
+    }
+
+    /// M3 opened a window on `range` (called under the exclusive lock,
+    /// after the window is open): the source owes it an M4. Must not block.
+    fn remove_window_opened(&self, _range: Range) {}
 }
 
 /// Raises `draining` for the life of a drain (spec.md#LN1).
@@ -161,13 +174,60 @@ impl<R: Registrar> Cache<R> {
             let mut events = Vec::new();
             src.read_pending(&mut events);
             add(&self.counters.release_events, events.len() as u64);
-            if !fault!(self.config, monitor_off) {
-                spans.extend(events.iter().map(|ev| ev.range.pages(self.page_size)));
+            for span in spans.drain(..) {
+                self.apply_event(shared, st, span, deregs);
             }
+            self.apply_source_events(shared, st, src.as_ref(), &events, deregs);
+            return;
         }
         for span in spans {
             self.apply_event(shared, st, span, deregs);
         }
+    }
+
+    /// Applies events read from the monitor (A-D), and opens a window for
+    /// each REMOVE of a source that proves its madvise returned (M3).
+    fn apply_source_events<'c>(
+        &'c self,
+        shared: &'c Shared<R>,
+        st: &mut State<R>,
+        src: &dyn EventSource,
+        events: &[ReleaseEvent],
+        deregs: &mut DeregList<'c, R>,
+    ) {
+        if fault!(self.config, monitor_off) {
+            return;
+        }
+        let windows = src.proves_removes() && !fault!(self.config, remove_without_window);
+        for ev in events {
+            let span = ev.range.pages(self.page_size);
+            self.apply_event(shared, st, span, deregs);
+            //= spec.md#M3
+            //# after applying it (A-D), in the same critical section, open a
+            //# window on its pages
+            if windows && ev.kind == ReleaseKind::MadviseDontneed {
+                shared.windows.open(span);
+                inc(&self.counters.remove_windows);
+                //= spec.md#M3
+                //# The window is handed to the monitor thread for M4 only once it is open.
+                src.remove_window_opened(ev.range);
+            }
+        }
+    }
+
+    //= spec.md#M4
+    //# close a REMOVE window (as W2) only once the madvise that raised it is
+    //# proven to have returned
+    /// M4: closes one window that M3 opened on `range`, once the source has
+    /// proven the madvise returned. Never waits for the cache lock. Returns
+    /// whether such a window was open (not after a fork: the child has none).
+    pub fn close_remove_window(&self, range: Range) -> bool {
+        let shared = self.shared_slow();
+        let closed = shared.windows.close(range.pages(self.page_size));
+        if closed {
+            inc(&self.counters.remove_windows_closed);
+        }
+        closed
     }
 
     //= spec.md#A-D
@@ -334,10 +394,14 @@ impl<R: Registrar> Cache<R> {
         let _draining = Draining::new(shared);
         read(&mut events);
         add(&self.counters.release_events, events.len() as u64);
-        if !fault!(self.config, monitor_off) {
-            for ev in &events {
-                self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
+        match shared.source.get() {
+            Some(src) => self.apply_source_events(shared, &mut st, src.as_ref(), &events, &mut deregs),
+            None if !fault!(self.config, monitor_off) => {
+                for ev in &events {
+                    self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
+                }
             }
+            None => {}
         }
         self.drain(shared, &mut st, &mut deregs);
         drop(st);

@@ -138,6 +138,9 @@ pub(crate) struct Counters {
     /// Times the last [`super::SharedCache`] handle leaked the cache because
     /// owned leases were still out (0 or 1).
     pub leaked_for_owned_leases: plain::AtomicU64,
+    /// REMOVE windows opened (spec.md#M3) and closed (M4).
+    pub remove_windows: plain::AtomicU64,
+    pub remove_windows_closed: plain::AtomicU64,
 }
 
 #[inline]
@@ -173,6 +176,13 @@ pub struct Diagnostics {
     pub queue_capacity: u64,
     /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
+    /// Windows a REMOVE opened (spec.md#M3), and those proven and closed
+    /// (M4). Their difference is open now: those pages are served uncached
+    /// (`Stats::uncached`) until the madvise is proven to have returned.
+    #[serde(default)]
+    pub remove_windows: u64,
+    #[serde(default)]
+    pub remove_windows_closed: u64,
     /// Releases its owner thread made on its own lane (spec.md#LN3, the
     /// fast release), included in `Stats::releases`.
     pub lane_releases: u64,
@@ -276,6 +286,8 @@ impl<R: Registrar> Cache<R> {
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
             lane_hits: self.lane_counts(shared).0,
+            remove_windows: get(&c.remove_windows),
+            remove_windows_closed: get(&c.remove_windows_closed),
             lane_releases: self.lane_counts(shared).1,
             lanes: shared.lanes.installed().count() as u64,
             pinned_slots: shared

@@ -7,6 +7,7 @@
 //! - explicit calls: [`crate::Cache::invalidate`] (the synchronous hook path).
 
 pub mod alloc;
+pub mod madvise_proof;
 pub mod uffd;
 pub mod uffd_thread;
 

@@ -176,6 +176,14 @@ pub enum UffdError {
     /// The monitor thread could not be started.
     #[error("cannot start the monitor thread: {}", os_err(.errno))]
     Thread { errno: i32 },
+    /// The madvise proof (spec.md#S7.5) has no signal: the configured one is
+    /// taken by the application, or invalid.
+    #[error(
+        "the userfaultfd monitor cannot prove madvise returned: signal {signal} {} (spec.md S7.5; \
+         choose a free real-time signal with MRCACHE_PROOF_SIGNAL)",
+        if *.taken { "already has a handler or is ignored in this process" } else { "is not a usable real-time signal" }
+    )]
+    ProofSignal { signal: i32, taken: bool },
 }
 
 /// A release the kernel reported: the process stopped mapping the frames of
@@ -405,9 +413,19 @@ impl UffdMonitor {
     /// [`read_pending`](Self::read_pending). `Ok(false)` on timeout or when a
     /// signal interrupted the wait.
     pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool, UffdError> {
-        let mut pfd = libc::pollfd { fd: self.raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: `pfd` is one valid pollfd and we pass nfds = 1.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        self.wait_readable_or(-1, timeout_ms)
+    }
+
+    /// [`Self::wait_readable`], also returning early (with `Ok(false)`) when
+    /// `other` is readable (a negative `other` is ignored by poll).
+    pub fn wait_readable_or(&self, other: RawFd, timeout_ms: i32) -> Result<bool, UffdError> {
+        let mut pfds = [
+            libc::pollfd { fd: self.raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: other, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `pfds` is two valid pollfds and we pass nfds = 2.
+        let rc = unsafe { libc::poll(pfds.as_mut_ptr(), 2, timeout_ms) };
+        let pfd = pfds[0];
         if rc < 0 {
             return match last_errno() {
                 libc::EINTR => Ok(false),

@@ -14,12 +14,13 @@
 //! being dropped or stopped; every loop is bounded by that stop flag or by
 //! [`READ_BATCH`].
 
+use super::madvise_proof::{self, InstallError, Seen, SendOutcome, Sent, Signal};
 use super::uffd::{MonitorEvent, UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, SharedCache};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// Messages read per `read_pending` call of the monitor.
@@ -28,20 +29,61 @@ pub const READ_BATCH: usize = 256;
 /// How long the monitor thread waits in `poll` before re-checking its stop flag.
 pub const POLL_TIMEOUT_MS: i32 = 20;
 
+/// The poll timeout while a REMOVE window awaits its proof: threads seen
+/// inside a madvise are looked at again this often (those that acknowledge
+/// the signal wake the poll at once).
+pub const PROOF_POLL_MS: i32 = 1;
+
+/// The cache's event source, shared with the monitor thread (which takes
+/// the windows M3 opened).
+struct SharedEvents(Arc<UffdEvents>);
+
+impl EventSource for SharedEvents {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+        self.0.read_pending(out)
+    }
+    fn watch(&self, range: Range) -> Result<(), String> {
+        self.0.watch(range)
+    }
+    fn proves_removes(&self) -> bool {
+        self.0.proves_removes()
+    }
+    fn remove_window_opened(&self, range: Range) {
+        self.0.remove_window_opened(range)
+    }
+}
+
 /// A [`UffdMonitor`] as the cache's event source.
 pub struct UffdEvents {
     monitor: Arc<UffdMonitor>,
     read_errors: AtomicU64,
+    /// With the madvise proof: REMOVE windows M3 opened, awaiting M4.
+    proof: Option<(Signal, Mutex<Vec<Range>>)>,
 }
 
 impl UffdEvents {
+    /// A source whose REMOVEs are plain events (S7.4(b) open).
     pub fn new(monitor: Arc<UffdMonitor>) -> Self {
-        UffdEvents { monitor, read_errors: AtomicU64::new(0) }
+        UffdEvents { monitor, read_errors: AtomicU64::new(0), proof: None }
+    }
+
+    /// A source whose REMOVEs open windows that a [`MonitorThread`] closes
+    /// once it proved the madvise returned (spec.md#M3, M4).
+    pub fn with_proof(monitor: Arc<UffdMonitor>, signal: Signal) -> Self {
+        UffdEvents { monitor, read_errors: AtomicU64::new(0), proof: Some((signal, Mutex::new(Vec::new()))) }
     }
 
     /// `read()` calls that failed (not EAGAIN). They are retried next round.
     pub fn read_errors(&self) -> u64 {
         self.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Takes the windows opened since the last call.
+    fn take_opened(&self) -> Vec<Range> {
+        match &self.proof {
+            Some((_, opened)) => std::mem::take(&mut *opened.lock().unwrap_or_else(PoisonError::into_inner)),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -61,6 +103,125 @@ impl EventSource for UffdEvents {
 
     fn watch(&self, range: Range) -> Result<(), String> {
         self.monitor.watch(range).map_err(|e| e.to_string())
+    }
+
+    fn proves_removes(&self) -> bool {
+        self.proof.is_some()
+    }
+
+    fn remove_window_opened(&self, range: Range) {
+        if let Some((signal, opened)) = &self.proof {
+            opened.lock().unwrap_or_else(PoisonError::into_inner).push(range);
+            // Wakes the monitor thread if another thread read the event (A2, A6).
+            signal.wake();
+        }
+    }
+}
+
+/// One REMOVE window awaiting its proof (spec.md#M4, S7.5).
+struct Unproven {
+    range: Range,
+    /// Threads that may still be inside the madvise, with the signal sent
+    /// to each (None: not sent yet).
+    waiting: Vec<(i32, Option<Sent>)>,
+    /// The thread list could not be read: nothing can be proven.
+    unknown: bool,
+}
+
+/// The monitor thread's half of M4: scans threads for each new window,
+/// signals those that may be inside the madvise, and closes a window once
+/// none may be.
+struct Prover {
+    signal: Signal,
+    me: i32,
+    unproven: Vec<Unproven>,
+    /// Sends whose thread was since seen elsewhere: their signal is still
+    /// pending, so their slot stays taken until acknowledged (or exit).
+    lingering: Vec<(i32, Sent)>,
+}
+
+impl Prover {
+    fn new(signal: Signal) -> Self {
+        Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), lingering: Vec::new() }
+    }
+
+    /// Starts proving each window in `opened`.
+    fn begin(&mut self, opened: Vec<Range>) {
+        for range in opened {
+            let mut w = Unproven { range, waiting: Vec::new(), unknown: false };
+            match madvise_proof::threads(self.me) {
+                None => w.unknown = true,
+                Some(tids) => {
+                    for tid in tids {
+                        match madvise_proof::look(tid, range) {
+                            Seen::Elsewhere | Seen::Exited => {}
+                            Seen::Inside | Seen::Unknown => w.waiting.push((tid, None)),
+                        }
+                    }
+                }
+            }
+            self.unproven.push(w);
+        }
+    }
+
+    /// One pass over the windows: sends, checks, closes. Returns whether
+    /// any window is still unproven.
+    fn advance<R: Registrar>(&mut self, cache: &Cache<R>) -> bool {
+        let signal = self.signal;
+        self.lingering.retain(|&(tid, sent)| {
+            if signal.acknowledged(sent) {
+                return false;
+            }
+            if madvise_proof::look(tid, Range { addr: 0, len: 1 }) == Seen::Exited {
+                signal.forget_exited(sent);
+                return false;
+            }
+            true
+        });
+        let mut lingering = Vec::new();
+        self.unproven.retain_mut(|w| {
+            w.waiting.retain_mut(|(tid, sent)| {
+                if let Some(s) = *sent {
+                    if signal.acknowledged(s) {
+                        return false; // its handler ran after the send
+                    }
+                }
+                match madvise_proof::look(*tid, w.range) {
+                    Seen::Exited => {
+                        if let Some(s) = *sent {
+                            signal.forget_exited(s);
+                        }
+                        false
+                    }
+                    Seen::Elsewhere => {
+                        if let Some(s) = *sent {
+                            lingering.push((*tid, s));
+                        }
+                        false
+                    }
+                    Seen::Inside => {
+                        if sent.is_none() {
+                            match signal.send(*tid) {
+                                SendOutcome::Sent(s) => *sent = Some(s),
+                                SendOutcome::Gone => return false,
+                                SendOutcome::Later => {}
+                            }
+                        }
+                        true
+                    }
+                    Seen::Unknown => true,
+                }
+            });
+            if w.waiting.is_empty() && !w.unknown {
+                //= spec.md#M4
+                //# A window not proven stays open: it costs caching on its pages, never freshness.
+                cache.close_remove_window(w.range);
+                return false;
+            }
+            true
+        });
+        self.lingering.extend(lingering);
+        !self.unproven.is_empty()
     }
 }
 
@@ -96,8 +257,14 @@ impl MonitorThread {
     where
         C: std::ops::Deref<Target = Cache<R>> + Send + 'static,
     {
+        let signal = Signal::install().map_err(|e| match e {
+            InstallError::Taken(signal) => UffdError::ProofSignal { signal, taken: true },
+            InstallError::NotRealtime(signal) => UffdError::ProofSignal { signal, taken: false },
+            InstallError::Os(errno) => UffdError::Thread { errno },
+        })?;
         let monitor = Arc::new(UffdMonitor::open()?);
-        if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
+        let events = Arc::new(UffdEvents::with_proof(monitor.clone(), signal));
+        if cache.set_event_source(Box::new(SharedEvents(events.clone()))).is_err() {
             return Err(UffdError::AlreadyMonitored);
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -107,11 +274,16 @@ impl MonitorThread {
         let handle = std::thread::Builder::new()
             .name("mrcache-uffd".into())
             .spawn(move || {
+                let mut prover = Prover::new(signal);
                 let _ = started.send(());
+                let mut unproven = false;
                 while !stop2.load(Ordering::Acquire) {
+                    // Short waits while a window awaits its proof: an
+                    // acknowledgement also wakes the poll (the eventfd).
+                    let timeout = if unproven { PROOF_POLL_MS } else { POLL_TIMEOUT_MS };
                     //= spec.md#M1
                     //# uffd monitor thread: poll until the fd is readable, without reading.
-                    match monitor.wait_readable(POLL_TIMEOUT_MS) {
+                    match monitor.wait_readable_or(signal.wake_fd(), timeout) {
                         //= spec.md#M2
                         //# take the lock exclusive; read every pending event non-blockingly
                         Ok(true) => {
@@ -122,6 +294,9 @@ impl MonitorThread {
                         // EINTR and the like: poll again after the timeout.
                         Err(_) => std::thread::sleep(std::time::Duration::from_millis(POLL_TIMEOUT_MS as u64)),
                     }
+                    signal.clear_wake();
+                    prover.begin(events.take_opened());
+                    unproven = prover.advance(&*cache);
                 }
             })
             .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;

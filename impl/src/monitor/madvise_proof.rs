@@ -1,0 +1,400 @@
+//! Proof that a madvise has returned (spec.md#S7.5, the OS half of M4).
+//!
+//! userfaultfd queues REMOVE *before* the kernel drops the pages and does not
+//! say which thread raised it. The thread that did is blocked until the event
+//! is read, so after the read it is either still inside madvise (zapping) or
+//! has returned. This module decides, without any cache lock, when every
+//! thread that might still be inside has left:
+//!
+//! - [`scan`] lists `/proc/self/task` and reads each thread's `syscall`
+//!   file. A thread blocked in another system call is not inside the
+//!   madvise ([`Seen::Elsewhere`]); a running one, or one blocked in an
+//!   overlapping madvise or in process_madvise, might be ([`Seen::Inside`]).
+//! - [`Signal`] sends such a thread the proof signal with a fresh token. The
+//!   handler runs only on a return to user mode, after the signal was sent,
+//!   so once it has stored the token ([`Signal::acknowledged`]) the thread
+//!   is out of the kernel call it was in.
+//!
+//! Invariants: the handler is async-signal-safe (one atomic store, one
+//! `write` to an eventfd that is never closed, errno saved and restored); a
+//! token is never reused while its signal may still be pending, so a late
+//! handler cannot acknowledge a newer send; the handler is installed once
+//! per process and never replaces one the application installed.
+//!
+//! Every `unsafe` here is an FFI call on plain data (SAFETY comments at each).
+
+use mrcache_types::Range;
+use std::fs;
+use std::io::Read;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// Acknowledgement slots: a token's low bits name its slot.
+const SLOTS: usize = 1024;
+const SLOT_BITS: u32 = 10;
+
+/// `ACKS[slot]` holds the last token whose handler ran.
+static ACKS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+/// An eventfd the handler writes to, so the monitor thread wakes at once.
+/// Created with the handler and never closed (a late handler must never
+/// write to a reused descriptor).
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+/// The installed signal, or why none is.
+static INSTALLED: OnceLock<Result<Signal, InstallError>> = OnceLock::new();
+/// Slots whose signal may still be pending, and the token sequence.
+static SLOT_STATE: Mutex<SlotState> = Mutex::new(SlotState { busy: [false; SLOTS], next: 0, seq: 0 });
+
+struct SlotState {
+    busy: [bool; SLOTS],
+    next: usize,
+    seq: u64,
+}
+
+/// Why the proof signal was not installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstallError {
+    /// `MRCACHE_PROOF_SIGNAL` is not a real-time signal number (the number, or -1 if unparsable).
+    NotRealtime(i32),
+    /// The application already handles or ignores this signal.
+    Taken(i32),
+    /// sigaction or eventfd failed (errno).
+    Os(i32),
+}
+
+/// The environment variable that chooses the proof signal's number.
+pub const SIGNAL_ENV: &str = "MRCACHE_PROOF_SIGNAL";
+
+extern "C" fn on_proof_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local; saved and restored around `write`.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
+    // our sender put the token in si_value (rt_tgsigqueueinfo).
+    let token = unsafe { (*info).si_value().sival_ptr } as u64;
+    if token != 0 {
+        // Release: the monitor's Acquire load of the token then knows this
+        // thread was back in user mode after the send.
+        ACKS[(token as usize) & (SLOTS - 1)].store(token, Ordering::Release);
+        let fd = WAKE_FD.load(Ordering::Relaxed);
+        if fd >= 0 {
+            let one: u64 = 1;
+            // SAFETY: write(2) is async-signal-safe; the fd is never closed.
+            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The process's proof signal, installed once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    pub number: i32,
+}
+
+/// A sent signal awaiting its acknowledgement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    token: u64,
+}
+
+/// What [`Signal::send`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    Sent(Sent),
+    /// The thread has exited.
+    Gone,
+    /// No slot free, or the kernel's signal queue is full: try again later.
+    Later,
+}
+
+impl Signal {
+    /// The signal number [`Signal::install`] uses: `MRCACHE_PROOF_SIGNAL`, or
+    /// `SIGRTMAX - 2`.
+    pub fn configured_number() -> Result<i32, InstallError> {
+        let default = libc::SIGRTMAX() - 2;
+        match std::env::var(SIGNAL_ENV) {
+            Err(_) => Ok(default),
+            Ok(v) => {
+                let n: i32 = v.trim().parse().map_err(|_| InstallError::NotRealtime(-1))?;
+                if n < libc::SIGRTMIN() || n > libc::SIGRTMAX() {
+                    return Err(InstallError::NotRealtime(n));
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Installs the handler for the configured number, once per process.
+    /// Refuses a number that already has a handler or is ignored (the
+    /// application owns it), naming it.
+    pub fn install() -> Result<Signal, InstallError> {
+        *INSTALLED.get_or_init(|| Self::configured_number().and_then(Self::install_number))
+    }
+
+    fn install_number(number: i32) -> Result<Signal, InstallError> {
+        // SAFETY: sigaction with a null new action only reads the old one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `old` is a valid out-pointer.
+        if unsafe { libc::sigaction(number, std::ptr::null(), &mut old) } != 0 {
+            return Err(InstallError::Os(errno()));
+        }
+        if old.sa_sigaction != libc::SIG_DFL {
+            return Err(InstallError::Taken(number));
+        }
+        // SAFETY: eventfd(2) with plain flags.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(InstallError::Os(errno()));
+        }
+        WAKE_FD.store(fd, Ordering::Relaxed);
+        // SAFETY: zeroed sigaction is a valid starting value.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = on_proof_signal as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // SAFETY: sa_mask is a valid sigset to empty.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        // SAFETY: a valid action for a real-time signal nobody else handles.
+        if unsafe { libc::sigaction(number, &act, std::ptr::null_mut()) } != 0 {
+            return Err(InstallError::Os(errno()));
+        }
+        Ok(Signal { number })
+    }
+
+    /// The eventfd the handler writes to (readable after an acknowledgement).
+    pub fn wake_fd(&self) -> i32 {
+        WAKE_FD.load(Ordering::Relaxed)
+    }
+
+    /// Makes the wake eventfd readable (the monitor thread's poll returns).
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes to our non-blocking eventfd.
+        unsafe { libc::write(self.wake_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Empties the wake eventfd (non-blocking).
+    pub fn clear_wake(&self) {
+        let mut buf = 0u64;
+        // SAFETY: reads 8 bytes into `buf` from our non-blocking eventfd.
+        unsafe { libc::read(self.wake_fd(), (&mut buf as *mut u64).cast(), 8) };
+    }
+
+    /// Sends the proof signal to thread `tid` of this process with a fresh
+    /// token.
+    pub fn send(&self, tid: i32) -> SendOutcome {
+        let token = {
+            let mut s = SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner);
+            // Bounded: one turn per slot.
+            let Some(slot) = (0..SLOTS).map(|k| (s.next + k) % SLOTS).find(|&k| !s.busy[k]) else {
+                return SendOutcome::Later;
+            };
+            s.busy[slot] = true;
+            s.next = (slot + 1) % SLOTS;
+            s.seq += 1;
+            (s.seq << SLOT_BITS) | slot as u64
+        };
+        // SAFETY: siginfo_t zeroed, then the fields rt_tgsigqueueinfo reads.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        info.si_signo = self.number;
+        info.si_code = libc::SI_QUEUE;
+        // si_value sits after si_pid and si_uid in the _rt member (x86-64
+        // and aarch64: offset 24 from the start of siginfo_t).
+        // SAFETY: writes a pointer-sized value inside the 128-byte siginfo_t.
+        unsafe {
+            let base = (&mut info as *mut libc::siginfo_t).cast::<u8>();
+            *(base.add(16) as *mut i32) = std::process::id() as i32;
+            *(base.add(20) as *mut u32) = libc::getuid();
+            *(base.add(24) as *mut u64) = token;
+        }
+        // SAFETY: plain syscall on our own process and a thread id.
+        let r = unsafe {
+            libc::syscall(libc::SYS_rt_tgsigqueueinfo, std::process::id() as libc::pid_t, tid, self.number, &info)
+        };
+        if r == 0 {
+            return SendOutcome::Sent(Sent { token });
+        }
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        release_slot(token);
+        if errno == libc::ESRCH {
+            SendOutcome::Gone
+        } else {
+            SendOutcome::Later
+        }
+    }
+
+    /// Whether the handler ran for `sent`. An acknowledged send frees its slot.
+    pub fn acknowledged(&self, sent: Sent) -> bool {
+        // Acquire: pairs with the handler's Release store.
+        let done = ACKS[(sent.token as usize) & (SLOTS - 1)].load(Ordering::Acquire) == sent.token;
+        if done {
+            release_slot(sent.token);
+        }
+        done
+    }
+
+    /// Gives up waiting for `sent` because the thread exited: its signal can
+    /// never be delivered, so its slot is free again. (A thread seen blocked
+    /// elsewhere keeps its slot until it acknowledges: the signal is still
+    /// pending for it.)
+    pub fn forget_exited(&self, sent: Sent) {
+        release_slot(sent.token);
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)
+}
+
+fn release_slot(token: u64) {
+    let mut s = SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner);
+    s.busy[(token as usize) & (SLOTS - 1)] = false;
+}
+
+/// Where a thread was when its `syscall` file was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Running, or blocked in an overlapping madvise or in process_madvise:
+    /// it may be inside the madvise that raised the event.
+    Inside,
+    /// Blocked elsewhere (another system call, a madvise on other pages, or
+    /// no system call): not inside that madvise.
+    Elsewhere,
+    /// The thread has exited.
+    Exited,
+    /// The file could not be read: nothing is known.
+    Unknown,
+}
+
+/// Reads thread `tid`'s `syscall` file and classifies it against `range`.
+pub fn look(tid: i32, range: Range) -> Seen {
+    let mut s = String::new();
+    match fs::File::open(format!("/proc/self/task/{tid}/syscall")).and_then(|mut f| f.read_to_string(&mut s)) {
+        Ok(_) => classify(&s, range),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) => Seen::Exited,
+        Err(_) => Seen::Unknown,
+    }
+}
+
+/// Classifies the text of a `syscall` file (proc(5)): `running`, or the
+/// system call number and six arguments in hex (then sp and pc), or `-1`
+/// and sp, pc when blocked outside a system call.
+pub fn classify(text: &str, range: Range) -> Seen {
+    let mut words = text.split_whitespace();
+    let Some(first) = words.next() else { return Seen::Unknown };
+    if first == "running" {
+        return Seen::Inside;
+    }
+    let Ok(nr) = first.parse::<i64>() else { return Seen::Unknown };
+    let arg = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
+    if nr == libc::SYS_process_madvise {
+        return Seen::Inside;
+    }
+    if nr != libc::SYS_madvise {
+        return Seen::Elsewhere;
+    }
+    match (arg(words.next()), arg(words.next())) {
+        (Some(addr), Some(len)) => {
+            let end = addr.saturating_add(len);
+            if addr < range.addr.saturating_add(range.len) && range.addr < end {
+                Seen::Inside
+            } else {
+                Seen::Elsewhere
+            }
+        }
+        _ => Seen::Unknown,
+    }
+}
+
+/// The threads of this process other than `except`, or `None` if the list
+/// cannot be read.
+pub fn threads(except: i32) -> Option<Vec<i32>> {
+    let dir = fs::read_dir("/proc/self/task").ok()?;
+    let mut out = Vec::new();
+    for e in dir {
+        let tid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        if tid != except {
+            out.push(tid);
+        }
+    }
+    Some(out)
+}
+
+/// This thread's id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid(2) has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(addr: u64, len: u64) -> Range {
+        Range { addr, len }
+    }
+
+    #[test]
+    fn syscall_lines_are_classified() {
+        let range = r(0x7000, 0x2000);
+        assert_eq!(classify("running\n", range), Seen::Inside);
+        // madvise(0x6000, 0x2000, DONTNEED): overlaps [0x7000, 0x9000).
+        assert_eq!(classify("28 0x6000 0x2000 0x4 0x0 0x0 0x0 0x7ffd 0x7f00\n", range), Seen::Inside);
+        // madvise on other pages.
+        assert_eq!(classify("28 0x9000 0x1000 0x4 0x0 0x0 0x0 0x7ffd 0x7f00\n", range), Seen::Elsewhere);
+        // futex, poll: elsewhere.
+        assert_eq!(classify("202 0x7f0 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f00\n", range), Seen::Elsewhere);
+        assert_eq!(classify("-1 0x7ffd 0x7f00\n", range), Seen::Elsewhere);
+        assert_eq!(classify(&format!("{} 0x3 0x0 0x1 0x4 0x0 0x0 0x1 0x2\n", libc::SYS_process_madvise), range), Seen::Inside);
+        assert_eq!(classify("", range), Seen::Unknown);
+        assert_eq!(classify("28 zz", range), Seen::Unknown);
+    }
+
+    #[test]
+    fn threads_are_listed_and_seen_blocked_or_exited() {
+        let me = gettid();
+        // A thread reading its own file sees itself in that read.
+        assert_eq!(look(me, r(0, 4096)), Seen::Elsewhere);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
+        let h = std::thread::spawn(move || {
+            ready_tx.send(gettid()).unwrap();
+            let _ = rx.recv();
+        });
+        let other = ready_rx.recv().unwrap();
+        assert!(threads(me).unwrap().contains(&other));
+        assert!(!threads(me).unwrap().contains(&me));
+        // Blocked in a futex (recv): elsewhere, once it sleeps.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while look(other, r(0, 4096)) != Seen::Elsewhere && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(look(other, r(0, 4096)), Seen::Elsewhere);
+        tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(look(other, r(0, 4096)), Seen::Exited);
+    }
+
+    #[test]
+    fn a_signalled_thread_acknowledges_and_an_exited_one_is_gone() {
+        let sig = Signal::install().expect("the proof signal installs");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
+        let h = std::thread::spawn(move || {
+            ready_tx.send(gettid()).unwrap();
+            let _ = rx.recv(); // SA_RESTART: the futex wait restarts
+        });
+        let tid = ready_rx.recv().unwrap();
+        let SendOutcome::Sent(sent) = sig.send(tid) else { panic!("send failed") };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !sig.acknowledged(sent) {
+            assert!(std::time::Instant::now() < deadline, "no acknowledgement");
+            std::thread::yield_now();
+        }
+        tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(sig.send(tid), SendOutcome::Gone);
+        // Installing again gives the same signal; a taken number is refused.
+        assert_eq!(Signal::install(), Ok(sig));
+        assert_eq!(Signal::install_number(sig.number), Err(InstallError::Taken(sig.number)));
+    }
+}
