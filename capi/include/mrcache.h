@@ -77,6 +77,14 @@ typedef enum mrcache_monitor_t {
   MRCACHE_MONITOR_EXPLICIT = 1,
   // The library watches registered memory with userfaultfd and a thread
   // of its own (spec.md#S7.3); `mrcache_invalidate` stays available.
+  // A madvise (DONTNEED, FREE, REMOVE) of watched memory keeps its pages
+  // uncached until the monitor has proven the madvise returned (spec.md#S7.5):
+  // it sends a real-time signal (`MRCACHE_PROOF_SIGNAL`, default
+  // SIGRTMAX-2) to threads that may still be inside it. The monitor does not
+  // start (`MRCACHE_UNSUPPORTED`, naming the signal) if the process already
+  // handles or ignores that signal. The handler uses SA_RESTART; calls the
+  // kernel never restarts (epoll_wait, nanosleep, ...) may return EINTR in a
+  // signalled thread, as for any signal.
   MRCACHE_MONITOR_UFFD = 2,
 } mrcache_monitor_t;
 

@@ -73,6 +73,14 @@ pub enum mrcache_monitor_t {
     MRCACHE_MONITOR_EXPLICIT = 1,
     /// The library watches registered memory with userfaultfd and a thread
     /// of its own (spec.md#S7.3); `mrcache_invalidate` stays available.
+    /// A madvise (DONTNEED, FREE, REMOVE) of watched memory keeps its pages
+    /// uncached until the monitor has proven the madvise returned (spec.md#S7.5):
+    /// it sends a real-time signal (`MRCACHE_PROOF_SIGNAL`, default
+    /// SIGRTMAX-2) to threads that may still be inside it. The monitor does not
+    /// start (`MRCACHE_UNSUPPORTED`, naming the signal) if the process already
+    /// handles or ignores that signal. The handler uses SA_RESTART; calls the
+    /// kernel never restarts (epoll_wait, nanosleep, ...) may return EINTR in a
+    /// signalled thread, as for any signal.
     MRCACHE_MONITOR_UFFD = 2,
 }
 
@@ -266,9 +274,7 @@ pub unsafe extern "C" fn mrcache_create(
         let r = CRegistrar::new(&r, id).ok_or_else(|| invalid_config("registrar.reg and registrar.dereg are required"))?;
         let cache = Arc::new(Cache::try_new(r, config).map_err(Failure::from)?);
         let monitor = if monitor == mrcache_monitor_t::MRCACHE_MONITOR_UFFD as u32 {
-            Some(MonitorThread::start(&cache).map_err(|e| {
-                Failure { status: MRCACHE_UNSUPPORTED, errno: libc::ENOSYS, message: format!("userfaultfd monitor: {e}") }
-            })?)
+            Some(MonitorThread::start(&cache).map_err(monitor_failure)?)
         } else {
             None
         };
@@ -603,9 +609,21 @@ pub unsafe extern "C" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache
             Err(mrcache_impl::monitor::uffd::UffdError::AlreadyMonitored) => {
                 Err(Failure::new(MRCACHE_BUSY, "the cache already has a monitor in this process"))
             }
-            Err(e) => Err(Failure { status: MRCACHE_UNSUPPORTED, errno: libc::ENOSYS, message: format!("userfaultfd monitor: {e}") }),
+            Err(e) => Err(monitor_failure(e)),
         }
     })
+}
+
+/// A monitor that did not start: `MRCACHE_UNSUPPORTED`, with ENOSYS, or
+/// EBUSY when the proof signal belongs to the application (spec.md#S7.5).
+fn monitor_failure(e: mrcache_impl::monitor::uffd::UffdError) -> Failure {
+    use mrcache_impl::monitor::uffd::UffdError;
+    let errno = match e {
+        UffdError::ProofSignal { taken: true, .. } => libc::EBUSY,
+        UffdError::ProofSignal { taken: false, .. } => libc::EINVAL,
+        _ => libc::ENOSYS,
+    };
+    Failure { status: MRCACHE_UNSUPPORTED, errno, message: format!("userfaultfd monitor: {e}") }
 }
 
 /// Fills `*out` with the built-in verbs registrar for `pd` (a `struct

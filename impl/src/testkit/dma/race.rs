@@ -26,6 +26,18 @@ pub struct RaceConfig {
     pub rounds: u64,
     pub monitor: MonitorKind,
     pub faults: Faults,
+    /// The advice of window (b): `MADV_DONTNEED`, `MADV_FREE`, or
+    /// `MADV_REMOVE` (the arena is then shared anonymous memory, shmem, and
+    /// window (a) is skipped: its refills would be private).
+    pub advice: i32,
+    /// The cache's contract (policy, chunk_pages); the page size is the
+    /// machine's.
+    pub contract: Config,
+    /// Window (b)'s acquires inside the window take the *other* slot of the
+    /// same 2-slot pair, so with `chunk_pages` 4 (or `merge`) their
+    /// registrations cover the pages being purged that they never asked
+    /// for; the later check takes the purged slot itself.
+    pub neighbour: bool,
 }
 
 /// What [`race`] measured. *Window* acquires are concurrent with the
@@ -52,7 +64,15 @@ pub struct RaceReport {
 
 impl Default for RaceConfig {
     fn default() -> Self {
-        RaceConfig { seed: 1, rounds: 2000, monitor: MonitorKind::Uffd, faults: Faults::default() }
+        RaceConfig {
+            seed: 1,
+            rounds: 2000,
+            monitor: MonitorKind::Uffd,
+            faults: Faults::default(),
+            advice: libc::MADV_DONTNEED,
+            contract: Config::default(),
+            neighbour: false,
+        }
     }
 }
 
@@ -109,8 +129,26 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
     // SAFETY: prctl with plain integer arguments (see `run`).
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     let arena = Arena::new(SLOTS, slot_bytes, 0)?;
+    let shmem = cfg.advice == libc::MADV_REMOVE;
+    if shmem {
+        // SAFETY: replaces our own arena's pages (no reference into them)
+        // with shared anonymous memory at the same address.
+        let p = unsafe {
+            libc::mmap(
+                arena.base as *mut libc::c_void,
+                (SLOTS * slot_bytes) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!("shmem arena: {}", std::io::Error::last_os_error()));
+        }
+    }
     let registrar = UringRegistrar::new(256).map_err(|e| format!("io_uring registrar: {e}"))?;
-    let mut cc = CacheConfig::new(Config { page_size: page, ..Config::default() }).monitored_by(cfg.monitor.monitoring());
+    let mut cc = CacheConfig::new(Config { page_size: page, ..cfg.contract }).monitored_by(cfg.monitor.monitoring());
     cc.faults = cfg.faults;
     let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false), cc));
     let monitor = match cfg.monitor {
@@ -141,7 +179,9 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
             for round in 0..2 * cfg.rounds {
                 let addr = base + (round % SLOTS) * slot_bytes;
                 barrier.wait(); // the slot has a cached entry
-                if round % 2 == 0 {
+                if round % 2 == 0 && shmem {
+                    // no window (a) on shmem
+                } else if round % 2 == 0 {
                     // (a) munmap; the acquirer maps fresh pages there.
                     // SAFETY: a slot of our arena; the acquirer refills it.
                     unsafe { libc::munmap(addr as *mut libc::c_void, slot_bytes as usize) };
@@ -151,7 +191,7 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
                 } else {
                     // (b) madvise(DONTNEED).
                     // SAFETY: as above; the mapping stays, its frames go.
-                    unsafe { libc::madvise(addr as *mut libc::c_void, slot_bytes as usize, libc::MADV_DONTNEED) };
+                    unsafe { libc::madvise(addr as *mut libc::c_void, slot_bytes as usize, cfg.advice) };
                     if explicit {
                         let _ = c.invalidate(addr, slot_bytes, ReleaseKind::MadviseDontneed);
                     }
@@ -170,7 +210,9 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
                 op += 1;
                 let _ = dma_check(c, addr, slot_bytes, op); // cache an entry
                 barrier.wait();
-                if round % 2 == 0 {
+                if round % 2 == 0 && shmem {
+                    // no window (a) on shmem
+                } else if round % 2 == 0 {
                     // (a): wait (bounded) for the hole, fill it, acquire.
                     let mut spins = 0u32;
                     while !unmapped(addr, slot_bytes, page) && !released.load(Relaxed) && spins < 200_000 {
@@ -188,14 +230,16 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
                             counts[1].fetch_add(1, Relaxed);
                         }
                     }
-                } else {
-                    // (b): acquire again and again while madvise runs.
+                } else if round % 2 == 1 {
+                    // (b): acquire again and again while madvise runs (the
+                    // purged slot, or its neighbour: see `neighbour`).
+                    let target = if cfg.neighbour { base + ((round % SLOTS) ^ 1) * slot_bytes } else { addr };
                     let mut n = 0;
                     while !released.load(Relaxed) && n < 10_000 {
                         n += 1;
                         op += 1;
                         counts[3].fetch_add(1, Relaxed);
-                        if dma_check(c, addr, slot_bytes, op) == Some(true) {
+                        if dma_check(c, target, slot_bytes, op) == Some(true) {
                             counts[4].fetch_add(1, Relaxed);
                         }
                     }
@@ -213,7 +257,7 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
         });
     });
     report.elapsed = start.elapsed();
-    report.unmap_rounds = cfg.rounds;
+    report.unmap_rounds = if shmem { 0 } else { cfg.rounds };
     report.remove_rounds = cfg.rounds;
     report.unmap_window_acquires = counts[0].load(Relaxed);
     report.unmap_window_stale = counts[1].load(Relaxed);
