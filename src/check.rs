@@ -101,6 +101,10 @@ pub struct CheckArgs {
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
     pub pair: bool,
+    /// Every script release event is a madvise REMOVE, queued by userfaultfd
+    /// before the frames change (spec.md#S7.4, M3, M4). Async monitor only.
+    #[arg(long)]
+    pub remove: bool,
 }
 
 impl CheckArgs {
@@ -126,6 +130,7 @@ impl CheckArgs {
             scripts: None,
             lanes: self.lanes,
             pair: self.pair,
+            remove: self.remove,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);

@@ -123,6 +123,10 @@ impl Mutant {
                 cfg.scripts = Some(window_closed_scripts());
                 changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
             }
+            Mutant::RemoveWithoutWindow if cfg.scripts.is_none() => {
+                cfg.scripts = Some(remove_scripts());
+                changed.push("the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -133,6 +137,13 @@ impl Mutant {
             cfg.pair = true;
             cfg.monitor = MonitorKind::Sync;
             changed.push("--pair (the hook runs before the release: W1, the release, W2)".into());
+        }
+        if self.needs_remove() && !cfg.remove {
+            cfg.remove = true;
+            cfg.pair = false;
+            cfg.lanes = false;
+            cfg.monitor = MonitorKind::Async;
+            changed.push("--monitor async --remove (script releases are madvise REMOVEs: M3, M4)".into());
         }
         if self.needs_lanes() && !cfg.lanes {
             cfg.lanes = true;
@@ -183,6 +194,13 @@ pub struct CheckConfig {
     /// `release_begin`, the release, `release_end` (two ops in the history).
     /// Sync monitor only.
     pub pair: bool,
+    /// Every script release event is a madvise REMOVE (spec.md#S7.4 (b),
+    /// M3, M4): userfaultfd queues it *before* the frames change, the
+    /// thread sleeps until it is read, then the kernel zaps the frames and
+    /// madvise returns. The read opens a release window (M3) that the
+    /// monitor closes once the madvise has returned (M4). Async monitor only;
+    /// nested events (registrar, cache) stay unmaps.
+    pub remove: bool,
 }
 
 impl Default for CheckConfig {
@@ -202,6 +220,7 @@ impl Default for CheckConfig {
             scripts: None,
             lanes: false,
             pair: false,
+            remove: false,
         }
     }
 }
@@ -266,6 +285,9 @@ impl CheckConfig {
         }
         if self.pair {
             s += ", hook before the release (W1/W2 pair)";
+        }
+        if self.remove {
+            s += ", script releases are madvise REMOVEs (M3/M4 windows)";
         }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
@@ -518,6 +540,16 @@ pub fn window_scripts() -> Vec<Vec<Op>> {
 /// hit it, misses.
 pub fn window_closed_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
+}
+
+/// Scripts where T1's acquire of A may be planned after T0's madvise REMOVE
+/// of A was read (by the monitor or by T1's own A2) and before the frames
+/// are zapped: its registration pins the frames about to go. Without M3's
+/// window it is cached, and T0's acquire of A after its madvise returned
+/// hits it (`remove-without-window`); with the window it is served uncached
+/// (W3), or retried if M4 closed the window before its A7.
+pub fn remove_scripts() -> Vec<Vec<Op>> {
+    vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

@@ -53,6 +53,8 @@
 //! | R2 | `thread_step` | lock, drain, evict, unlock |
 //! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
 //! | M1, M2 | `monitor_step` | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
+//! | M3 | `open_remove_window` ([`CheckConfig::remove`]) | in the step that applies a REMOVE read by M2, A2 or A6: open a window on its pages, handed to the monitor; logged as the monitor's `release_begin` |
+//! | M4 | `m4_close` (action `CloseWindow`) | the monitor, between rounds, closes a REMOVE window once its madvise has returned (S7.5's proof taken as exact); logged as its `release_end` |
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
 //! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant `handoff-toctou` splits it) |
 //!

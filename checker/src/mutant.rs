@@ -163,6 +163,11 @@ mutants! {
     /// slots (LN5): a lane lease the state word does not count goes unseen,
     /// and A10 evicts an entry another thread holds.
     NoteSkipsRevoke: "A6/R2 note an entry without revoking its lane slots", [LINEARIZABLE];
+    /// M3 missing: a REMOVE (madvise) read from userfaultfd is applied as a
+    /// plain event (A-D only), with no window: a registration planned after
+    /// the read and before the zap pins the frames about to go and is cached
+    /// (spec.md#S7.4 (b)).
+    RemoveWithoutWindow: "a REMOVE read from uffd is applied as a plain event, no window (M3 missing)", [P2];
 }
 
 impl Mutant {
@@ -182,6 +187,11 @@ impl Mutant {
                 | Mutant::WindowedServedAfterEnd
                 | Mutant::WindowAfterQueue
         )
+    }
+
+    /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
+    pub fn needs_remove(&self) -> bool {
+        matches!(self, Mutant::RemoveWithoutWindow)
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 18] = [
+const FAMILIES: [&str; 20] = [
     "2x3",
     "2x4",
     "3x2",
@@ -37,6 +37,8 @@ const FAMILIES: [&str; 18] = [
     "2x3+pair",
     "pair-windows",
     "pair-closed",
+    "2x3+remove",
+    "remove",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -95,6 +97,15 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "pair-windows" => CheckConfig { pair: true, scripts: Some(crate::config::window_scripts()), ..base(2, 3) },
         // A windowed acquire whose window closes before its A9 (A7's rule of W3).
         "pair-closed" => CheckConfig { pair: true, scripts: Some(crate::config::window_closed_scripts()), ..base(2, 3) },
+        // Every script release is a madvise REMOVE, queued by userfaultfd
+        // before the frames change (spec.md#S7.4 (b)): the read opens a
+        // window (M3), the monitor closes it once the madvise returned (M4).
+        // Async only: the generated scripts, and an acquire planned between
+        // the read and the zap, then one after the madvise returned
+        // (`remove-without-window`).
+        "2x3+remove" | "remove" if monitor != MonitorKind::Async => return None,
+        "2x3+remove" => CheckConfig { remove: true, ..base(2, 3) },
+        "remove" => CheckConfig { remove: true, scripts: Some(crate::config::remove_scripts()), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -197,6 +208,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("pair-closed independent sync", 2537),
     ("pair-closed merge sync", 2537),
     ("pair-closed no-merge-uncache-contained sync", 2537),
+    ("2x3+remove independent async", 12426),
+    ("2x3+remove merge async", 16835),
+    ("2x3+remove no-merge-uncache-contained async", 15885),
+    ("remove independent async", 7525),
+    ("remove merge async", 7525),
+    ("remove no-merge-uncache-contained async", 7525),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -211,7 +228,8 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
-                let goals_required = fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed";
+                let goals_required =
+                    fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

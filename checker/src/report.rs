@@ -117,7 +117,7 @@ pub fn explain_linearizability(model: &AlgoModel, steps: &[ReplayStep]) -> Strin
     let mut reference = RefModel::new(model.cfg.model_config()).concurrent().trims_logged();
     for (t, nested, op, ret) in completed(steps) {
         if let Err(v) = reference.judge(&op, &ret) {
-            let who = if nested { format!("T{t} (nested)") } else { format!("T{t}") };
+            let who = if nested { format!("T{t} (nested)") } else { crate::state::actor_name(t) };
             return format!("no linearization exists; in return order, {who} `{op}` -> `{ret}`: {v}");
         }
     }

@@ -258,11 +258,19 @@ pub enum MonPc {
     Apply,
 }
 
+/// A madvise REMOVE (`CheckConfig::remove`): the thread that raised it and
+/// the index of the script op it is, which tells when it has returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Madvise {
+    pub thread: u8,
+    pub op: u8,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Monitor {
     pub pc: MonPc,
-    /// Events read, not yet applied.
-    pub buf: Vec<Span>,
+    /// Events read, not yet applied (with the madvise, for a REMOVE).
+    pub buf: Vec<(Span, Option<Madvise>)>,
     pub dereg: Vec<Handle>,
     pub toctou: Vec<Handle>,
     /// Lanes: the monitor's store buffer (a revoke's null stores).
@@ -304,6 +312,10 @@ pub struct State {
     pub windows: Vec<Span>,
     /// Some registration planned inside a window was served uncached (W3).
     pub windowed_served: bool,
+    /// The windows REMOVEs opened (M3), each also in `windows`, with the
+    /// madvise that raised it: the monitor closes one once its madvise has
+    /// returned (M4).
+    pub remove_windows: Vec<(Span, Madvise)>,
     /// uffd events queued by the kernel and not read yet, with the sleeping thread.
     pub uffd: Vec<(Span, Actor)>,
     /// A10's over-limit flag.
@@ -342,6 +354,7 @@ impl State {
             && self.monitor.buf.is_empty()
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
+            && self.remove_windows.is_empty()
     }
 
     /// Actor `a`'s store buffer.
@@ -415,7 +428,24 @@ impl State {
             out += &format!(" | uffd unread {}", u.join(", "));
         }
         if !self.monitor.buf.is_empty() {
-            out += &format!(" | monitor read, not applied {:?}", self.monitor.buf);
+            let b: Vec<String> = self
+                .monitor
+                .buf
+                .iter()
+                .map(|(s, m)| match m {
+                    Some(m) => format!("{s} (REMOVE by T{})", m.thread),
+                    None => format!("{s}"),
+                })
+                .collect();
+            out += &format!(" | monitor read, not applied [{}]", b.join(", "));
+        }
+        if !self.windows.is_empty() {
+            out += &format!(" | open windows {:?}", self.windows);
+        }
+        if !self.remove_windows.is_empty() {
+            let w: Vec<String> =
+                self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
+            out += &format!(" | REMOVE windows for M4 {}", w.join(", "));
         }
         if self.over_limit {
             out += " | over-limit flag";

@@ -88,6 +88,7 @@ mutants! {
     m31_windowed_served_after_end => WindowedServedAfterEnd,
     m32_window_after_queue => WindowAfterQueue,
     m33_note_skips_revoke => NoteSkipsRevoke,
+    m34_remove_without_window => RemoveWithoutWindow,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

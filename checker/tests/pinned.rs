@@ -1,7 +1,7 @@
 //! The correct algorithm passes every property and reaches every goal in each
 //! pinned configuration, with the recorded number of unique states.
 
-use mrcache_checker::{check, pinned_configs, RunOptions};
+use mrcache_checker::{check, pinned_configs, props, RunOptions};
 
 //= spec.md#A1
 //= spec.md#A2
@@ -26,6 +26,8 @@ use mrcache_checker::{check, pinned_configs, RunOptions};
 //= spec.md#H2
 //= spec.md#M1
 //= spec.md#M2
+//= spec.md#M3
+//= spec.md#M4
 //= spec.md#A-D
 //= spec.md#A-H
 //= spec.md#W1
@@ -64,6 +66,11 @@ fn check_family(family: &str) {
         if family == "lanes+note" && out.unreached().into_iter().any(|g| g.contains("a revoke pins a lane lease")) {
             failures.push(format!("{}: no note pinned a lane lease", p.name));
         }
+        // A registration planned inside a REMOVE's window (M3) must be
+        // served uncached there (W3): the case the window exists for.
+        if family == "remove" && out.unreached().contains(&props::S_WINDOWED) {
+            failures.push(format!("{}: no registration was served inside a REMOVE window", p.name));
+        }
         if out.unique_states != p.unique_states {
             failures.push(format!("{}: {} unique states, pinned {}", p.name, out.unique_states, p.unique_states));
         }
@@ -96,12 +103,14 @@ family! {
     pinned_2x3_pair => "2x3+pair",
     pinned_pair_windows => "pair-windows",
     pinned_pair_closed => "pair-closed",
+    pinned_2x3_remove => "2x3+remove",
+    pinned_remove => "remove",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 96);
+    assert_eq!(all.len(), 102);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

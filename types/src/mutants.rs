@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 34] = [
+pub const MUTANTS: [&str; 35] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -43,6 +43,7 @@ pub const MUTANTS: [&str; 34] = [
     "windowed-served-after-end",
     "window-after-queue",
     "note-skips-revoke",
+    "remove-without-window",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).
@@ -64,7 +65,7 @@ pub const FAULT_SWITCHES: [FaultSwitch; 8] = [
     FaultSwitch { name: "fork-keeps-monitor", field: "fork_keeps_monitor", mirrors: None },
     FaultSwitch { name: "note-skips-revoke", field: "note_skips_revoke", mirrors: Some("note-skips-revoke") },
     FaultSwitch { name: "over-limit-flag-late", field: "over_limit_flag_late", mirrors: Some("over-limit-flag-late") },
-    FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: None },
+    FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: Some("remove-without-window") },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

@@ -1,6 +1,6 @@
-//! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, and the
+//! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, the
 //! release windows of a hook that runs before the release (W1, W2; W3 is in
-//! A4/A9, acquire.rs).
+//! A4/A9, acquire.rs), and those of a uffd REMOVE (M3, M4).
 
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
@@ -32,6 +32,16 @@ impl AlgoModel {
             MonitorKind::Async if self.uffd_watches(span) => EvPc::Enqueue,
             MonitorKind::Async => EvPc::BumpLast,
         }
+    }
+
+    /// M4: the first REMOVE window whose madvise has returned (its thread
+    /// is past that script op), while the monitor thread is between rounds
+    /// (it proves without the lock).
+    pub fn m4_window(&self, s: &State) -> Option<usize> {
+        if s.monitor.pc != MonPc::Idle || !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
+            return None;
+        }
+        s.remove_windows.iter().position(|(_, m)| s.threads[m.thread as usize].next_op > m.op)
     }
 
     pub fn monitor_enabled(&self, s: &State) -> bool {
@@ -146,11 +156,65 @@ impl Ctx<'_> {
         }
         self.set_applying(Some(true));
         for (span, w) in std::mem::take(&mut self.s.uffd) {
+            let madvise = self.madvise_of(w);
             note!(self, "{} reads the uffd event {span}: T{w} wakes up", actor_name(a));
             self.s.threads[w as usize].waiting = false;
             self.apply_event(span, a);
+            if let Some(m) = madvise {
+                self.open_remove_window(span, m, a);
+            }
         }
         self.set_applying(None);
+    }
+
+    /// The madvise REMOVE thread `w` sleeps in, if its uffd event is one
+    /// (`CheckConfig::remove`: a script release event).
+    pub(super) fn madvise_of(&self, w: Actor) -> Option<Madvise> {
+        let th = &self.s.threads[w as usize];
+        let script = th.ev.as_ref().is_some_and(|e| e.origin == Origin::Script);
+        (self.m.cfg.remove && script).then_some(Madvise { thread: w, op: th.next_op })
+    }
+
+    //= spec.md#M3
+    //# after applying it (A-D), in the same critical section, open a window on
+    //# its pages (as W1's: a multiset).
+    /// Called by the step that read and applied the REMOVE, under the lock;
+    /// the window is handed to the monitor (M4) as it opens.
+    pub(super) fn open_remove_window(&mut self, span: Span, m: Madvise, a: Actor) {
+        if self.mutant(Mutant::RemoveWithoutWindow) {
+            note!(self, "M3 (mutant `remove-without-window`): {} applied T{}'s REMOVE {span} as a plain event: no window", actor_name(a), m.thread);
+            return;
+        }
+        note!(self, "M3: {} opens a window on {span} for T{}'s REMOVE (closed by M4 once its madvise returned)", actor_name(a), m.thread);
+        self.s.windows.push(span);
+        self.s.remove_windows.push((span, m));
+        // The history: the window is the contract's W1/W2 pair (S2.9), run
+        // by the monitor as a hook would: `release_begin` now (the event's
+        // effect again, and the window), `release_end` at M4. Without it a
+        // miss served uncached after the madvise returned, before M4, would
+        // break C1.
+        let op = Op::ReleaseBegin { addr: span.addr(), len: span.bytes() };
+        self.invoke(MONITOR, false, op);
+        self.ret(MONITOR, false, op, Ret::Done);
+    }
+
+    //= spec.md#M4
+    //# close a REMOVE window (as W2) only once the madvise that raised it is
+    //# proven to have returned
+    //= spec.md#S7.5
+    /// The monitor thread, without the cache lock, closes the first REMOVE
+    /// window whose madvise has returned (its thread is past that op): the
+    /// model grants S7.5's proof exactly when the madvise has returned, the
+    /// earliest a real proof can come.
+    pub(super) fn m4_close(&mut self) {
+        let i = self.m.m4_window(self.s).expect("M4 enabled");
+        let (span, m) = self.s.remove_windows.remove(i);
+        let w = self.s.windows.iter().position(|x| *x == span).expect("a REMOVE window is an open window");
+        self.s.windows.remove(w);
+        note!(self, "M4: T{}'s madvise of {span} has returned: the monitor closes its window", m.thread);
+        let op = Op::ReleaseEnd { addr: span.addr(), len: span.bytes() };
+        self.invoke(MONITOR, false, op);
+        self.ret(MONITOR, false, op, Ret::Done);
     }
 
     pub(super) fn start_event(&mut self, t: usize, kind: ReleaseKind, span: Span, origin: Origin) {
@@ -158,7 +222,14 @@ impl Ctx<'_> {
             let op = Op::ReleaseEvent { kind, addr: span.addr(), len: span.bytes() };
             self.invoke(t as u8, true, op);
         }
-        let pc = if self.m.cfg.pair && origin == Origin::Script { EvPc::Begin } else { self.m.first_ev_pc(&span) };
+        let pc = if self.m.cfg.pair && origin == Origin::Script {
+            EvPc::Begin
+        } else if self.m.cfg.remove && origin == Origin::Script && self.m.uffd_watches(&span) {
+            // S7.4 (b): a REMOVE is queued before the frames change.
+            EvPc::Enqueue
+        } else {
+            self.m.first_ev_pc(&span)
+        };
         self.thread_mut(t).ev = Some(Ev { pc, span, kind, origin, assigned: Vec::new() });
         self.ev_step(t);
     }
@@ -263,7 +334,7 @@ impl Ctx<'_> {
             }
             EvPc::Wait => {
                 note!(self, "T{t} wakes up: its uffd event was read");
-                if nbr {
+                if nbr || (self.m.cfg.remove && ev.origin == Origin::Script) {
                     self.set_ev_pc(t, EvPc::BumpLast);
                 } else {
                     self.finish_event(t);
@@ -296,15 +367,19 @@ impl Ctx<'_> {
 
     pub(super) fn monitor_read(&mut self) {
         for (span, w) in std::mem::take(&mut self.s.uffd) {
+            let madvise = self.madvise_of(w);
             note!(self, "monitor reads the uffd event {span}: T{w} wakes up");
             self.s.threads[w as usize].waiting = false;
-            self.s.monitor.buf.push(span);
+            self.s.monitor.buf.push((span, madvise));
         }
     }
 
     pub(super) fn monitor_apply(&mut self) {
-        for span in std::mem::take(&mut self.s.monitor.buf) {
+        for (span, madvise) in std::mem::take(&mut self.s.monitor.buf) {
             self.apply_event(span, MONITOR);
+            if let Some(m) = madvise {
+                self.open_remove_window(span, m, MONITOR);
+            }
         }
     }
 

@@ -26,6 +26,9 @@ pub enum Action {
     RegistrarFails { t: u8 },
     /// Lanes: the oldest store in actor `a`'s store buffer reaches memory.
     Flush { a: Actor },
+    /// `CheckConfig::remove`: the uffd monitor thread closes a REMOVE
+    /// window whose madvise has returned (M4).
+    CloseWindow,
 }
 
 /// Slots per lane.
@@ -102,6 +105,12 @@ impl AlgoModel {
         if cfg.pair && cfg.monitor != MonitorKind::Sync {
             return Err("the W1/W2 pair is a hook's (sync monitor only)".into());
         }
+        if cfg.remove && cfg.monitor != MonitorKind::Async {
+            return Err("madvise REMOVE events are userfaultfd's (async monitor only)".into());
+        }
+        if cfg.remove && cfg.lanes {
+            return Err("the REMOVE windows (M3, M4) are not modelled with the lanes".into());
+        }
         let scripts = compile_scripts(&cfg.scripts())?;
         let mut app_pages = 1u8;
         for s in &scripts {
@@ -142,6 +151,7 @@ impl AlgoModel {
             queue: Vec::new(),
             windows: Vec::new(),
             windowed_served: false,
+            remove_windows: Vec::new(),
             uffd: Vec::new(),
             over_limit: false,
             clock: 0,
@@ -281,6 +291,7 @@ impl AlgoModel {
             Action::Monitor => cx.monitor_step(),
             Action::RegistrarFails { t } => cx.registrar_fails_step(t as usize),
             Action::Flush { a } => cx.flush_one(a),
+            Action::CloseWindow => cx.m4_close(),
         }
     }
 
@@ -296,6 +307,7 @@ impl AlgoModel {
                 let first = sb.first().map(|st| buf_line(std::slice::from_ref(st))).unwrap_or_default();
                 format!("{} store buffer: {first} reaches memory", actor_name(a))
             }
+            Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
             Action::Monitor if s.monitor.revoke.is_some() => format!("monitor {}", revoke_label(s.monitor.revoke.as_ref())),
             Action::Monitor => {
                 let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
@@ -604,6 +616,9 @@ impl Model for AlgoModel {
         if self.monitor_enabled(s) {
             actions.push(Action::Monitor);
         }
+        if self.m4_window(s).is_some() {
+            actions.push(Action::CloseWindow);
+        }
         for t in 0..s.threads.len() {
             if self.registrar_may_fail(s, t) {
                 actions.push(Action::RegistrarFails { t: t as u8 });
@@ -638,6 +653,7 @@ impl Model for AlgoModel {
             Action::Monitor => "monitor".into(),
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
+            Action::CloseWindow => "monitor (M4)".into(),
         }
     }
 

@@ -43,7 +43,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         }
         OverlapPolicy::Independent => {}
     }
-    if m.cfg.pair {
+    if m.cfg.pair || m.cfg.remove {
         v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| s.windowed_served));
     }
     if m.cfg.registrar_failures > 0 {
