@@ -6,7 +6,7 @@
 //! has returned. This module decides, without any cache lock, when every
 //! thread that might still be inside has left:
 //!
-//! - [`scan`] lists `/proc/self/task` and reads each thread's `syscall`
+//! - [`threads`] and [`look`] list `/proc/self/task` and read each thread's `syscall`
 //!   file. A thread blocked in another system call is not inside the
 //!   madvise ([`Seen::Elsewhere`]); a running one, or one blocked in an
 //!   overlapping madvise or in process_madvise, might be ([`Seen::Inside`]).
