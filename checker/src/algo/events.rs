@@ -149,7 +149,7 @@ impl Ctx<'_> {
     }
 
     //= spec.md#M2
-    //# A2 and A6 also read pending events.
+    //# A2 and A6 also read pending events, from a monitor that serves their cache alone
     pub(super) fn read_and_apply_uffd(&mut self, a: Actor) {
         if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
             return;

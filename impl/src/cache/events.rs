@@ -25,7 +25,7 @@ pub struct ReleaseEvent {
 }
 
 /// An asynchronous monitor the cache reads under its exclusive lock
-/// (spec.md#S3.8, M2: "A2 and A6 also read pending events").
+/// (spec.md#S3.8, M2: "A2 and A6 also read pending events, from a monitor that serves their cache alone").
 pub trait EventSource: Send + Sync + 'static {
     /// Appends every pending event without blocking. Called with the cache's
     /// exclusive lock held: it must not block and must not free monitored
@@ -170,7 +170,7 @@ impl<R: Registrar> Cache<R> {
         shared.queue.take_all(&mut spans);
         if let Some(src) = source {
             //= spec.md#M2
-            //# A2 and A6 also read pending events.
+            //# A2 and A6 also read pending events, from a monitor that serves their cache alone
             let mut events = Vec::new();
             src.read_pending(&mut events);
             add(&self.counters.release_events, events.len() as u64);
