@@ -85,6 +85,12 @@ typedef enum mrcache_monitor_t {
   // handles or ignores that signal. The handler uses SA_RESTART; calls the
   // kernel never restarts (epoll_wait, nanosleep, ...) may return EINTR in a
   // signalled thread, as for any signal.
+  // Every cache of the process with this monitor shares one userfaultfd and
+  // one thread (spec.md#S7.6), whatever its registrar: two caches (two NICs,
+  // two libraries) can hold registrations of the same buffer, and a release
+  // reaches both. Memory that another userfaultfd of the process already
+  // watches (the kernel's EBUSY) is served uncached, never cached unwatched
+  // (counted in `mrcache_stats_t.uncached`).
   MRCACHE_MONITOR_UFFD = 2,
 } mrcache_monitor_t;
 

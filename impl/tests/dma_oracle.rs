@@ -369,3 +369,46 @@ fn s7_4_b_without_the_remove_window_is_stale() {
         assert!(r.remove_later_stale > 0, "{name}: without M3's window no acquire after madvise returned was stale");
     }
 }
+
+/// Two caches on one monitor (spec.md#S7.6, M5): every slot is cached in
+/// both, with its own io_uring registrar each, and both are checked after
+/// the release returned: an unmap and a madvise reach both.
+fn s7_6_config() -> dma::RaceConfig {
+    let rounds = std::env::var("MRCACHE_RACE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+    dma::RaceConfig { rounds, monitor: MonitorKind::Uffd, seed: 13, second_cache: Some(Faults::default()), ..dma::RaceConfig::default() }
+}
+
+#[test]
+//= spec.md#S7.6
+//# The monitor thread reads the fd only while it holds the
+//# lock exclusive of every attached cache, and applies each event it reads to
+//# every one of them before it unlocks any.
+fn s7_6_two_caches_on_one_monitor_are_fresh() {
+    let _g = serial();
+    if skip_unless_available(MonitorKind::Uffd) {
+        return;
+    }
+    let cfg = s7_6_config();
+    let r = must_finish("S7.6 two caches", Duration::from_secs(120), move || dma::race(&cfg)).unwrap();
+    println!("S7.6 two caches: {}", r.render());
+    assert!(r.cleanup.is_ok(), "{:?}", r.cleanup);
+    assert_eq!(r.unmap_later_stale, 0, "an acquire after munmap returned was stale in one of the two caches");
+    assert_eq!(r.remove_later_stale, 0, "an acquire after madvise returned was stale in one of the two caches");
+}
+
+#[test]
+fn s7_6_an_event_applied_to_one_cache_only_is_stale() {
+    // The impl's twin of the checker's event-to-one-cache mutant: the
+    // second cache ignores what the monitor reads (its `monitor_off`).
+    let _g = serial();
+    if skip_unless_available(MonitorKind::Uffd) {
+        return;
+    }
+    let mut cfg = s7_6_config();
+    let mut deaf = Faults::default();
+    deaf.monitor_off = true;
+    cfg.second_cache = Some(deaf);
+    let r = must_finish("S7.6 teeth", Duration::from_secs(120), move || dma::race(&cfg)).unwrap();
+    println!("S7.6 teeth, second cache deaf: {}", r.render());
+    assert!(r.unmap_later_stale > 0 && r.remove_later_stale > 0, "with one cache deaf to the monitor no later acquire was stale");
+}

@@ -5,6 +5,7 @@ use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::{Entry, EntryPtr};
+use super::events::Watched;
 use super::evict::Noted;
 use super::generation::{Shared, State};
 use super::lease::Lease;
@@ -219,10 +220,21 @@ impl<R: Registrar> Cache<R> {
             let a4_inserts = st.index.inserts();
             drop(st);
             deregs.perform();
+            // Whether the monitor declined to watch the range (S7.6): the
+            // registration is then served and never cached.
+            let mut unwatched = false;
             if let Some(src) = shared.source.get() {
-                if let Err(detail) = src.watch(plan.range) {
-                    self.abandon_inflight(shared, token, &mut deregs);
-                    return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                //= spec.md#A5
+                //# if another userfaultfd of the process watches it, the
+                //# registration is served and not cached, as A9 does a windowed
+                //# one
+                match src.watch(plan.range) {
+                    Ok(Watched::Yes) => {}
+                    Ok(Watched::Not) => unwatched = true,
+                    Err(detail) => {
+                        self.abandon_inflight(shared, token, &mut deregs);
+                        return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                    }
                 }
             }
             //= spec.md#A5
@@ -234,7 +246,7 @@ impl<R: Registrar> Cache<R> {
                         && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
                 {
                     pressure_used = true;
-                    self.pressure_trim(shared, &mut deregs, range, span, access, &mut plan, &mut token)?;
+                    unwatched |= self.pressure_trim(shared, &mut deregs, range, span, access, &mut plan, &mut token)?;
                     match self.registrar.register(plan.range, plan.access) {
                         Ok(h) => h,
                         Err(source) => return self.registration_failed(shared, token, deregs, span, access, true, source),
@@ -318,10 +330,13 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#W3
             //# A9 inserts a windowed registration and at once takes it out of
             //# the index, as a leased entry leaves it on invalidation
-            if !shared.caching() || record.is_some_and(|r| r.windowed) {
+            if !shared.caching() || record.is_some_and(|r| r.windowed) || unwatched {
                 // Served, never findable: deregistered at its last release
                 // (as an entry a release event took out while leased).
                 inc(&self.counters.uncached);
+                if unwatched {
+                    inc(&self.counters.unwatched_uncached);
+                }
                 self.uncache(shared, &mut st, plan.span.first, id, &mut deregs, false);
             }
             //= spec.md#A10
@@ -347,6 +362,7 @@ impl<R: Registrar> Cache<R> {
     //# (the evicted entries no longer merge or displace), unlock,
     //# perform the dereg list
     /// A5's trim on ENOMEM/EAGAIN, then the re-plan (new `plan` and `token`).
+    /// Returns whether the monitor declined to watch a widened re-plan.
     #[allow(clippy::too_many_arguments)]
     fn pressure_trim<'c>(
         &'c self,
@@ -357,7 +373,7 @@ impl<R: Registrar> Cache<R> {
         access: Access,
         plan: &mut Plan,
         token: &mut u64,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let mut st = self.write(shared);
         let noted = self.note_all_unleased(shared, &mut st);
         self.drain(shared, &mut st, deregs);
@@ -377,12 +393,16 @@ impl<R: Registrar> Cache<R> {
         // The re-plan only drops evicted neighbours, so it lies
         // within the watched range; watch it anyway if not.
         if let Some(src) = shared.source.get().filter(|_| !watched.contains(&plan.range)) {
-            if let Err(detail) = src.watch(plan.range) {
-                self.abandon_inflight(shared, *token, deregs);
-                return Err(self.fail(Error::Watch { range: plan.range, detail }));
+            match src.watch(plan.range) {
+                Ok(Watched::Yes) => {}
+                Ok(Watched::Not) => return Ok(true),
+                Err(detail) => {
+                    self.abandon_inflight(shared, *token, deregs);
+                    return Err(self.fail(Error::Watch { range: plan.range, detail }));
+                }
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     //= spec.md#A5

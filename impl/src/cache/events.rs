@@ -5,7 +5,7 @@ use super::entry::indexed;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::EntryPtr;
-use super::generation::{Shared, State, held_by_this_thread};
+use super::generation::{Shared, State, WriteGuard, held_by_this_thread};
 #[cfg(any(test, feature = "testkit"))]
 use super::state::EntryState;
 use super::state::Invalidated;
@@ -24,6 +24,17 @@ pub struct ReleaseEvent {
     pub range: Range,
 }
 
+/// What [`EventSource::watch`] did with a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// Watched: the registration may be cached.
+    Yes,
+    /// Not watched, and not an error: another userfaultfd of the process
+    /// watches it, or the source no longer delivers. The acquire is served
+    /// and its registration is not cached (spec.md#S7.6, A5).
+    Not,
+}
+
 /// An asynchronous monitor the cache reads under its exclusive lock
 /// (spec.md#S3.8, M2: "A2 and A6 also read pending events, from a monitor that serves their cache alone").
 pub trait EventSource: Send + Sync + 'static {
@@ -34,9 +45,17 @@ pub trait EventSource: Send + Sync + 'static {
 
     /// Starts watching `range` before it is registered (spec.md#S7.3). Called
     /// without the cache lock, before the registrar. An error fails the
-    /// acquire with [`Error::Watch`].
-    fn watch(&self, _range: Range) -> Result<(), String> {
-        Ok(())
+    /// acquire with [`Error::Watch`]; [`Watched::Not`] serves it uncached
+    /// (spec.md#S7.6: a range another userfaultfd watches).
+    fn watch(&self, _range: Range) -> Result<Watched, String> {
+        Ok(Watched::Yes)
+    }
+
+    /// Whether events still reach the cache. A source that stopped
+    /// delivering (its cache detached from a shared monitor, spec.md#S7.6)
+    /// returns `false`: nothing is cached from then on.
+    fn delivering(&self) -> bool {
+        true
     }
 
     /// Whether this source proves that a madvise returned (spec.md#M4): a
@@ -387,25 +406,24 @@ impl<R: Registrar> Cache<R> {
     /// `read` must not block, free monitored memory, or call into the cache
     /// other than [`Cache::invalidate`] (which then only queues).
     pub fn drain_with(&self, read: impl FnOnce(&mut Vec<ReleaseEvent>)) {
-        let shared = self.shared_slow();
-        let mut deregs = DeregList::new(self, shared);
+        let mut round = self.lock_for_round();
         let mut events = Vec::new();
-        let mut st = self.write(shared);
-        let _draining = Draining::new(shared);
         read(&mut events);
-        add(&self.counters.release_events, events.len() as u64);
-        match shared.source.get() {
-            Some(src) => self.apply_source_events(shared, &mut st, src.as_ref(), &events, &mut deregs),
-            None if !fault!(self.config, monitor_off) => {
-                for ev in &events {
-                    self.apply_event(shared, &mut st, ev.range.pages(self.page_size), &mut deregs);
-                }
-            }
-            None => {}
-        }
-        self.drain(shared, &mut st, &mut deregs);
-        drop(st);
-        deregs.perform();
+        round.apply(&events);
+        round.unlock().perform();
+    }
+
+    /// This cache's part of a monitor round (M2, M5): its lock taken
+    /// exclusive and its draining count raised (lane hits off) until
+    /// [`RoundLock::unlock`]. A shared monitor holds one per attached cache
+    /// while it reads, so an event read reaches every cache before any of
+    /// them serves again.
+    pub fn lock_for_round(&self) -> RoundLock<'_, R> {
+        let shared = self.shared_slow();
+        let deregs = DeregList::new(self, shared);
+        let st = self.write(shared);
+        let draining = Draining::new(shared);
+        RoundLock { draining: Some(draining), st: Some(st), deregs, cache: self, shared }
     }
 
     //= spec.md#M1
@@ -422,5 +440,64 @@ impl<R: Registrar> Cache<R> {
             }
             None => false,
         }
+    }
+}
+
+/// One cache locked for a monitor round (spec.md#M2, M5): see
+/// [`Cache::lock_for_round`]. Dropping it unlocks and then performs the
+/// deregistrations; [`RoundLock::unlock`] unlocks and hands them back, so a
+/// shared monitor performs them only once every cache is unlocked
+/// (nothing deregisters with a cache lock held, A11).
+pub struct RoundLock<'c, R: Registrar> {
+    // Field order is drop order: the draining count falls before the unlock
+    // (as in a drain), the deregistrations come after it.
+    draining: Option<Draining<'c>>,
+    st: Option<WriteGuard<'c, R>>,
+    deregs: DeregList<'c, R>,
+    cache: &'c Cache<R>,
+    shared: &'c Shared<R>,
+}
+
+/// Deregistrations a [`RoundLock`] collected, to perform after unlocking
+/// every cache of the round (dropping it performs them too).
+pub struct RoundDeregs<'c, R: Registrar>(DeregList<'c, R>);
+
+impl<R: Registrar> RoundDeregs<'_, R> {
+    /// Performs the deregistrations, then drains what hooks queued meanwhile
+    /// (A11). Call with no cache lock held.
+    pub fn perform(self) {
+        drop(self.0);
+    }
+}
+
+impl<'c, R: Registrar> RoundLock<'c, R> {
+    //= spec.md#M5
+    //# apply each to every attached cache (A-D, and M3 for a REMOVE)
+    /// Applies `events`, read while this lock was held, and every queued
+    /// hook event (A-D; a REMOVE opens its window, M3, if the installed
+    /// source proves madvise returns).
+    pub fn apply(&mut self, events: &[ReleaseEvent]) {
+        let (cache, shared) = (self.cache, self.shared);
+        let Some(st) = self.st.as_mut() else { return };
+        add(&cache.counters.release_events, events.len() as u64);
+        match shared.source.get() {
+            Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, &mut self.deregs),
+            None if !fault!(cache.config, monitor_off) => {
+                for ev in events {
+                    cache.apply_event(shared, st, ev.range.pages(cache.page_size), &mut self.deregs);
+                }
+            }
+            None => {}
+        }
+        cache.drain(shared, st, &mut self.deregs);
+    }
+
+    /// Unlocks; the deregistrations are returned, to perform once no cache
+    /// lock is held.
+    pub fn unlock(mut self) -> RoundDeregs<'c, R> {
+        self.draining = None;
+        self.st = None;
+        let deregs = std::mem::replace(&mut self.deregs, DeregList::new(self.cache, self.shared));
+        RoundDeregs(deregs)
     }
 }

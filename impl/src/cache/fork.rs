@@ -215,7 +215,16 @@ impl EventSource for KeptMonitor {
     fn read_pending(&self, out: &mut Vec<super::ReleaseEvent>) {
         self.0.read_pending(out)
     }
-    fn watch(&self, range: mrcache_types::Range) -> Result<(), String> {
+    fn watch(&self, range: mrcache_types::Range) -> Result<super::Watched, String> {
         self.0.watch(range)
+    }
+    fn delivering(&self) -> bool {
+        self.0.delivering()
+    }
+    fn proves_removes(&self) -> bool {
+        self.0.proves_removes()
+    }
+    fn remove_window_opened(&self, range: mrcache_types::Range) {
+        self.0.remove_window_opened(range)
     }
 }

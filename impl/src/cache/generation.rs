@@ -146,9 +146,13 @@ impl<R: Registrar> Shared<R> {
     //# until a monitor runs in the child, a miss's registration is not
     //# cached
     /// Whether A9 may make an entry findable: false in a forked child that
-    /// has not yet installed its own monitor (spec.md#S2.6).
+    /// has not yet installed its own monitor (spec.md#S2.6), and in a cache
+    /// detached from a shared monitor (S7.6).
     pub(super) fn caching(&self) -> bool {
-        !self.monitor_required || self.source.get().is_some()
+        match self.source.get() {
+            Some(src) => src.delivering(),
+            None => !self.monitor_required,
+        }
     }
 }
 

@@ -99,7 +99,7 @@ mod window;
 pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
 #[cfg(any(test, feature = "testkit"))]
 pub use config::Faults;
-pub use events::{EventSource, ReleaseEvent};
+pub use events::{EventSource, ReleaseEvent, RoundDeregs, RoundLock, Watched};
 pub use fork::generation as fork_generation;
 pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};

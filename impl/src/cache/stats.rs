@@ -141,6 +141,9 @@ pub(crate) struct Counters {
     /// REMOVE windows opened (spec.md#M3) and closed (M4).
     pub remove_windows: plain::AtomicU64,
     pub remove_windows_closed: plain::AtomicU64,
+    /// Misses served uncached because the monitor did not watch their range
+    /// (spec.md#S7.6: another userfaultfd watches it, or the cache detached).
+    pub unwatched_uncached: plain::AtomicU64,
 }
 
 #[inline]
@@ -183,6 +186,11 @@ pub struct Diagnostics {
     pub remove_windows: u64,
     #[serde(default)]
     pub remove_windows_closed: u64,
+    /// Misses served uncached, included in `Stats::uncached`, because the
+    /// monitor did not watch their range: another userfaultfd of the process
+    /// watches it, or the cache detached from its monitor (spec.md#S7.6).
+    #[serde(default)]
+    pub unwatched_uncached: u64,
     /// Releases its owner thread made on its own lane (spec.md#LN3, the
     /// fast release), included in `Stats::releases`.
     pub lane_releases: u64,
@@ -288,6 +296,7 @@ impl<R: Registrar> Cache<R> {
             lane_hits: self.lane_counts(shared).0,
             remove_windows: get(&c.remove_windows),
             remove_windows_closed: get(&c.remove_windows_closed),
+            unwatched_uncached: get(&c.unwatched_uncached),
             lane_releases: self.lane_counts(shared).1,
             lanes: shared.lanes.installed().count() as u64,
             pinned_slots: shared

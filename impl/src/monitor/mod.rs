@@ -1,15 +1,18 @@
 //! Memory monitors: sources of release events (spec.md#S7).
 //!
 //! - [`uffd`]: the userfaultfd primitive (non-blocking reads, WP mode);
-//! - [`uffd_thread`]: that primitive as a cache's event source, plus the
-//!   monitor thread (M1/M2);
+//! - [`process`]: the process's one userfaultfd monitor, shared by every
+//!   cache (S7.6, M1, M2, M5) and proving madvise returns (M3, M4);
+//! - [`uffd_thread`]: that primitive as one cache's own event source;
 //! - [`alloc`]: `MonitoredAlloc`, a global-allocator wrapper for Rust programs;
 //! - explicit calls: [`crate::Cache::invalidate`] (the synchronous hook path).
 
 pub mod alloc;
 pub mod madvise_proof;
+pub mod process;
 pub mod uffd;
 pub mod uffd_thread;
 
 pub use alloc::{MonitoredAlloc, ReleaseSink};
-pub use uffd_thread::{MonitorThread, UffdEvents};
+pub use process::MonitorThread;
+pub use uffd_thread::UffdEvents;

@@ -38,6 +38,12 @@ pub struct RaceConfig {
     /// registrations cover the pages being purged that they never asked
     /// for; the later check takes the purged slot itself.
     pub neighbour: bool,
+    /// A second cache, with these faults, attached to the same monitor
+    /// (spec.md#S7.6): every slot is cached in both, the window acquires
+    /// alternate between them, and the check after the release takes both
+    /// (a stale one in either counts). `monitor_off` on it is the mutant
+    /// whose monitor applies events to the first cache only.
+    pub second_cache: Option<Faults>,
 }
 
 /// What [`race`] measured. *Window* acquires are concurrent with the
@@ -72,6 +78,7 @@ impl Default for RaceConfig {
             advice: libc::MADV_DONTNEED,
             contract: Config::default(),
             neighbour: false,
+            second_cache: None,
         }
     }
 }
@@ -147,14 +154,18 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
             return Err(format!("shmem arena: {}", std::io::Error::last_os_error()));
         }
     }
-    let registrar = UringRegistrar::new(256).map_err(|e| format!("io_uring registrar: {e}"))?;
-    let mut cc = CacheConfig::new(Config { page_size: page, ..cfg.contract }).monitored_by(cfg.monitor.monitoring());
-    cc.faults = cfg.faults;
-    let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false), cc));
-    let monitor = match cfg.monitor {
-        MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| format!("userfaultfd monitor: {e}"))?),
-        MonitorKind::Explicit => None,
-    };
+    let mut caches: Vec<Arc<DmaCache>> = Vec::new();
+    let mut monitors = Vec::new();
+    for faults in std::iter::once(cfg.faults).chain(cfg.second_cache) {
+        let registrar = UringRegistrar::new(256).map_err(|e| format!("io_uring registrar: {e}"))?;
+        let mut cc = CacheConfig::new(Config { page_size: page, ..cfg.contract }).monitored_by(cfg.monitor.monitoring());
+        cc.faults = faults;
+        let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false), cc));
+        if cfg.monitor == MonitorKind::Uffd {
+            monitors.push(MonitorThread::start(&cache).map_err(|e| format!("userfaultfd monitor: {e}"))?);
+        }
+        caches.push(cache);
+    }
     let explicit = cfg.monitor == MonitorKind::Explicit;
     let barrier = Barrier::new(2);
     let released = AtomicBool::new(false);
@@ -171,7 +182,11 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
         cleanup: Ok(()),
     };
     let start = Instant::now();
-    let (base, c) = (arena.base, &*cache);
+    let base = arena.base;
+    let all: Vec<&DmaCache> = caches.iter().map(|c| &**c).collect();
+    let all = &all[..];
+    // The window acquires' cache: each in turn.
+    let pick = |round: u64| all[(round / 2) as usize % all.len()];
     let counts: [AtomicU64; 8] = Default::default();
     std::thread::scope(|s| {
         // The releaser.
@@ -186,14 +201,18 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
                     // SAFETY: a slot of our arena; the acquirer refills it.
                     unsafe { libc::munmap(addr as *mut libc::c_void, slot_bytes as usize) };
                     if explicit {
-                        let _ = c.invalidate(addr, slot_bytes, ReleaseKind::Munmap);
+                        for c in all {
+                            let _ = c.invalidate(addr, slot_bytes, ReleaseKind::Munmap);
+                        }
                     }
                 } else {
                     // (b) madvise(DONTNEED).
                     // SAFETY: as above; the mapping stays, its frames go.
                     unsafe { libc::madvise(addr as *mut libc::c_void, slot_bytes as usize, cfg.advice) };
                     if explicit {
-                        let _ = c.invalidate(addr, slot_bytes, ReleaseKind::MadviseDontneed);
+                        for c in all {
+                            let _ = c.invalidate(addr, slot_bytes, ReleaseKind::MadviseDontneed);
+                        }
                     }
                 }
                 released.store(true, Relaxed);
@@ -207,8 +226,11 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
             for round in 0..2 * cfg.rounds {
                 let addr = base + (round % SLOTS) * slot_bytes;
                 released.store(false, Relaxed);
-                op += 1;
-                let _ = dma_check(c, addr, slot_bytes, op); // cache an entry
+                for c in all {
+                    op += 1;
+                    let _ = dma_check(c, addr, slot_bytes, op); // cache an entry
+                }
+                let c = pick(round);
                 barrier.wait();
                 if round % 2 == 0 && shmem {
                     // no window (a) on shmem
@@ -248,8 +270,12 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
                 if unmapped(addr, slot_bytes, page) {
                     let _ = refill_holes(addr, slot_bytes);
                 }
-                op += 1;
-                if dma_check(c, addr, slot_bytes, op) == Some(true) {
+                let mut stale = false;
+                for c in all {
+                    op += 1;
+                    stale |= dma_check(c, addr, slot_bytes, op) == Some(true);
+                }
+                if stale {
                     counts[if round % 2 == 0 { 2 } else { 5 }].fetch_add(1, Relaxed);
                 }
                 barrier.wait();
@@ -266,15 +292,17 @@ pub fn race(cfg: &RaceConfig) -> Result<RaceReport, String> {
     report.remove_window_stale = counts[4].load(Relaxed);
     report.remove_later_stale = counts[5].load(Relaxed);
     // As in `run`: no monitor round may be in flight during the final check.
-    drop(monitor);
-    cache.flush();
-    let reg = cache.registrar();
-    report.cleanup = if reg.live() == 0 && reg.inner.in_use() == 0 && reg.double_deregistrations.load(Relaxed) == 0 {
-        Ok(())
-    } else {
-        Err(format!("{} registrations live after the final flush", reg.live()))
-    };
-    drop(cache);
+    drop(monitors);
+    let mut live = 0;
+    for cache in &caches {
+        cache.flush();
+        let reg = cache.registrar();
+        if reg.live() != 0 || reg.inner.in_use() != 0 || reg.double_deregistrations.load(Relaxed) != 0 {
+            live += reg.live().max(1);
+        }
+    }
+    report.cleanup = if live == 0 { Ok(()) } else { Err(format!("{live} registrations live after the final flush")) };
+    drop(caches);
     drop(arena);
     Ok(report)
 }

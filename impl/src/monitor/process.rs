@@ -1,0 +1,613 @@
+//! One userfaultfd monitor per process, shared by every cache that uses it
+//! (spec.md#S7.6, M1, M2, M5, M3, M4).
+//!
+//! A range can be watched by one userfaultfd only, so two caches with a
+//! monitor each could not share a buffer (the second watch fails with
+//! EBUSY). Here the process has one [`Hub`]: one fd, one thread, one madvise
+//! prover. A cache *attaches* with [`MonitorThread::start`] and detaches
+//! when that handle is dropped; the last detach stops the thread and closes
+//! the fd (which unwatches every range).
+//!
+//! Invariants:
+//! - The fd is read only by the hub's thread, in a round that holds the
+//!   exclusive lock of every attached cache (taken in attach order, under
+//!   the members mutex), and every event read is applied to every one of
+//!   them before any unlocks (M5). A cache's A2/A6 read nothing from it
+//!   ([`HubSource::read_pending`] is empty). So no cache can hand out a
+//!   registration that an event already read (its releasing thread woken)
+//!   has invalidated.
+//! - Lock order: the process mutex, then the members mutex, then cache
+//!   locks in attach order. Nothing takes them in another order: a detach
+//!   flushes its cache before it takes the members mutex.
+//! - No deregistration runs while a cache lock is held: each cache's list
+//!   is performed once every cache of the round is unlocked (A11).
+//! - A cache detaching stops caching first (its source stops delivering:
+//!   A9 caches nothing), is flushed while events still reach it, and only
+//!   then leaves the members: no entry of it outlives its monitor.
+//! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
+
+use super::madvise_proof::{self, InstallError, Seen, SendOutcome, Sent, Signal};
+use super::uffd::{UffdError, UffdMonitor};
+use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
+use crate::registrar::Registrar;
+use mrcache_types::{Range, ReleaseKind};
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+
+/// Messages read per round.
+pub const READ_BATCH: usize = 256;
+
+/// How long the monitor thread waits in `poll` before re-checking its stop flag.
+pub const POLL_TIMEOUT_MS: i32 = 20;
+
+/// The poll timeout while a REMOVE window awaits its proof: threads seen
+/// inside a madvise are looked at again this often (those that acknowledge
+/// the signal wake the poll at once).
+pub const PROOF_POLL_MS: i32 = 1;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An attached cache, whatever its registrar.
+trait Member: Send + Sync {
+    /// Takes the cache's lock exclusive for a round (M5).
+    fn lock(&self) -> Box<dyn LockedMember<'_> + '_>;
+    /// M4 for one window M3 opened in this cache.
+    fn close_remove_window(&self, range: Range);
+    /// Stops caching and flushes (spec.md#S7.6, detaching).
+    fn stop_caching(&self);
+}
+
+/// One attached cache, locked for the round.
+trait LockedMember<'c> {
+    fn apply(&mut self, events: &[ReleaseEvent]);
+    fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c>;
+}
+
+/// A locked cache's deregistrations, performed once every cache is unlocked.
+trait Deferred {
+    fn perform(self: Box<Self>);
+}
+
+struct CacheMember<C> {
+    cache: C,
+    delivering: Arc<AtomicBool>,
+}
+
+impl<R, C> Member for CacheMember<C>
+where
+    R: Registrar,
+    C: Deref<Target = Cache<R>> + Send + Sync,
+{
+    fn lock(&self) -> Box<dyn LockedMember<'_> + '_> {
+        Box::new(self.cache.lock_for_round())
+    }
+
+    fn close_remove_window(&self, range: Range) {
+        self.cache.close_remove_window(range);
+    }
+
+    fn stop_caching(&self) {
+        // Release: pairs with the Acquire in `delivering`, read by A9 under
+        // the cache lock; the flush below takes that lock after it, so every
+        // A9 after the flush sees `false`.
+        self.delivering.store(false, Ordering::Release);
+        self.cache.flush();
+    }
+}
+
+impl<'c, R: Registrar> LockedMember<'c> for RoundLock<'c, R> {
+    fn apply(&mut self, events: &[ReleaseEvent]) {
+        RoundLock::apply(self, events)
+    }
+    fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c> {
+        Box::new(RoundLock::unlock(*self))
+    }
+}
+
+impl<R: Registrar> Deferred for RoundDeregs<'_, R> {
+    fn perform(self: Box<Self>) {
+        RoundDeregs::perform(*self)
+    }
+}
+
+/// The process's monitor: its fd, its madvise-proof signal, and the caches
+/// attached to it, in attach order.
+struct Hub {
+    monitor: UffdMonitor,
+    signal: Signal,
+    /// Attached caches by id. Its mutex orders rounds, attaches and detaches.
+    members: Mutex<Vec<(u64, Arc<dyn Member>)>>,
+    stop: AtomicBool,
+    rounds: AtomicU64,
+    read_errors: AtomicU64,
+}
+
+impl Hub {
+    //= spec.md#M5
+    //# take the lock exclusive of every attached cache, in the order they
+    //# attached (a mutex orders rounds, attaches and detaches); read every
+    //# pending event non-blockingly; apply each to every attached cache (A-D,
+    //# and M3 for a REMOVE); unlock each; perform the dereg lists.
+    /// One round. Returns the REMOVE events read and the ids of the caches
+    /// that applied them (each opened a window, M3).
+    fn round(&self) -> (Vec<Range>, Vec<u64>) {
+        let members = lock(&self.members);
+        let mut locked: Vec<Box<dyn LockedMember<'_>>> = members.iter().map(|(_, m)| m.lock()).collect();
+        let mut read = Vec::new();
+        if self.monitor.read_pending(&mut read, READ_BATCH).is_err() {
+            // Retried next round: the fd stays readable.
+            self.read_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let events: Vec<ReleaseEvent> = read.iter().map(|e| ReleaseEvent { kind: e.kind, range: e.range }).collect();
+        for member in locked.iter_mut() {
+            member.apply(&events);
+        }
+        let deferred: Vec<Box<dyn Deferred + '_>> = locked.into_iter().map(|m| m.unlock()).collect();
+        for d in deferred {
+            d.perform();
+        }
+        let removes = events.iter().filter(|e| e.kind == ReleaseKind::MadviseDontneed).map(|e| e.range).collect();
+        let ids = members.iter().map(|(id, _)| *id).collect();
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        (removes, ids)
+    }
+
+    /// M4 for `range` in each cache of `ids` still attached.
+    fn close_windows(&self, range: Range, ids: &[u64]) {
+        for (id, member) in lock(&self.members).iter() {
+            if ids.contains(id) {
+                member.close_remove_window(range);
+            }
+        }
+    }
+
+    fn run(&self) {
+        let mut prover = Prover::new(self.signal);
+        let mut unproven = false;
+        while !self.stop.load(Ordering::Acquire) {
+            // Short waits while a window awaits its proof: an
+            // acknowledgement also wakes the poll (the eventfd).
+            let timeout = if unproven { PROOF_POLL_MS } else { POLL_TIMEOUT_MS };
+            //= spec.md#M1
+            //# uffd monitor thread: poll until the fd is readable, without reading.
+            match self.monitor.wait_readable_or(self.signal.wake_fd(), timeout) {
+                Ok(true) => {
+                    let (removes, ids) = self.round();
+                    //= spec.md#M3
+                    //# The window is handed to the monitor thread for M4 only once it is open.
+                    prover.begin(removes, &ids);
+                }
+                Ok(false) => {}
+                // EINTR and the like: poll again after the timeout.
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(POLL_TIMEOUT_MS as u64)),
+            }
+            self.signal.clear_wake();
+            unproven = prover.advance(self);
+        }
+    }
+}
+
+/// A cache's event source when attached to the hub: it watches through the
+/// shared fd and reads nothing itself (events arrive by rounds, M5).
+struct HubSource {
+    hub: Weak<Hub>,
+    delivering: Arc<AtomicBool>,
+}
+
+impl EventSource for HubSource {
+    //= spec.md#M2
+    //# A2 and A6 also read pending events, from a monitor that serves their cache alone
+    /// Nothing: a shared monitor's events are read only in rounds that hold
+    /// every attached cache's lock (spec.md#M5).
+    fn read_pending(&self, _out: &mut Vec<ReleaseEvent>) {}
+
+    fn watch(&self, range: Range) -> Result<Watched, String> {
+        if !self.delivering() {
+            return Ok(Watched::Not);
+        }
+        let Some(hub) = self.hub.upgrade() else { return Ok(Watched::Not) };
+        //= spec.md#S7.6
+        //# If the kernel refuses to watch a range because
+        //# another userfaultfd in the process watches it (EBUSY), the acquire is
+        //# served, uncached
+        match hub.monitor.watch(range) {
+            Ok(()) => Ok(Watched::Yes),
+            Err(UffdError::Unwatchable { errno: libc::EBUSY, .. }) => Ok(Watched::Not),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn delivering(&self) -> bool {
+        self.delivering.load(Ordering::Acquire)
+    }
+
+    fn proves_removes(&self) -> bool {
+        true
+    }
+}
+
+/// One REMOVE window awaiting its proof (spec.md#M4, S7.5), opened in the
+/// caches `ids`.
+struct Unproven {
+    range: Range,
+    ids: Vec<u64>,
+    /// Threads that may still be inside the madvise, with the signal sent
+    /// to each (None: not sent yet).
+    waiting: Vec<(i32, Option<Sent>)>,
+    /// The thread list could not be read: nothing can be proven.
+    unknown: bool,
+}
+
+/// The monitor thread's half of M4: scans threads for each new window,
+/// signals those that may be inside the madvise, and closes a window once
+/// none may be.
+struct Prover {
+    signal: Signal,
+    me: i32,
+    unproven: Vec<Unproven>,
+    /// Sends whose thread was since seen elsewhere: their signal is still
+    /// pending, so their slot stays taken until acknowledged (or exit).
+    lingering: Vec<(i32, Sent)>,
+}
+
+impl Prover {
+    fn new(signal: Signal) -> Self {
+        Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), lingering: Vec::new() }
+    }
+
+    /// Starts proving a window on each range of `opened`, open in the caches `ids`.
+    fn begin(&mut self, opened: Vec<Range>, ids: &[u64]) {
+        for range in opened {
+            let mut w = Unproven { range, ids: ids.to_vec(), waiting: Vec::new(), unknown: false };
+            match madvise_proof::threads(self.me) {
+                None => w.unknown = true,
+                Some(tids) => {
+                    for tid in tids {
+                        match madvise_proof::look(tid, range) {
+                            Seen::Elsewhere | Seen::Exited => {}
+                            Seen::Inside | Seen::Unknown => w.waiting.push((tid, None)),
+                        }
+                    }
+                }
+            }
+            self.unproven.push(w);
+        }
+    }
+
+    /// One pass over the windows: sends, checks, closes. Returns whether
+    /// any window is still unproven.
+    fn advance(&mut self, hub: &Hub) -> bool {
+        let signal = self.signal;
+        self.lingering.retain(|&(tid, sent)| {
+            if signal.acknowledged(sent) {
+                return false;
+            }
+            if madvise_proof::look(tid, Range { addr: 0, len: 1 }) == Seen::Exited {
+                signal.forget_exited(sent);
+                return false;
+            }
+            true
+        });
+        let mut lingering = Vec::new();
+        self.unproven.retain_mut(|w| {
+            w.waiting.retain_mut(|(tid, sent)| {
+                if let Some(s) = *sent {
+                    if signal.acknowledged(s) {
+                        return false; // its handler ran after the send
+                    }
+                }
+                match madvise_proof::look(*tid, w.range) {
+                    Seen::Exited => {
+                        if let Some(s) = *sent {
+                            signal.forget_exited(s);
+                        }
+                        false
+                    }
+                    Seen::Elsewhere => {
+                        if let Some(s) = *sent {
+                            lingering.push((*tid, s));
+                        }
+                        false
+                    }
+                    Seen::Inside => {
+                        if sent.is_none() {
+                            match signal.send(*tid) {
+                                SendOutcome::Sent(s) => *sent = Some(s),
+                                SendOutcome::Gone => return false,
+                                SendOutcome::Later => {}
+                            }
+                        }
+                        true
+                    }
+                    Seen::Unknown => true,
+                }
+            });
+            if w.waiting.is_empty() && !w.unknown {
+                //= spec.md#M4
+                //# A window not proven stays open: it costs caching on its pages, never freshness.
+                hub.close_windows(w.range, &w.ids);
+                return false;
+            }
+            true
+        });
+        self.lingering.extend(lingering);
+        !self.unproven.is_empty()
+    }
+}
+
+/// The process's hub while any cache is attached.
+struct Running {
+    pid: u32,
+    hub: Arc<Hub>,
+    thread: JoinHandle<()>,
+    attached: usize,
+    next_id: u64,
+}
+
+/// The hub of this process, if any cache is attached. In a fork child it
+/// still names the parent's (its thread does not exist there): `pid` tells.
+static PROCESS: Mutex<Option<Running>> = Mutex::new(None);
+
+/// A cache's attachment to the process's userfaultfd monitor (spec.md#S7.6).
+/// Dropping it detaches the cache: it stops caching and is flushed; the
+/// last attachment of the process stops the monitor thread and closes the
+/// fd.
+//= spec.md#S7.3
+pub struct MonitorThread {
+    /// The process that attached: a fork child has a copy of this handle
+    /// but neither the thread nor the attachment.
+    pid: u32,
+    id: u64,
+    hub: ManuallyDrop<Arc<Hub>>,
+    member: ManuallyDrop<Arc<dyn Member>>,
+}
+
+impl MonitorThread {
+    /// Attaches `cache` to the process's userfaultfd monitor, starting it
+    /// (the fd and its thread) if no cache of the process has. Every cache
+    /// of the process shares the one monitor, whatever its registrar, so
+    /// caches can hold registrations of the same buffer. Fails if the cache
+    /// already has a source, userfaultfd is unavailable, or the madvise
+    /// proof's signal is taken. In a fork child, call it again: the parent's
+    /// monitor does not follow the child, and the child's cache caches
+    /// nothing until it has its own (spec.md#S2.6).
+    pub fn start<R: Registrar>(cache: &Arc<Cache<R>>) -> Result<MonitorThread, UffdError> {
+        Self::attach(Arc::clone(cache))
+    }
+
+    /// [`Self::start`] for a [`SharedCache`]: the monitor keeps a handle
+    /// (never a bare `Arc`, whose drop would skip the handle's check for
+    /// owned leases still out).
+    pub fn start_shared<R: Registrar + 'static>(cache: &SharedCache<R>) -> Result<MonitorThread, UffdError> {
+        Self::attach(cache.clone())
+    }
+
+    fn attach<R, C>(cache: C) -> Result<MonitorThread, UffdError>
+    where
+        R: Registrar,
+        C: Deref<Target = Cache<R>> + Send + Sync + 'static,
+    {
+        let signal = Signal::install().map_err(|e| match e {
+            InstallError::Taken(signal) => UffdError::ProofSignal { signal, taken: true },
+            InstallError::NotRealtime(signal) => UffdError::ProofSignal { signal, taken: false },
+            InstallError::Os(errno) => UffdError::Thread { errno },
+        })?;
+        let pid = std::process::id();
+        let mut process = lock(&PROCESS);
+        if process.as_ref().is_some_and(|r| r.pid != pid) {
+            // A fork child: the parent's hub has no thread here. Leaked (its
+            // fd watches nothing of the child: the child's mappings lose the
+            // parent's watch at fork).
+            std::mem::forget(process.take());
+        }
+        if process.is_none() {
+            *process = Some(Self::launch(signal, pid)?);
+        }
+        let running = process.as_mut().expect("launched above");
+        let delivering = Arc::new(AtomicBool::new(true));
+        let source = HubSource { hub: Arc::downgrade(&running.hub), delivering: delivering.clone() };
+        if cache.set_event_source(Box::new(source)).is_err() {
+            if running.attached == 0 {
+                let idle = process.take().expect("present");
+                drop(process);
+                Self::shut_down(idle);
+            }
+            return Err(UffdError::AlreadyMonitored);
+        }
+        let id = running.next_id;
+        running.next_id += 1;
+        running.attached += 1;
+        let member: Arc<dyn Member> = Arc::new(CacheMember { cache, delivering });
+        lock(&running.hub.members).push((id, member.clone()));
+        Ok(MonitorThread { pid, id, hub: ManuallyDrop::new(running.hub.clone()), member: ManuallyDrop::new(member) })
+    }
+
+    /// Opens the fd and starts the thread.
+    fn launch(signal: Signal, pid: u32) -> Result<Running, UffdError> {
+        let hub = Arc::new(Hub {
+            monitor: UffdMonitor::open()?,
+            signal,
+            members: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
+            read_errors: AtomicU64::new(0),
+        });
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
+        let h = hub.clone();
+        let thread = std::thread::Builder::new()
+            .name("mrcache-uffd".into())
+            .spawn(move || {
+                let _ = started.send(());
+                h.run();
+            })
+            .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
+        // Return only once the thread runs: its start maps memory (its stack
+        // and signal stack), which must not land in a hole the application
+        // makes later between an unmap and a MAP_FIXED of the same address.
+        // A closed channel means the thread died before it ran.
+        let _ = running.recv();
+        Ok(Running { pid, hub, thread, attached: 0, next_id: 0 })
+    }
+
+    fn shut_down(idle: Running) {
+        idle.hub.stop.store(true, Ordering::Release);
+        let _ = idle.thread.join();
+    }
+
+    /// Monitor rounds run so far by the process's monitor (every cache's).
+    pub fn rounds(&self) -> u64 {
+        self.hub.rounds.load(Ordering::Relaxed)
+    }
+
+    /// `read()` calls of the shared fd that failed (not EAGAIN); each is
+    /// retried in the next round.
+    pub fn read_errors(&self) -> u64 {
+        self.hub.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Caches attached to the process's monitor now.
+    pub fn attached(&self) -> usize {
+        lock(&self.hub.members).len()
+    }
+}
+
+impl Drop for MonitorThread {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // In a fork child the thread does not exist and the hub's state
+            // is the parent's copy: touch nothing (leaked).
+            return;
+        }
+        // SAFETY: taken once, here; not used after.
+        let member = unsafe { ManuallyDrop::take(&mut self.member) };
+        // SAFETY: as above.
+        let hub = unsafe { ManuallyDrop::take(&mut self.hub) };
+        //= spec.md#S7.6
+        //# A cache that detaches while it lives takes every entry out of
+        //# its lookup (as a flush: unleased ones are deregistered, leased ones at
+        //# their last release) and caches nothing from then on
+        // Flushed while events still reach it (it is still a member), and
+        // with nothing cached after: no entry outlives its monitor.
+        member.stop_caching();
+        let mut process = lock(&PROCESS);
+        let removed = {
+            let mut members = lock(&hub.members);
+            let at = members.iter().position(|(id, _)| *id == self.id);
+            at.map(|i| members.remove(i))
+        };
+        let idle = match process.as_mut() {
+            Some(running) if Arc::ptr_eq(&running.hub, &hub) => {
+                running.attached -= 1;
+                if running.attached == 0 { process.take() } else { None }
+            }
+            _ => None,
+        };
+        drop(process);
+        // Outside the mutexes: this may be the last handle of the cache.
+        drop(removed);
+        drop(member);
+        if let Some(idle) = idle {
+            Self::shut_down(idle);
+        }
+        drop(hub);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::uffd::UffdError;
+    use crate::registrar::counting::CountingRegistrar;
+    use crate::CacheConfig;
+    use mrcache_types::Access;
+
+    fn map(len: usize) -> u64 {
+        crate::mem::map_anon(len as u64, 0).unwrap()
+    }
+
+    #[test]
+    //= spec.md#S7.3
+    fn munmap_invalidates_through_the_monitor_thread() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
+        let _monitor = MonitorThread::start(&cache).expect("userfaultfd available (root or user-mode-only)");
+        let a = map(8 << 12);
+        {
+            let lease = cache.acquire(a, 8 << 12, Access::LOCAL_WRITE).unwrap();
+            assert!(!lease.hit());
+        }
+        assert!(cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        // The munmap returns only once the monitor has read (and so applied) it.
+        // SAFETY: `a` is our mapping, no lease is held.
+        assert_eq!(unsafe { libc::munmap((a + (4 << 12)) as *mut _, 4 << 12) }, 0);
+        // The kernel wakes the releasing thread inside the monitor's read(),
+        // possibly before the apply ends; stats() waits for the monitor's
+        // critical section, and so does the acquire (S3.8).
+        assert_eq!(cache.stats().invalidations, 1);
+        assert!(!cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        // L1: the monitor round deregisters after its unlock; wait for it (bounded).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cache.stats().deregistrations < 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(cache.stats().deregistrations, 1, "{:?}", cache.stats());
+        // SAFETY: the rest of our mapping.
+        unsafe { libc::munmap(a as *mut _, 4 << 12) };
+    }
+
+    #[test]
+    //= spec.md#S2.6
+    fn a_replayed_fork_keeps_reading_the_monitor() {
+        // Op::Fork replayed in the same process: the monitor still watches
+        // this process's memory. Were it detached, the munmap below would
+        // wait forever for a read that the monitor thread no longer does.
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
+        let _monitor = MonitorThread::start(&cache).unwrap();
+        let a = map(4 << 12);
+        drop(cache.acquire(a, 4 << 12, Access::LOCAL_WRITE).unwrap());
+        cache.simulate_fork();
+        drop(cache.acquire(a, 4 << 12, Access::LOCAL_WRITE).unwrap());
+        assert!(cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit(), "cached after the replayed fork");
+        // SAFETY: `a` is our mapping, no lease is held.
+        assert_eq!(unsafe { libc::munmap(a as *mut _, 4 << 12) }, 0);
+        let a2 = map(4 << 12);
+        if a2 == a {
+            assert!(!cache.acquire(a, 4096, Access::LOCAL_WRITE).unwrap().hit());
+        }
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(a2 as *mut _, 4 << 12) };
+    }
+
+    #[test]
+    fn unwatchable_memory_is_refused_clearly() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
+        let _monitor = MonitorThread::start(&cache).unwrap();
+        let path = std::env::temp_dir().join(format!("mrcache-uffd-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        f.set_len(4096).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of our own file.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let err = cache.acquire(p as u64, 4096, Access::LOCAL_WRITE).unwrap_err();
+        assert_eq!(err.code(), "E5");
+        assert!(err.to_string().contains("cannot watch"), "{err}");
+        assert_eq!(cache.stats().cached_entries, 0);
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(p, 4096) };
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_second_source_is_refused() {
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), CacheConfig::explicit()));
+        let _m = MonitorThread::start(&cache).unwrap();
+        assert!(matches!(MonitorThread::start(&cache), Err(UffdError::AlreadyMonitored)));
+    }
+}

@@ -1,0 +1,276 @@
+//! One userfaultfd monitor per process (spec.md#S7.6, M5): caches with
+//! different registrars share a buffer, a release reaches every one of
+//! them, a detached cache caches nothing, the last detach closes the fd, and
+//! a range another userfaultfd watches is served uncached.
+//!
+//! The tests of this binary run one at a time ([`serial`]): they count the
+//! caches attached to the process's monitor.
+
+use mrcache::monitor::uffd::UffdMonitor;
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::registrar::uring::UringRegistrar;
+use mrcache::types::{Access, Range};
+use mrcache::{Cache, CacheConfig, MonitorThread, Monitoring};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const PAGE: u64 = 4096;
+
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn config() -> CacheConfig {
+    CacheConfig::default().monitored_by(Monitoring::Userfaultfd)
+}
+
+fn map(len: u64) -> u64 {
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // Touch every page: the io_uring registrar pins what is there.
+    // SAFETY: our mapping, `len` bytes.
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 1, len as usize) };
+    p as u64
+}
+
+/// Runs `f` (a munmap or madvise of watched memory) on another thread and
+/// fails if it does not return: a release nobody reads blocks forever.
+fn returns_within(what: &str, f: impl FnOnce() -> i32 + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(rc) => assert_eq!(rc, 0, "{what} failed"),
+        Err(_) => panic!("{what} did not return within 10 s: its event is never read"),
+    }
+}
+
+fn uffd_available() -> bool {
+    match UffdMonitor::open() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipped: userfaultfd unavailable ({e})");
+            false
+        }
+    }
+}
+
+#[test]
+//= spec.md#S7.6
+//# Every cache of a process that uses the
+//# userfaultfd monitor, whatever its registrar, shares one userfaultfd and one
+//# monitor thread
+fn two_caches_with_different_registrars_share_a_buffer_and_an_unmap_reaches_both() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let counting = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let uring = Arc::new(Cache::new(UringRegistrar::new(16).expect("io_uring"), config()));
+    let m1 = MonitorThread::start(&counting).expect("monitor");
+    let m2 = MonitorThread::start(&uring).expect("a second cache attaches to the same monitor");
+    assert_eq!(m1.attached(), 2);
+    let a = map(8 * PAGE);
+    for round in 0..2 {
+        let l1 = counting.acquire(a, 8 * PAGE, Access::LOCAL_WRITE).expect("first cache");
+        let l2 = uring.acquire(a, 8 * PAGE, Access::LOCAL_WRITE).expect("second cache, same buffer");
+        assert_eq!((l1.hit(), l2.hit()), (round == 1, round == 1), "round {round}");
+    }
+    assert_eq!(counting.stats().cached_entries, 1);
+    assert_eq!(uring.stats().cached_entries, 1);
+    let addr = a + 4 * PAGE;
+    // SAFETY: our mapping, no lease held.
+    returns_within("munmap", move || unsafe { libc::munmap(addr as *mut _, (4 * PAGE) as usize) });
+    // Both applied the event before the munmap returned (stats() waits out
+    // a round in progress).
+    assert_eq!(counting.stats().invalidations, 1, "{:?}", counting.stats());
+    assert_eq!(uring.stats().invalidations, 1, "{:?}", uring.stats());
+    assert!(!counting.acquire(a, PAGE, Access::LOCAL_WRITE).unwrap().hit());
+    assert!(!uring.acquire(a, PAGE, Access::LOCAL_WRITE).unwrap().hit());
+    assert!(m1.rounds() > 0 && m2.rounds() == m1.rounds(), "one monitor, one count of rounds");
+    drop((m1, m2));
+    // SAFETY: the rest of our mapping.
+    unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) };
+    drop(uring);
+    let counting = Arc::into_inner(counting).expect("the monitor let go of the cache");
+    drop(counting);
+}
+
+#[test]
+//= spec.md#M5
+//# apply each to every attached cache (A-D, and M3 for a REMOVE)
+fn a_madvise_opens_a_window_in_every_cache_and_one_proof_closes_them() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let c1 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let c2 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m1 = MonitorThread::start(&c1).unwrap();
+    let m2 = MonitorThread::start(&c2).unwrap();
+    let a = map(4 * PAGE);
+    drop(c1.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    drop(c2.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    // SAFETY: our mapping, no lease held.
+    returns_within("madvise", move || unsafe { libc::madvise(a as *mut _, (4 * PAGE) as usize, libc::MADV_DONTNEED) });
+    for c in [&c1, &c2] {
+        assert_eq!(c.stats().invalidations, 1);
+        assert_eq!(c.diagnostics().remove_windows, 1);
+    }
+    // M4: closed once the madvise is proven returned (it has: the proof
+    // sees this thread elsewhere). Bounded wait for the monitor thread.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (c1.diagnostics().remove_windows_closed, c2.diagnostics().remove_windows_closed) != (1, 1) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(c1.diagnostics().remove_windows_closed, 1);
+    assert_eq!(c2.diagnostics().remove_windows_closed, 1);
+    // Cached again once the windows closed.
+    drop(c1.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    assert!(c1.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap().hit());
+    drop((m1, m2));
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) };
+}
+
+#[test]
+//= spec.md#S7.6
+//# A cache that detaches while it lives takes every entry out of
+//# its lookup (as a flush: unleased ones are deregistered, leased ones at
+//# their last release) and caches nothing from then on
+fn a_detached_cache_is_flushed_and_caches_nothing_while_the_other_keeps_the_monitor() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let c1 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let c2 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m1 = MonitorThread::start(&c1).unwrap();
+    let m2 = MonitorThread::start(&c2).unwrap();
+    let a = map(4 * PAGE);
+    drop(c2.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    let leased = c1.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap();
+    drop(m1);
+    assert_eq!(m2.attached(), 1);
+    assert_eq!(c1.stats().cached_entries, 0, "detaching flushes");
+    assert_eq!(c1.registrar().live(), 1, "the leased registration lives until its release");
+    drop(leased);
+    assert_eq!(c1.registrar().live(), 0, "deregistered at its last release");
+    for _ in 0..2 {
+        let l = c1.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).expect("a detached cache still serves");
+        assert!(!l.hit(), "a detached cache caches nothing");
+    }
+    assert_eq!(c1.diagnostics().unwatched_uncached, 2);
+    assert_eq!(c1.stats().uncached, 2);
+    assert!(c2.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap().hit(), "the other cache keeps its entries");
+    // SAFETY: our mapping, no lease held.
+    returns_within("munmap", move || unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) });
+    assert_eq!(c2.stats().invalidations, 1);
+    assert_eq!(c1.stats().invalidations, 0, "nothing reaches a detached cache");
+    drop(m2);
+}
+
+#[test]
+//= spec.md#S7.6
+//# the last detach stops the thread and closes
+//# the fd, which unwatches every range
+fn after_the_last_detach_watched_memory_can_be_released_while_the_caches_live() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let c1 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let c2 = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m1 = MonitorThread::start(&c1).unwrap();
+    let m2 = MonitorThread::start(&c2).unwrap();
+    let a = map(4 * PAGE);
+    drop(c1.acquire(a, 2 * PAGE, Access::LOCAL_WRITE).unwrap());
+    drop(c2.acquire(a + 2 * PAGE, 2 * PAGE, Access::LOCAL_WRITE).unwrap());
+    drop(m1);
+    drop(m2);
+    // Nobody reads the fd any more: had it stayed open, these would block
+    // forever in the kernel, waiting for their events to be read.
+    // SAFETY: our mapping, no lease held.
+    returns_within("madvise", move || unsafe { libc::madvise(a as *mut _, (4 * PAGE) as usize, libc::MADV_DONTNEED) });
+    // SAFETY: as above.
+    returns_within("munmap", move || unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) });
+    // A new monitor starts afresh.
+    let m = MonitorThread::start(&Arc::new(Cache::new(CountingRegistrar::default(), config()))).unwrap();
+    assert_eq!(m.attached(), 1);
+}
+
+#[test]
+//= spec.md#S7.6
+//# If the kernel refuses to watch a range because
+//# another userfaultfd in the process watches it (EBUSY), the acquire is
+//# served, uncached
+fn a_range_a_foreign_userfaultfd_watches_is_served_uncached() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let foreign = UffdMonitor::open().unwrap();
+    let cache = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m = MonitorThread::start(&cache).unwrap();
+    let a = map(4 * PAGE);
+    foreign.watch(Range::new(a, 4 * PAGE).unwrap()).expect("the foreign userfaultfd watches it first");
+    for _ in 0..2 {
+        let l = cache.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).expect("served, not an error");
+        assert!(!l.hit(), "never cached unwatched");
+    }
+    assert_eq!(cache.diagnostics().unwatched_uncached, 2);
+    assert_eq!(cache.stats().uncached, 2);
+    assert_eq!(cache.stats().cached_entries, 0);
+    // The foreign fd goes; the range can be watched, and cached, again.
+    drop(foreign);
+    drop(cache.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    assert!(cache.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap().hit());
+    drop(m);
+    // SAFETY: our mapping, no lease held.
+    unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) };
+}
+
+#[test]
+fn caches_attach_and_detach_while_others_serve_and_release() {
+    // Attaches, detaches, rounds and acquires from four threads; every
+    // release returns (no round waits on a lock forever) and every cache
+    // ends with nothing registered.
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..40u64 {
+                    let cache = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+                    let m = MonitorThread::start(&cache).unwrap();
+                    let a = map(4 * PAGE);
+                    for i in 0..8u64 {
+                        let off = (i % 4) * PAGE;
+                        drop(cache.acquire(a + off, PAGE, Access::LOCAL_WRITE).unwrap());
+                    }
+                    if (t + round) % 2 == 0 {
+                        // SAFETY: our mapping, no lease held.
+                        assert_eq!(unsafe { libc::madvise(a as *mut _, PAGE as usize, libc::MADV_DONTNEED) }, 0);
+                    }
+                    // SAFETY: our mapping, no lease held.
+                    assert_eq!(unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) }, 0);
+                    assert_eq!(cache.stats().cached_entries, 0, "thread {t} round {round}: the unmap reached this cache");
+                    drop(m);
+                    assert_eq!(cache.registrar().live(), 0);
+                    assert!(Instant::now() < deadline, "too slow: a round is stuck");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a thread failed");
+    }
+}
