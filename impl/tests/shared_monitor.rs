@@ -92,7 +92,9 @@ fn two_caches_with_different_registrars_share_a_buffer_and_an_unmap_reaches_both
     assert_eq!(uring.stats().invalidations, 1, "{:?}", uring.stats());
     assert!(!counting.acquire(a, PAGE, Access::LOCAL_WRITE).unwrap().hit());
     assert!(!uring.acquire(a, PAGE, Access::LOCAL_WRITE).unwrap().hit());
-    assert!(m1.rounds() > 0 && m2.rounds() == m1.rounds(), "one monitor, one count of rounds");
+    // One monitor: both handles see the same attachments. (Its round count
+    // moves after a round unlocks, so it is not compared here.)
+    assert_eq!((m1.attached(), m2.attached()), (2, 2));
     drop((m1, m2));
     // SAFETY: the rest of our mapping.
     unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) };

@@ -409,7 +409,9 @@ impl MonitorThread {
             *process = Some(Self::launch(signal, pid)?);
         }
         let running = process.as_mut().expect("launched above");
-        let delivering = Arc::new(AtomicBool::new(true));
+        // Not delivering until it is a member: a registration made before a
+        // round can reach the cache is served uncached, never cached.
+        let delivering = Arc::new(AtomicBool::new(false));
         let source = HubSource { hub: Arc::downgrade(&running.hub), delivering: delivering.clone() };
         if cache.set_event_source(Box::new(source)).is_err() {
             if running.attached == 0 {
@@ -422,8 +424,12 @@ impl MonitorThread {
         let id = running.next_id;
         running.next_id += 1;
         running.attached += 1;
-        let member: Arc<dyn Member> = Arc::new(CacheMember { cache, delivering });
+        let member: Arc<dyn Member> = Arc::new(CacheMember { cache, delivering: delivering.clone() });
         lock(&running.hub.members).push((id, member.clone()));
+        // Release: a watch or an A9 that sees `true` (Acquire) comes after
+        // the push, so every round that reads an event for what it caches
+        // holds this cache's lock too.
+        delivering.store(true, Ordering::Release);
         Ok(MonitorThread { pid, id, hub: ManuallyDrop::new(running.hub.clone()), member: ManuallyDrop::new(member) })
     }
 
