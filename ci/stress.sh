@@ -88,11 +88,13 @@ print("contention fuzz-dma: %d DMA runs, %d violations, %d stale DMAs, %d acquir
   # S7.4(b) (issue 23): every madvise variant, RACE_ROUNDS rounds each, one
   # copy per CPU beside the busy loops: 0 stale after madvise returned; then
   # the teeth (the fault switch remove-without-window) in the same mode.
-  for t in s7_4_b_every_advice_and_wider_pins_are_fresh s7_4_b_without_the_remove_window_is_stale; do
+  # S7.6: two caches on one monitor, fresh, and their teeth (one cache deaf).
+  for t in s7_4_b_every_advice_and_wider_pins_are_fresh s7_4_b_without_the_remove_window_is_stale \
+    s7_6_two_caches_on_one_monitor_are_fresh s7_6_an_event_applied_to_one_cache_only_is_stale; do
     MRCACHE_RACE_ROUNDS=${RACE_ROUNDS:-20000} "${cont[@]}" --runs "$(nproc)" --seconds 36000 --name "$t" -- \
       "$(bin dma_oracle)" --exact "$t" --nocapture || status=1
   done
-  for t in concurrent linearizability lanes dma_oracle faults reentrant; do
+  for t in concurrent linearizability lanes dma_oracle faults reentrant shared_monitor; do
     "${cont[@]}" --seconds "$BOX" --name "$t" -- "$(bin "$t")" || status=1
   done
   exit $status

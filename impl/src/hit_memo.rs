@@ -160,6 +160,12 @@ fn slot_index(first: u64, bits: u32) -> usize {
     (h & ((1u64 << bits) - 1)) as usize
 }
 
+/// The offset of the second prefetch into the entry a memo slot names: a
+/// 16-byte aligned entry's first 72 bytes (what a hit reads) lie on the
+/// lines of its bytes 0 and 64 (start offsets in a line are 0, 16, 32 or
+/// 48, and 48 + 72 <= 128).
+pub(crate) const SECOND_PREFETCH: usize = 64;
+
 /// Where the current table is, readable without the lock, for a prefetch
 /// *before* A1 takes the lock: it reads the request's slot and prefetches
 /// the entry it names, so both cache misses overlap the lock's atomics
@@ -223,9 +229,10 @@ impl MemoHint {
             // address (a live entry, a freed one, or garbage); it reads and
             // writes no register or flag.
             unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) value, options(nostack, preserves_flags, readonly)) };
-            // The entry's key may end on the next line (`Entry`'s docs).
+            // A hit's fields (the key, the stamp, the keys and view a lease
+            // hands out) may end on the next line (`Entry`'s docs).
             // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(value.wrapping_add(16) as usize as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(value.wrapping_add(SECOND_PREFETCH as u64) as usize as *const i8) };
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
         let _ = first;

@@ -15,11 +15,14 @@ use std::ptr::NonNull;
 
 /// One cached registration. Immutable after creation except for its atomics.
 ///
-/// `repr(C)`: what an A1 hit touches (the state word, the key the hit memo
-/// checks, the lane flag, the LRU stamp) leads. (Not aligned further: an
-/// over-aligned `Box` cost glibc ~110 bytes an entry in fragments; the hit
-/// memo's prefetch asks for the key's second line instead, in case the
-/// first 24 bytes straddle two.)
+/// `repr(C)`: what a hit touches leads, in the first 72 bytes: the state
+/// word, the key the hit memo checks and the LRU stamp (A1), then the keys
+/// and the view a lease hands out (the C API copies them into its lease
+/// slot at every acquire). A `Box` is 16-byte aligned, so those 72 bytes
+/// lie on at most two cache lines, and the hit memo prefetches both (at
+/// the entry and 64 bytes on: [`crate::hit_memo`]). Eviction's fields
+/// follow. (Not aligned further: an over-aligned `Box` cost glibc ~110
+/// bytes an entry in fragments.)
 #[repr(C)]
 pub(crate) struct Entry<R: Registrar> {
     pub(crate) state: EntryState,
@@ -28,10 +31,12 @@ pub(crate) struct Entry<R: Registrar> {
     pub(super) key_first: u64,
     /// The end page, with the access bits above [`KEY_ACCESS_SHIFT`].
     pub(super) key_end_access: u64,
-    /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
-    pub(super) memoized: plain::AtomicBool,
     /// Logical time of the last use (LRU).
     pub(super) last_use: plain::AtomicU64,
+    pub(crate) keys: Keys,
+    pub(crate) view: RegView,
+    /// Some lane slot may point to it (LN2 sets it; LN5 skips the scan if clear).
+    pub(super) memoized: plain::AtomicBool,
     /// GreedyDual-Size priority `H`.
     pub(super) priority: plain::AtomicU64,
     /// Per-page registration cost, ns (S6.3).
@@ -39,11 +44,23 @@ pub(crate) struct Entry<R: Registrar> {
     /// The number of the last note (A6, R2, trim) that found it unleased.
     /// Written only under the lock exclusive (the lock orders it).
     pub(super) noted: plain::AtomicU64,
-    pub(crate) view: RegView,
-    pub(crate) keys: Keys,
     /// Taken exactly once by the deregistration owner (or by the P3 fault).
     pub(crate) handle: ManuallyDrop<R::Handle>,
 }
+
+/// Where a hit's fields end (`Entry`'s docs): the hit memo's two prefetches
+/// cover `[0, HIT_BYTES)` of a 16-byte aligned entry.
+const HIT_BYTES: usize = 72;
+const _: () = {
+    use crate::registrar::counting::CountingRegistrar as C;
+    assert!(std::mem::offset_of!(Entry<C>, view) + std::mem::size_of::<RegView>() <= HIT_BYTES);
+    assert!(std::mem::offset_of!(Entry<C>, keys) + std::mem::size_of::<Keys>() <= HIT_BYTES);
+    assert!(std::mem::offset_of!(Entry<C>, last_use) + 8 <= HIT_BYTES);
+    // A 16-byte aligned entry starts at byte 0, 16, 32 or 48 of a line: its
+    // first HIT_BYTES lie on that line and the next, the lines of its bytes
+    // 0 and 64.
+    assert!(crate::hit_memo::SECOND_PREFETCH == 64 && 48 + HIT_BYTES <= 128);
+};
 
 /// A raw pointer to an [`Entry`]; ownership follows spec.md#A-H (module docs).
 pub(crate) struct EntryPtr<R: Registrar>(NonNull<Entry<R>>);
