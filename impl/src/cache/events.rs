@@ -213,9 +213,10 @@ impl<R: Registrar> Cache<R> {
         src: &dyn EventSource,
         events: &[ReleaseEvent],
         deregs: &mut DeregList<'c, R>,
-    ) {
+    ) -> Vec<Range> {
+        let mut opened = Vec::new();
         if fault!(self.config, monitor_off) {
-            return;
+            return opened;
         }
         let windows = src.proves_removes() && !fault!(self.config, remove_without_window);
         for ev in events {
@@ -230,8 +231,10 @@ impl<R: Registrar> Cache<R> {
                 //= spec.md#M3
                 //# The window is handed to the monitor thread for M4 only once it is open.
                 src.remove_window_opened(ev.range);
+                opened.push(ev.range);
             }
         }
+        opened
     }
 
     //= spec.md#M4
@@ -475,21 +478,24 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     //# apply each to every attached cache (A-D, and M3 for a REMOVE)
     /// Applies `events`, read while this lock was held, and every queued
     /// hook event (A-D; a REMOVE opens its window, M3, if the installed
-    /// source proves madvise returns).
-    pub fn apply(&mut self, events: &[ReleaseEvent]) {
+    /// source proves madvise returns). Returns the ranges of the windows it
+    /// opened: each is owed an M4.
+    pub fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
         let (cache, shared) = (self.cache, self.shared);
-        let Some(st) = self.st.as_mut() else { return };
+        let Some(st) = self.st.as_mut() else { return Vec::new() };
         add(&cache.counters.release_events, events.len() as u64);
-        match shared.source.get() {
+        let opened = match shared.source.get() {
             Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, &mut self.deregs),
             None if !fault!(cache.config, monitor_off) => {
                 for ev in events {
                     cache.apply_event(shared, st, ev.range.pages(cache.page_size), &mut self.deregs);
                 }
+                Vec::new()
             }
-            None => {}
-        }
+            None => Vec::new(),
+        };
         cache.drain(shared, st, &mut self.deregs);
+        opened
     }
 
     /// Unlocks; the deregistrations are returned, to perform once no cache

@@ -30,7 +30,7 @@ use super::madvise_proof::{self, InstallError, Seen, SendOutcome, Sent, Signal};
 use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
 use crate::registrar::Registrar;
-use mrcache_types::{Range, ReleaseKind};
+use mrcache_types::Range;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,7 +64,8 @@ trait Member: Send + Sync {
 
 /// One attached cache, locked for the round.
 trait LockedMember<'c> {
-    fn apply(&mut self, events: &[ReleaseEvent]);
+    /// Applies the events; returns the ranges whose REMOVE window it opened.
+    fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range>;
     fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c>;
 }
 
@@ -101,7 +102,7 @@ where
 }
 
 impl<'c, R: Registrar> LockedMember<'c> for RoundLock<'c, R> {
-    fn apply(&mut self, events: &[ReleaseEvent]) {
+    fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
         RoundLock::apply(self, events)
     }
     fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c> {
@@ -133,9 +134,9 @@ impl Hub {
     //# attached (a mutex orders rounds, attaches and detaches); read every
     //# pending event non-blockingly; apply each to every attached cache (A-D,
     //# and M3 for a REMOVE); unlock each; perform the dereg lists.
-    /// One round. Returns the REMOVE events read and the ids of the caches
-    /// that applied them (each opened a window, M3).
-    fn round(&self) -> (Vec<Range>, Vec<u64>) {
+    /// One round. Returns each REMOVE window opened (M3), with the ids of
+    /// the caches that opened it: each is owed an M4.
+    fn round(&self) -> Vec<(Range, Vec<u64>)> {
         let members = lock(&self.members);
         let mut locked: Vec<Box<dyn LockedMember<'_>>> = members.iter().map(|(_, m)| m.lock()).collect();
         let mut read = Vec::new();
@@ -144,23 +145,30 @@ impl Hub {
             self.read_errors.fetch_add(1, Ordering::Relaxed);
         }
         let events: Vec<ReleaseEvent> = read.iter().map(|e| ReleaseEvent { kind: e.kind, range: e.range }).collect();
-        for member in locked.iter_mut() {
-            member.apply(&events);
+        let mut opened: Vec<(Range, Vec<u64>)> = Vec::new();
+        for (member, (id, _)) in locked.iter_mut().zip(members.iter()) {
+            for range in member.apply(&events) {
+                match opened.iter_mut().find(|(r, _)| *r == range) {
+                    Some((_, ids)) => ids.push(*id),
+                    None => opened.push((range, vec![*id])),
+                }
+            }
         }
         let deferred: Vec<Box<dyn Deferred + '_>> = locked.into_iter().map(|m| m.unlock()).collect();
         for d in deferred {
             d.perform();
         }
-        let removes = events.iter().filter(|e| e.kind == ReleaseKind::MadviseDontneed).map(|e| e.range).collect();
-        let ids = members.iter().map(|(id, _)| *id).collect();
         self.rounds.fetch_add(1, Ordering::Relaxed);
-        (removes, ids)
+        opened
     }
 
-    /// M4 for `range` in each cache of `ids` still attached.
+    /// M4 for `range` in each cache of `ids` still attached, once per
+    /// time its id is listed (two REMOVEs of one range in a round opened two
+    /// windows there: a multiset).
     fn close_windows(&self, range: Range, ids: &[u64]) {
-        for (id, member) in lock(&self.members).iter() {
-            if ids.contains(id) {
+        let members = lock(&self.members);
+        for id in ids {
+            if let Some((_, member)) = members.iter().find(|(m, _)| m == id) {
                 member.close_remove_window(range);
             }
         }
@@ -177,10 +185,10 @@ impl Hub {
             //# uffd monitor thread: poll until the fd is readable, without reading.
             match self.monitor.wait_readable_or(self.signal.wake_fd(), timeout) {
                 Ok(true) => {
-                    let (removes, ids) = self.round();
+                    let opened = self.round();
                     //= spec.md#M3
                     //# The window is handed to the monitor thread for M4 only once it is open.
-                    prover.begin(removes, &ids);
+                    prover.begin(opened);
                 }
                 Ok(false) => {}
                 // EINTR and the like: poll again after the timeout.
@@ -260,10 +268,11 @@ impl Prover {
         Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), lingering: Vec::new() }
     }
 
-    /// Starts proving a window on each range of `opened`, open in the caches `ids`.
-    fn begin(&mut self, opened: Vec<Range>, ids: &[u64]) {
-        for range in opened {
-            let mut w = Unproven { range, ids: ids.to_vec(), waiting: Vec::new(), unknown: false };
+    /// Starts proving each window of `opened`: a range, and the caches
+    /// that opened a window on it.
+    fn begin(&mut self, opened: Vec<(Range, Vec<u64>)>) {
+        for (range, ids) in opened {
+            let mut w = Unproven { range, ids, waiting: Vec::new(), unknown: false };
             match madvise_proof::threads(self.me) {
                 None => w.unknown = true,
                 Some(tids) => {
