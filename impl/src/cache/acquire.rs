@@ -103,7 +103,7 @@ impl<R: Registrar> Cache<R> {
 
     /// The rest of [`Self::acquire`] after [`Self::acquire_on_lane`] gave
     /// `None`: A1 onwards (or the range's error).
-    #[inline(never)]
+    #[inline]
     pub fn acquire_past_lane(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
         self.acquire_locked(self.shared(), Range::new(addr, len), access)
     }
