@@ -105,6 +105,10 @@ pub struct CheckArgs {
     /// before the frames change (spec.md#S7.4, M3, M4). Async monitor only.
     #[arg(long)]
     pub remove: bool,
+    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1 or 2;
+    /// thread T<i> uses cache i mod 2. Async monitor only.
+    #[arg(long, default_value_t = 1)]
+    pub caches: u8,
 }
 
 impl CheckArgs {
@@ -131,6 +135,7 @@ impl CheckArgs {
             lanes: self.lanes,
             pair: self.pair,
             remove: self.remove,
+            caches: self.caches,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);

@@ -127,6 +127,17 @@ impl Mutant {
                 cfg.scripts = Some(remove_scripts());
                 changed.push("the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
             }
+            Mutant::EventToOneCache => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(shared_monitor_scripts());
+                }
+                cfg.caches = 2;
+                cfg.monitor = MonitorKind::Async;
+                cfg.lanes = false;
+                cfg.pair = false;
+                cfg.remove = false;
+                changed.push("--caches 2 --monitor async and the shared-monitor scripts (T0 on cache 0: acquire A, release, munmap A; T1 on cache 1: acquire A, release, acquire A)".into());
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -201,6 +212,12 @@ pub struct CheckConfig {
     /// monitor closes once the madvise has returned (M4). Async monitor only;
     /// nested events (registrar, cache) stay unmaps.
     pub remove: bool,
+    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1, or 2
+    /// with thread `t` on cache `t % 2`. With 2, the monitor's round takes
+    /// both locks, reads, applies each event to both and unlocks each; A2
+    /// and A6 read nothing. Async monitor only; no lanes, limits, pair,
+    /// REMOVE windows, or registrar and cache frees.
+    pub caches: u8,
 }
 
 impl Default for CheckConfig {
@@ -221,6 +238,7 @@ impl Default for CheckConfig {
             lanes: false,
             pair: false,
             remove: false,
+            caches: 1,
         }
     }
 }
@@ -288,6 +306,9 @@ impl CheckConfig {
         }
         if self.remove {
             s += ", script releases are madvise REMOVEs (M3/M4 windows)";
+        }
+        if self.caches > 1 {
+            s += &format!(", {} caches on one uffd monitor (M5; T<i> on cache i mod {})", self.caches, self.caches);
         }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
@@ -550,6 +571,13 @@ pub fn window_closed_scripts() -> Vec<Vec<Op>> {
 /// (W3), or retried if M4 closed the window before its A7.
 pub fn remove_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
+}
+
+/// Two caches on one monitor (spec.md#S7.6, M5): both cache A; T0 (cache
+/// 0) unmaps it; T1's second acquire of A, on cache 1, may begin after the
+/// munmap returned, and must then not hit its cached registration of A.
+pub fn shared_monitor_scripts() -> Vec<Vec<Op>> {
+    vec![vec![acq(1, 0, 1, RR), rel(1), ev(ReleaseKind::Munmap, 0, 1)], vec![acq(11, 0, 1, RR), rel(11), acq(12, 0, 1, RR)]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

@@ -168,6 +168,10 @@ mutants! {
     /// the read and before the zap pins the frames about to go and is cached
     /// (spec.md#S7.4 (b)).
     RemoveWithoutWindow: "a REMOVE read from uffd is applied as a plain event, no window (M3 missing)", [P2];
+    /// M5 broken: a shared monitor's round applies what it read to the
+    /// first attached cache only; the other keeps a registration of the
+    /// released frames and hits it after the release returned (spec.md#S7.6).
+    EventToOneCache: "a shared monitor applies each event to one cache only (M5)", [P2];
 }
 
 impl Mutant {
@@ -192,6 +196,11 @@ impl Mutant {
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
         matches!(self, Mutant::RemoveWithoutWindow)
+    }
+
+    /// The mutant breaks M5: it needs two caches on one monitor.
+    pub fn needs_caches(&self) -> bool {
+        matches!(self, Mutant::EventToOneCache)
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 20] = [
+const FAMILIES: [&str; 22] = [
     "2x3",
     "2x4",
     "3x2",
@@ -39,6 +39,8 @@ const FAMILIES: [&str; 20] = [
     "pair-closed",
     "2x3+remove",
     "remove",
+    "shared",
+    "2x4+shared",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -106,6 +108,14 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+remove" | "remove" if monitor != MonitorKind::Async => return None,
         "2x3+remove" => CheckConfig { remove: true, ..base(2, 3) },
         "remove" => CheckConfig { remove: true, scripts: Some(crate::config::remove_scripts()), ..base(2, 3) },
+        // Two caches on one userfaultfd monitor (spec.md#S7.6, M5): T0 on
+        // cache 0 unmaps a page both caches cached; T1 on cache 1 acquires it
+        // again (`event-to-one-cache`).
+        "shared" | "2x4+shared" if monitor != MonitorKind::Async => return None,
+        // The generated scripts with T0 on cache 0 and T1 on cache 1: each
+        // one's releases reach the other's entries only through M5.
+        "2x4+shared" => CheckConfig { caches: 2, ..base(2, 4) },
+        "shared" => CheckConfig { caches: 2, scripts: Some(crate::config::shared_monitor_scripts()), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -214,6 +224,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("remove independent async", 7525),
     ("remove merge async", 7525),
     ("remove no-merge-uncache-contained async", 7525),
+    ("shared independent async", 428),
+    ("shared merge async", 428),
+    ("shared no-merge-uncache-contained async", 428),
+    ("2x4+shared independent async", 1854),
+    ("2x4+shared merge async", 1854),
+    ("2x4+shared no-merge-uncache-contained async", 1854),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -229,7 +245,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove";
+                    fam != "lru" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "shared" && fam != "2x4+shared";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

@@ -296,6 +296,26 @@ pub struct Bad {
     pub needed: u8,
 }
 
+/// One cache's shared state, for a configuration with several caches on
+/// one monitor (`CheckConfig::caches`, spec.md#M5): the caches other than
+/// the one being stepped are kept here, and [`State::swap_cache`] exchanges
+/// one with [`State`]'s own fields, so every step of §A runs unchanged on
+/// the cache of the thread that takes it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CacheSide {
+    pub lock: Lock,
+    pub regs: Vec<Reg>,
+    pub next_id: u8,
+    pub queue: Vec<Span>,
+    pub windows: Vec<Span>,
+    pub windowed_served: bool,
+    pub remove_windows: Vec<(Span, Madvise)>,
+    pub over_limit: bool,
+    pub clock: u8,
+    pub trim_evicted: bool,
+    pub lin: LinearizabilityTester<u8, RefModel>,
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State {
     /// Physical truth: the generation of the frame mapped at each page.
@@ -337,9 +357,42 @@ pub struct State {
     pub bad: Vec<Bad>,
     /// Invocations and returns of every operation, per thread.
     pub lin: LinearizabilityTester<u8, RefModel>,
+    /// The other caches on the same monitor (cache `c` is `others[c - 1]`
+    /// while cache 0's state is in the fields above; see [`CacheSide`]).
+    pub others: Vec<CacheSide>,
 }
 
 impl State {
+    /// Exchanges cache `c`'s state (c >= 1) with the fields of `self`, which
+    /// hold cache 0's between steps. Call it again to swap back.
+    pub fn swap_cache(&mut self, c: usize) {
+        if c == 0 {
+            return;
+        }
+        let o = &mut self.others[c - 1];
+        std::mem::swap(&mut self.lock, &mut o.lock);
+        std::mem::swap(&mut self.regs, &mut o.regs);
+        std::mem::swap(&mut self.next_id, &mut o.next_id);
+        std::mem::swap(&mut self.queue, &mut o.queue);
+        std::mem::swap(&mut self.windows, &mut o.windows);
+        std::mem::swap(&mut self.windowed_served, &mut o.windowed_served);
+        std::mem::swap(&mut self.remove_windows, &mut o.remove_windows);
+        std::mem::swap(&mut self.over_limit, &mut o.over_limit);
+        std::mem::swap(&mut self.clock, &mut o.clock);
+        std::mem::swap(&mut self.trim_evicted, &mut o.trim_evicted);
+        std::mem::swap(&mut self.lin, &mut o.lin);
+    }
+
+    /// A copy with cache `c`'s state in the fields (for predicates).
+    pub fn seen_from_cache(&self, c: usize) -> std::borrow::Cow<'_, State> {
+        if c == 0 {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        let mut v = self.clone();
+        v.swap_cache(c);
+        std::borrow::Cow::Owned(v)
+    }
+
     /// No operation is in flight on any thread (the monitor may be busy).
     pub fn quiescent(&self) -> bool {
         self.threads

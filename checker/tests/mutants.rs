@@ -89,6 +89,7 @@ mutants! {
     m32_window_after_queue => WindowAfterQueue,
     m33_note_skips_revoke => NoteSkipsRevoke,
     m34_remove_without_window => RemoveWithoutWindow,
+    m35_event_to_one_cache => EventToOneCache,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -105,12 +105,14 @@ family! {
     pinned_pair_closed => "pair-closed",
     pinned_2x3_remove => "2x3+remove",
     pinned_remove => "remove",
+    pinned_shared => "shared",
+    pinned_2x4_shared => "2x4+shared",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 102);
+    assert_eq!(all.len(), 108);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

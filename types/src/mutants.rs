@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 35] = [
+pub const MUTANTS: [&str; 36] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -44,6 +44,7 @@ pub const MUTANTS: [&str; 35] = [
     "window-after-queue",
     "note-skips-revoke",
     "remove-without-window",
+    "event-to-one-cache",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -53,7 +53,7 @@ impl AlgoModel {
         }
         match s.monitor.pc {
             MonPc::Idle => !s.uffd.is_empty(),
-            MonPc::Lock => s.lock == Lock::Free,
+            MonPc::Lock => s.lock == Lock::Free && s.others.iter().all(|o| o.lock == Lock::Free),
             MonPc::Read | MonPc::Apply => true,
         }
     }
@@ -152,6 +152,12 @@ impl Ctx<'_> {
     //# A2 and A6 also read pending events, from a monitor that serves their cache alone
     pub(super) fn read_and_apply_uffd(&mut self, a: Actor) {
         if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
+            return;
+        }
+        if self.m.cfg.caches > 1 {
+            // A shared monitor delivers only through its rounds (M5): a
+            // read here would wake the releasing thread while the other
+            // caches are free to serve.
             return;
         }
         self.set_applying(Some(true));
@@ -375,11 +381,65 @@ impl Ctx<'_> {
     }
 
     pub(super) fn monitor_apply(&mut self) {
-        for (span, madvise) in std::mem::take(&mut self.s.monitor.buf) {
+        let read = std::mem::take(&mut self.s.monitor.buf);
+        for &(span, madvise) in &read {
             self.apply_event(span, MONITOR);
             if let Some(m) = madvise {
                 self.open_remove_window(span, m, MONITOR);
             }
+        }
+        if self.m.cfg.caches > 1 && !self.mutant(Mutant::AsyncApplyOutsideLock) {
+            //= spec.md#M5
+            //# apply each to every attached cache (A-D, and M3 for a REMOVE); unlock
+            //# each; perform the dereg lists.
+            // The other caches: each applies what was read, then unlocks and
+            // deregisters (its dereg list holds handles of its own
+            // registrations); cache 0 unlocks after, in `monitor_body`, with
+            // its own dereg list, kept aside meanwhile.
+            let cache0 = (std::mem::take(&mut self.s.monitor.dereg), std::mem::take(&mut self.s.monitor.toctou));
+            for c in 1..self.m.cfg.caches as usize {
+                if self.mutant(Mutant::EventToOneCache) {
+                    note!(self, "M5 (mutant `event-to-one-cache`): cache {c} does not apply what the round read");
+                } else {
+                    self.s.swap_cache(c);
+                    for &(span, _) in &read {
+                        note!(self, "M5: cache {c} applies it too");
+                        self.apply_event(span, MONITOR);
+                    }
+                    self.s.swap_cache(c);
+                }
+                self.s.swap_cache(c);
+                self.unlock_exclusive(MONITOR);
+                // The A-H split mutant's late count reads are not modelled
+                // across caches: read them now, under this cache's state.
+                self.read_counts_late(MONITOR);
+                self.s.swap_cache(c);
+            }
+            (self.s.monitor.dereg, self.s.monitor.toctou) = cache0;
+        }
+    }
+
+    /// M2, or M5 with several caches: the monitor takes the lock exclusive
+    /// of every cache, cache 0's first.
+    fn monitor_lock_all(&mut self) {
+        self.lock_exclusive(MONITOR);
+        //= spec.md#M5
+        //# take the lock exclusive of every attached cache, in the order they
+        //# attached (a mutex orders rounds, attaches and detaches); read every
+        //# pending event non-blockingly
+        for c in 1..self.m.cfg.caches as usize {
+            self.s.swap_cache(c);
+            self.lock_exclusive(MONITOR);
+            self.s.swap_cache(c);
+        }
+    }
+
+    /// The other caches' unlocks when a round read nothing.
+    fn monitor_unlock_others(&mut self) {
+        for c in 1..self.m.cfg.caches as usize {
+            self.s.swap_cache(c);
+            self.unlock_exclusive(MONITOR);
+            self.s.swap_cache(c);
         }
     }
 
@@ -416,7 +476,7 @@ impl Ctx<'_> {
             MonPc::Lock => {
                 //= spec.md#M2
                 note!(self, "M2: monitor takes the lock exclusive");
-                self.lock_exclusive(MONITOR);
+                self.monitor_lock_all();
                 self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
             }
             MonPc::Read => {
@@ -425,6 +485,7 @@ impl Ctx<'_> {
                 self.monitor_read();
                 if self.s.monitor.buf.is_empty() {
                     note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    self.monitor_unlock_others();
                     self.unlock_exclusive(MONITOR);
                     self.s.monitor.pc = MonPc::Idle;
                 } else {

@@ -111,6 +111,21 @@ impl AlgoModel {
         if cfg.remove && cfg.lanes {
             return Err("the REMOVE windows (M3, M4) are not modelled with the lanes".into());
         }
+        if cfg.caches == 0 || cfg.caches > 2 {
+            return Err("--caches is 1 or 2".into());
+        }
+        if cfg.caches > 1
+            && (cfg.monitor != MonitorKind::Async
+                || cfg.lanes
+                || cfg.pair
+                || cfg.remove
+                || cfg.has_limits()
+                || cfg.registrar_frees.is_some()
+                || cfg.cache_frees.is_some()
+                || cfg.registrar_failures > 0)
+        {
+            return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, remove, or registrar and cache frees and failures".into());
+        }
         let scripts = compile_scripts(&cfg.scripts())?;
         let mut app_pages = 1u8;
         for s in &scripts {
@@ -193,7 +208,27 @@ impl AlgoModel {
             cache_free_left: self.cfg.cache_frees.is_some(),
             bad: Vec::new(),
             lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
+            others: (1..self.cfg.caches)
+                .map(|_| CacheSide {
+                    lock: Lock::Free,
+                    regs: Vec::new(),
+                    next_id: 1,
+                    queue: Vec::new(),
+                    windows: Vec::new(),
+                    windowed_served: false,
+                    remove_windows: Vec::new(),
+                    over_limit: false,
+                    clock: 0,
+                    trim_evicted: false,
+                    lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
+                })
+                .collect(),
         }
+    }
+
+    /// The cache thread `t` uses (spec.md#S7.6: `t mod caches`).
+    pub fn cache_of(&self, t: usize) -> usize {
+        t % self.cfg.caches.max(1) as usize
     }
 
     pub fn view(&self, s: &State, h: Handle) -> RegView {
@@ -285,6 +320,12 @@ impl AlgoModel {
 
     /// Applies `a` to `s`, recording notes and operation events into `rec`.
     pub fn step(&self, s: &mut State, a: Action, rec: Option<&mut Rec>) {
+        // A thread's step runs on its own cache's state (`State::swap_cache`).
+        let c = match a {
+            Action::Thread { t, .. } | Action::RegistrarFails { t } => self.cache_of(t as usize),
+            _ => 0,
+        };
+        s.swap_cache(c);
         let mut cx = Ctx { m: self, s, rec, dry: None };
         match a {
             Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
@@ -293,6 +334,7 @@ impl AlgoModel {
             Action::Flush { a } => cx.flush_one(a),
             Action::CloseWindow => cx.m4_close(),
         }
+        s.swap_cache(c);
     }
 
     /// A short label for an action in state `s`: who moves, at which step.
@@ -437,6 +479,12 @@ impl Ctx<'_> {
     pub(super) fn invoke(&mut self, thread: u8, nested: bool, op: Op) {
         let id = if nested { NESTED + thread } else { thread };
         let _ = self.s.lin.on_invoke(id, op);
+        if matches!(op, Op::ReleaseEvent { .. }) {
+            // A release is the process's: every cache's history has it.
+            for o in &mut self.s.others {
+                let _ = o.lin.on_invoke(id, op);
+            }
+        }
         if let Some(r) = self.rec.as_deref_mut() {
             r.events.push(RecEvent { thread, nested, op, ret: None });
         }
@@ -445,6 +493,11 @@ impl Ctx<'_> {
     pub(super) fn ret(&mut self, thread: u8, nested: bool, op: Op, ret: Ret) {
         let id = if nested { NESTED + thread } else { thread };
         let _ = self.s.lin.on_return(id, ret);
+        if matches!(op, Op::ReleaseEvent { .. }) {
+            for o in &mut self.s.others {
+                let _ = o.lin.on_return(id, ret);
+            }
+        }
         if let Some(r) = self.rec.as_deref_mut() {
             r.events.push(RecEvent { thread, nested, op, ret: Some(ret) });
         }
@@ -606,9 +659,10 @@ impl Model for AlgoModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         for t in 0..s.threads.len() {
-            if self.thread_enabled(s, t) {
+            let s = s.seen_from_cache(self.cache_of(t));
+            if self.thread_enabled(&s, t) {
                 actions.push(Action::Thread { t: t as u8, alt: false });
-                if self.thread_alt(s, t) {
+                if self.thread_alt(&s, t) {
                     actions.push(Action::Thread { t: t as u8, alt: true });
                 }
             }
@@ -620,7 +674,7 @@ impl Model for AlgoModel {
             actions.push(Action::CloseWindow);
         }
         for t in 0..s.threads.len() {
-            if self.registrar_may_fail(s, t) {
+            if self.registrar_may_fail(&s.seen_from_cache(self.cache_of(t)), t) {
                 actions.push(Action::RegistrarFails { t: t as u8 });
             }
         }

@@ -23,13 +23,21 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
                 .iter()
                 .enumerate()
                 .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (m.cfg.lanes && s.lease_held_on(h as u8))))
+                // The other caches on the monitor (M5; no lanes there).
+                && !s.others.iter().any(|o| o.regs.iter().any(|r| r.deregs > 0 && r.leases > 0))
         }),
-        Property::always(P4, |_: &AlgoModel, s: &State| s.regs.iter().all(|r| r.deregs <= 1)),
+        Property::always(P4, |_: &AlgoModel, s: &State| {
+            s.regs.iter().chain(s.others.iter().flat_map(|o| o.regs.iter())).all(|r| r.deregs <= 1)
+        }),
     ];
     if m.cfg.has_limits() {
         v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
     }
-    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || s.lin.serialized_history().is_some()));
+    // Each cache's history against its own sequential model (M5: a release
+    // is in every cache's history).
+    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| {
+        !s.quiescent() || (s.lin.serialized_history().is_some() && s.others.iter().all(|o| o.lin.serialized_history().is_some()))
+    }));
     //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
     v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
@@ -83,6 +91,14 @@ impl AlgoModel {
 
     /// Why L1 fails in a terminal state, if it does.
     pub fn l1_failure(&self, s: &State) -> Option<String> {
+        for c in 1..=s.others.len() {
+            let mut v = s.clone();
+            v.swap_cache(c);
+            v.others.clear();
+            if let Some(f) = self.l1_failure(&v) {
+                return Some(format!("cache {c}: {f}"));
+            }
+        }
         if !s.queue.is_empty() {
             return Some(format!("the invalidation queue still holds {:?} after every script finished", s.queue));
         }
