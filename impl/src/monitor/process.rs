@@ -3,7 +3,7 @@
 //!
 //! A range can be watched by one userfaultfd only, so two caches with a
 //! monitor each could not share a buffer (the second watch fails with
-//! EBUSY). Here the process has one [`Hub`]: one fd, one thread, one madvise
+//! EBUSY). Here the process has one `Hub`: one fd, one thread, one madvise
 //! prover. A cache *attaches* with [`MonitorThread::start`] and detaches
 //! when that handle is dropped; the last detach stops the thread and closes
 //! the fd (which unwatches every range).
@@ -13,7 +13,7 @@
 //!   exclusive lock of every attached cache (taken in attach order, under
 //!   the members mutex), and every event read is applied to every one of
 //!   them before any unlocks (M5). A cache's A2/A6 read nothing from it
-//!   ([`HubSource::read_pending`] is empty). So no cache can hand out a
+//!   (`HubSource::read_pending` is empty). So no cache can hand out a
 //!   registration that an event already read (its releasing thread woken)
 //!   has invalidated.
 //! - Lock order: the process mutex, then the members mutex, then cache
