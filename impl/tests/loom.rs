@@ -420,11 +420,11 @@ fn loom_catches_a_note_that_skips_the_revoke() {
 }
 
 /// A release of the only other entry against a miss over `max_regions` 1
-/// whose first note sees it leased: either A10's second pass (flag raised,
-/// then a second note) sees the release and evicts, or the release sees the
-/// flag and runs R2. Either way, once both are done, the cache is within its
-/// limit but for leased entries (P5): the flag is raised only when a pass
-/// ends over (issue 22).
+/// whose first note sees it leased (so the note falls short): either A6's
+/// second note (after the flag is raised) sees the release and A10 evicts,
+/// or the release sees the flag and runs R2. Either way, once both are
+/// done, the cache is within its limit but for leased entries (P5): the
+/// flag is raised only when a note falls short (issue 22).
 fn release_vs_second_pass(config: CacheConfig) {
     model(move || {
         let mut config = config;
@@ -450,7 +450,7 @@ fn a_release_against_the_second_pass_keeps_the_limit() {
     release_vs_second_pass(CacheConfig::explicit());
 }
 
-/// A10's flag without its second note (the checker's
+/// The flag only at A10, without A6's second note (the checker's
 /// `over-limit-flag-late`) is caught: loom finds the release the first note
 /// saw leased and that read the flag before it was raised.
 #[cfg(loom)]

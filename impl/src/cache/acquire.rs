@@ -266,7 +266,7 @@ impl<R: Registrar> Cache<R> {
             // and displacement only remove entries): skip the note else.
             let noted = if self.could_exceed_limits(&st, plan.range.len) {
                 let (regions, bytes) = self.insert_excess(&st, plan.range.len);
-                self.note_victims(shared, &mut st, regions, bytes)
+                self.note_covering(shared, &mut st, regions, bytes)
             } else {
                 Noted::default()
             };

@@ -38,10 +38,11 @@ pub struct Faults {
     /// revoking its lane slots first: a lane lease goes unseen and A10
     /// evicts a leased entry (mirrors the checker's `note-skips-revoke`).
     pub note_skips_revoke: bool,
-    /// A10's second pass raises the over-limit flag but does not note
-    /// again: a release after the first note that read the flag before it
-    /// was raised is neither evicted nor runs R2, and the cache stays over
-    /// its limit (mirrors the checker's `over-limit-flag-late`; P5).
+    /// A6/R2's note that falls short of the excess neither raises the
+    /// over-limit flag nor notes again; A10 raises the flag when its pass
+    /// ends over: a release after the note that read the flag before it was
+    /// raised is neither evicted nor runs R2, and the cache stays over its
+    /// limit (mirrors the checker's `over-limit-flag-late`; P5).
     pub over_limit_flag_late: bool,
     /// spec.md#M3 off: a REMOVE read from userfaultfd is applied as a plain
     /// event and opens no window (the behaviour before issue 23; S7.4(b)

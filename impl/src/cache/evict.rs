@@ -85,13 +85,13 @@ impl<R: Registrar> Cache<R> {
     /// A6 / R2: notes the unleased findable entries A10 may need: in policy
     /// order (S6.3), the least ones until they cover the excess of `regions`
     /// entries and `bytes` bytes (the insert's excess in A6, the current one
-    /// in R2 and A10's second pass). Taken *before* the drain: an event
-    /// queued before a release this note sees was pushed before the note
-    /// (the release came after the event returned), so the drain applies it
-    /// before any victim is chosen. Releases after the note are treated as
-    /// leased (they take effect after this operation); if that leaves the
-    /// cache over a limit, A10's second pass raises the over-limit flag and
-    /// notes again (see [`Self::enforce_limits`]).
+    /// in R2). Taken *before* the drain: an event queued before a release
+    /// this note sees was pushed before the note (the release came after the
+    /// event returned), so the drain applies it before any victim is chosen.
+    /// Releases after the note are treated as leased (they take effect after
+    /// this operation); if the note falls short of the excess, A10 may end
+    /// over a limit, and [`Self::note_covering`] raises the over-limit flag
+    /// and notes again.
     ///
     /// Only the candidates it is about to note are revoked (issue 22): a
     /// lane lease is a lease the state word does not count until a revoke
@@ -108,7 +108,10 @@ impl<R: Registrar> Cache<R> {
     /// at least as much as it removes from the prefix; so the noted entries
     /// still findable cover what A10 must evict, and they are the least ones
     /// of the full note. Debug builds check this against the full note.
-    pub(super) fn note_victims(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> Noted {
+    ///
+    /// Returns the note and whether it fell short of the excess (every
+    /// unleased entry noted, and still less than the excess).
+    pub(super) fn note_victims(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> (Noted, bool) {
         #[cfg(test)]
         let regions = if tests::SHORT_NOTE.with(std::cell::Cell::get) { regions.saturating_sub(1) } else { regions };
         let noted = self.next_note(st);
@@ -188,7 +191,41 @@ impl<R: Registrar> Cache<R> {
         }
         st.passed = passed;
         st.noted = prefix;
-        noted
+        (noted, n < regions || b < bytes)
+    }
+
+    //= spec.md#A6
+    //# If the note falls short of the excess (it noted every unleased
+    //# entry), raise the over-limit flag, then note again
+    /// A6 / R2: the note of [`Self::note_victims`], and, if it falls short
+    /// of the excess, the over-limit flag (sequentially consistent), then a
+    /// second note, before the drain. A release after the first read of its
+    /// entry's count is then either seen by the second note or reads the
+    /// flag raised and runs R2 after this section: none that the notes miss
+    /// returns while the section runs. A note that covers the excess needs
+    /// no flag: A10 then ends within the limits whatever is released after
+    /// it (the drain and the displacement only lower the excess).
+    ///
+    /// The flag comes before the drain, not after A9's insert (as A10's
+    /// second pass once raised it, with a note and a drain of its own): a
+    /// release that the first note saw leased could read it clear and
+    /// return, its thread raise an event (a munmap of the new entry's
+    /// pages, queued while we hold the lock), and that late drain apply the
+    /// event before evicting: back within the limits, the released entry
+    /// stayed cached, where every order puts the release before the event
+    /// and so evicts it (P5; `tests/over_limit_race.rs`). Drained here, an
+    /// event queued after such a release may be ordered before this
+    /// operation, whose insert comes after the drain.
+    pub(super) fn note_covering(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> Noted {
+        let (noted, short) = self.note_victims(shared, st, regions, bytes);
+        // The fault switch (the checker's `over-limit-flag-late`) raises the
+        // flag only in A10, after the notes.
+        if !short || fault!(self.config, over_limit_flag_late) {
+            return noted;
+        }
+        shared.over_limit.store(true, Ordering::SeqCst);
+        crate::sync::loom_sc_fence();
+        self.note_victims(shared, st, regions, bytes).0
     }
 
     /// A new note number.
@@ -263,28 +300,15 @@ impl<R: Registrar> Cache<R> {
     //= spec.md#S6.4
     //= spec.md#A10
     /// Evicts while over a limit, victims among the `noted` entries. If
-    /// still over (every noted entry is gone or leased), raises the flag and
-    /// runs a second pass on a new note; the flag stays raised if that ends
-    /// over too: a release after the second note saw it and runs R2.
+    /// still over (every noted entry is gone or leased), the note fell
+    /// short and [`Self::note_covering`] raised the flag before its second
+    /// note: it stays raised, and a release after that note runs R2.
     pub(super) fn enforce_limits<'c>(
         &'c self,
         shared: &'c Shared<R>,
         st: &mut State<R>,
         deregs: &mut DeregList<'c, R>,
         noted: &Noted,
-    ) {
-        self.evict_noted(shared, st, deregs, noted, true)
-    }
-
-    /// One pass of [`Self::enforce_limits`]; `second_pass`: whether it may
-    /// still run A10's second pass.
-    fn evict_noted<'c>(
-        &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
-        deregs: &mut DeregList<'c, R>,
-        noted: &Noted,
-        second_pass: bool,
     ) {
         if !self.limits_active {
             return;
@@ -321,25 +345,19 @@ impl<R: Registrar> Cache<R> {
             st.order.push(*c);
         }
         //= spec.md#A10
-        //# if the pass ends over a limit (every noted entry gone or leased), a
-        //# second pass in the same section: raise the over-limit flag, note
-        //# again covering the current excess (as A6), drain, and evict again
-        // The flag is raised only here, so a release during an evicting
-        // miss that ends within limits never runs R2 (issue 22): releases
-        // after the first note that the second note does not see read the
-        // flag (both sequentially consistent) and run R2 themselves.
-        if second_pass && self.over_limits(st) {
+        //# Clear the flag when the pass ends within limits, else leave it
+        //# raised.
+        if self.over_limits(st) {
+            // Raised already by the note that fell short (no one clears it
+            // while we hold the lock); the fault switch raises it only here.
+            debug_assert!(
+                fault!(self.config, over_limit_flag_late) || shared.over_limit.load(Ordering::SeqCst),
+                "over a limit after A10 without the flag"
+            );
             shared.over_limit.store(true, Ordering::SeqCst);
-            crate::sync::loom_sc_fence();
-            if fault!(self.config, over_limit_flag_late) {
-                return; // the flag without the second note
-            }
-            let (regions, bytes) = self.current_excess(st);
-            let noted = self.note_victims(shared, st, regions, bytes);
-            self.drain(shared, st, deregs);
-            return self.evict_noted(shared, st, deregs, &noted, false);
+        } else {
+            self.settle_over_limit(shared, st);
         }
-        self.settle_over_limit(shared, st);
     }
 
     /// S2.8 / S5.4: every noted entry still findable and unleased leaves

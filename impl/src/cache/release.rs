@@ -73,8 +73,8 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#R2
             //# else if the count reached 0 and the over-limit flag is set: take
             //# the lock exclusive, note the unleased entries (as A6, covering the
-            //# current excess), drain, evict (A10, with its second pass), unlock,
-            //# perform the dereg list.
+            //# current excess: if the note falls short, raise the flag and note
+            //# again), drain, evict (A10), unlock, perform the dereg list.
             Released::Unleased => {
                 crate::sync::loom_sc_fence();
                 if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
@@ -92,7 +92,7 @@ impl<R: Registrar> Cache<R> {
         let mut deregs = DeregList::new(self, shared);
         let mut st = self.write(shared);
         let (regions, bytes) = self.current_excess(&st);
-        let noted = self.note_victims(shared, &mut st, regions, bytes);
+        let noted = self.note_covering(shared, &mut st, regions, bytes);
         self.drain(shared, &mut st, &mut deregs);
         self.enforce_limits(shared, &mut st, &mut deregs, &noted);
         drop(st);
