@@ -138,6 +138,13 @@ impl Mutant {
                 cfg.remove = false;
                 changed.push("--caches 2 --monitor async and the shared-monitor scripts (T0 on cache 0: acquire A, release, munmap A; T1 on cache 1: acquire A, release, acquire A)".into());
             }
+            Mutant::FlagAtSecondPass if cfg.scripts.is_none() => {
+                cfg.scripts = Some(limit_event_scripts());
+                cfg.max_regions = Some(1);
+                changed.push(
+                    "the limit-event scripts (T0: acquire A, release, munmap B; T1: acquire B, acquire A) and --max-regions 1".into(),
+                );
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -496,6 +503,23 @@ pub fn lru_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), acq(2, 1, 2, RR), rel(2), rel(1)],
         vec![acq(11, 2, 3, RR), acq(12, 0, 1, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts where T1's miss on B goes over `max_regions 1` while T0 holds A,
+/// and T0's release of A and its munmap of B (queued: H2's try-lock fails)
+/// can both happen while T1 holds the lock between A6 and A10. A6's note
+/// falls short if it saw A leased, and raises the over-limit flag before
+/// noting again: the release is seen by that note or runs R2 (and has not
+/// returned); no drain after A9 applies the munmap before the eviction
+/// (`flag-at-second-pass` has one). T1 acquires A again: the
+/// contract has evicted A (at the release or at B's insert), whichever
+/// order, since the release returned before the munmap began
+/// (`flag-at-second-pass`).
+pub fn limit_event_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), ev(ReleaseKind::Munmap, 1, 2)],
+        vec![acq(11, 1, 2, RR), acq(12, 0, 1, RR)],
     ]
 }
 

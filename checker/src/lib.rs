@@ -81,7 +81,7 @@
 //! or done, or LN4); LN4 one (under the lanes mutex). LN5 runs *before* the
 //! step that takes entries out of the index: a dry run of that step on a
 //! copy of the state gives the entries it removes (A-D, A9's displacement,
-//! A10, trim) or notes (A6, R2, A10's second pass: each noted entry is
+//! A10, trim) or notes (A6, R2, with their second note: each noted entry is
 //! revoked before its count is read; a revoke that pins changes the note, so
 //! the dry run is repeated until its entries have no live slot), or whether
 //! it revokes every slot (trim);

@@ -83,7 +83,7 @@ mutants! {
     /// A10, still over a limit after its pass, raises the over-limit flag
     /// without noting again: a release after A6's note is neither noted
     /// nor sees the flag, and skips R2.
-    OverLimitFlagLate: "A10 raises the over-limit flag without a second note", [P5];
+    OverLimitFlagLate: "the over-limit flag raised only when A10 ends over, without a second note", [P5];
     /// A6/R2's prefix note stops one entry before it covers the excess:
     /// A10 cannot evict enough, and the cache stays over its limit with an
     /// unleased entry.
@@ -172,6 +172,14 @@ mutants! {
     /// first attached cache only; the other keeps a registration of the
     /// released frames and hits it after the release returned (spec.md#S7.6).
     EventToOneCache: "a shared monitor applies each event to one cache only (M5)", [P2];
+    /// The over-limit flag and the second note come in a second pass after
+    /// A9's insert, with a drain of their own (the algorithm before
+    /// 2026-12-05): a release the first note saw leased reads the flag clear
+    /// and returns, its thread's munmap of the new entry is queued, and the
+    /// second pass notes the release, drains the munmap (back within the
+    /// limit) and keeps the released entry, which the contract evicts
+    /// (spec.md#A10).
+    FlagAtSecondPass: "the over-limit flag, a second note and a drain after A9 (not in A6)", [LINEARIZABLE];
 }
 
 impl Mutant {

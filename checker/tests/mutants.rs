@@ -90,6 +90,7 @@ mutants! {
     m33_note_skips_revoke => NoteSkipsRevoke,
     m34_remove_without_window => RemoveWithoutWindow,
     m35_event_to_one_cache => EventToOneCache,
+    m36_flag_at_second_pass => FlagAtSecondPass,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

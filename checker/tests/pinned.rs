@@ -95,6 +95,7 @@ family! {
     pinned_2x3_e6 => "2x3+e6",
     pinned_lru => "lru",
     pinned_2x3_pressure => "2x3+pressure",
+    pinned_limit_event => "limit-event",
     pinned_lanes => "lanes",
     pinned_lanes_limit => "lanes+limit",
     pinned_lanes_note => "lanes+note",
@@ -112,7 +113,7 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 108);
+    assert_eq!(all.len(), 114);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -355,7 +355,7 @@ impl Ctx<'_> {
         let bytes = self.acq(t).plan.as_ref().expect("A4 planned").span.bytes();
         if self.m.could_exceed_limits(self.s, bytes) {
             let excess = self.m.excess(self.s, bytes);
-            self.note_unleased(t, excess);
+            self.note_covering(t, excess);
         }
         self.drain_queue(t as Actor);
         self.read_and_apply_uffd(t as Actor);

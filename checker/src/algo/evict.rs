@@ -62,7 +62,7 @@ impl Ctx<'_> {
     //= spec.md#A6
     //# The note may stop early: reading the unleased entries in policy order
     //# (S6.3) and noting the least ones until they cover the insert's excess
-    /// A6 / R2 / A10's second pass: with limits, note, *before* the drain,
+    /// A6 / R2: with limits, note, *before* the drain,
     /// the least unleased findable entries in policy order until they cover
     /// `excess` (the prefix form of the note, which the cache implements;
     /// A10 then evicts exactly what it would from a note of every unleased
@@ -72,9 +72,11 @@ impl Ctx<'_> {
     /// [`Ctx::lane_prephase`] runs them first, until the prefix it computes
     /// has no live slot. Mutant `note-skips-revoke` revokes nothing (lane
     /// leases go unseen); `note-one-short` notes one entry fewer.
-    pub(super) fn note_unleased(&mut self, t: usize, excess: Excess) {
+    /// Returns whether the note fell short of `excess` (every unleased entry
+    /// noted, and still less).
+    pub(super) fn note_unleased(&mut self, t: usize, excess: Excess) -> bool {
         if !self.m.cfg.has_limits() {
-            return;
+            return false;
         }
         let mut unleased: Vec<Handle> = (0..self.s.regs.len())
             .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
@@ -91,6 +93,8 @@ impl Ctx<'_> {
                 more
             })
             .collect();
+        let covered = noted.iter().fold((0u64, 0u64), |(e, b), &h| (e + 1, b + self.s.regs[h as usize].span.bytes()));
+        let short = covered.0 < excess.entries || covered.1 < excess.bytes;
         if self.mutant(Mutant::NoteOneShort) {
             noted.pop();
         }
@@ -105,6 +109,26 @@ impl Ctx<'_> {
         noted.sort_unstable();
         note!(self, "T{t} notes the least unleased entries covering {excess:?}: {noted:?}");
         self.thread_mut(t).noted = noted;
+        short
+    }
+
+    //= spec.md#A6
+    //# If the note falls short of the excess (it noted every unleased
+    //# entry), raise the over-limit flag, then note again
+    /// A6 / R2: the note, and if it falls short, the over-limit flag, then a
+    /// second note (both before the drain; one step here, sequentially
+    /// consistent in the cache): a release the first note saw leased is
+    /// seen by the second or reads the flag and runs R2. Mutants:
+    /// `over-limit-flag-late` and `flag-at-second-pass` take one note only
+    /// (and raise the flag in A10).
+    pub(super) fn note_covering(&mut self, t: usize, excess: Excess) {
+        let short = self.note_unleased(t, excess);
+        if !short || self.mutant(Mutant::OverLimitFlagLate) || self.mutant(Mutant::FlagAtSecondPass) {
+            return;
+        }
+        note!(self, "T{t}'s note falls short: raise the over-limit flag and note again");
+        self.s.over_limit = true;
+        self.note_unleased(t, excess);
     }
 
     /// Clears the over-limit flag when within limits.
@@ -134,18 +158,17 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A10
-    //# if the pass ends over a limit (every noted entry gone or leased), a
-    //# second pass in the same section: raise the over-limit flag, note
-    //# again covering the current excess (as A6), drain, and evict again
-    /// A10 and R2's eviction: a pass on the note taken, then, if still over
-    /// a limit, the second pass. The flag is raised before the second note,
-    /// both in one step here (sequentially consistent in the cache), so a
-    /// concurrent R1 either is noted unleased or sees the flag and runs R2.
-    /// Mutant `over-limit-flag-late` raises the flag without the second note,
-    /// in a later step.
+    //# If the pass ends over a limit (every noted entry gone or leased), A6's
+    //# note fell short and raised the over-limit flag before its second note
+    /// A10 and R2's eviction: a pass on the note taken. Mutant
+    /// `flag-at-second-pass` then runs the second pass this step once had:
+    /// if still over a limit, raise the flag, note again, drain and evict
+    /// again (its drain may apply an event queued after a release that note
+    /// sees returned). Mutant `over-limit-flag-late` raises the flag in a
+    /// later step, without a second note.
     pub(super) fn evict_passes(&mut self, t: usize) {
         self.evict(t as Actor);
-        if !self.m.over_limits(self.s) || self.mutant(Mutant::OverLimitFlagLate) {
+        if !self.m.over_limits(self.s) || !self.mutant(Mutant::FlagAtSecondPass) {
             return;
         }
         note!(self, "A10: still over a limit: raise the over-limit flag, note again, drain and evict");
@@ -157,7 +180,8 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A10
-    //# Clear the flag when a pass ends within limits, else leave it raised.
+    //# Clear the flag when the pass ends within limits, else leave it
+    //# raised.
     pub(super) fn a10(&mut self, t: usize) {
         self.evict_passes(t);
         if self.mutant(Mutant::OverLimitFlagLate) && self.m.over_limits(self.s) {

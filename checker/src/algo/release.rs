@@ -46,7 +46,7 @@ impl Ctx<'_> {
         note!(self, "R2: T{t} takes the lock exclusive, notes the unleased entries, drains and evicts (A10's passes)");
         self.lock_exclusive(t as Actor);
         let excess = self.m.excess(self.s, 0);
-        self.note_unleased(t, excess);
+        self.note_covering(t, excess);
         self.drain_queue(t as Actor);
         self.evict_passes(t);
         self.settle_over_limit();
