@@ -409,6 +409,7 @@ impl Ctx<'_> {
                     self.s.swap_cache(c);
                 }
                 self.s.swap_cache(c);
+                note!(self, "M5: the monitor unlocks cache {c} and performs its dereg list");
                 self.unlock_exclusive(MONITOR);
                 // The A-H split mutant's late count reads are not modelled
                 // across caches: read them now, under this cache's state.
@@ -475,7 +476,11 @@ impl Ctx<'_> {
             }
             MonPc::Lock => {
                 //= spec.md#M2
-                note!(self, "M2: monitor takes the lock exclusive");
+                if self.m.cfg.caches > 1 {
+                    note!(self, "M5: monitor takes the lock exclusive of cache 0, then of cache 1 (attach order)");
+                } else {
+                    note!(self, "M2: monitor takes the lock exclusive");
+                }
                 self.monitor_lock_all();
                 self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
             }
@@ -484,7 +489,11 @@ impl Ctx<'_> {
                 //# reads are non-blocking and happen only while holding the write lock
                 self.monitor_read();
                 if self.s.monitor.buf.is_empty() {
-                    note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    if self.m.cfg.caches > 1 {
+                        note!(self, "M5: nothing left to read: unlock each cache");
+                    } else {
+                        note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    }
                     self.monitor_unlock_others();
                     self.unlock_exclusive(MONITOR);
                     self.s.monitor.pc = MonPc::Idle;
