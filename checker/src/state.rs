@@ -408,6 +408,7 @@ impl State {
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
             && self.remove_windows.is_empty()
+            && self.others.iter().all(|o| o.remove_windows.is_empty())
     }
 
     /// Actor `a`'s store buffer.
@@ -457,6 +458,11 @@ impl State {
     /// An actor is running LN5: it holds the lanes mutex.
     pub fn lanes_mutex_held(&self) -> bool {
         self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some())
+    }
+
+    /// The registrations of every cache (one unless `CheckConfig::caches`).
+    pub fn all_regs(&self) -> impl Iterator<Item = &Reg> {
+        self.regs.iter().chain(self.others.iter().flat_map(|o| o.regs.iter()))
     }
 
     pub fn findable_count(&self) -> usize {

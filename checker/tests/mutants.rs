@@ -90,6 +90,7 @@ mutants! {
     m33_note_skips_revoke => NoteSkipsRevoke,
     m34_remove_without_window => RemoveWithoutWindow,
     m35_event_to_one_cache => EventToOneCache,
+    m36_remove_window_one_cache => RemoveWindowOneCache,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 36] = [
+pub const MUTANTS: [&str; 37] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -45,6 +45,7 @@ pub const MUTANTS: [&str; 36] = [
     "note-skips-revoke",
     "remove-without-window",
     "event-to-one-cache",
+    "remove-window-one-cache",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

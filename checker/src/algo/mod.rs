@@ -118,13 +118,12 @@ impl AlgoModel {
             && (cfg.monitor != MonitorKind::Async
                 || cfg.lanes
                 || cfg.pair
-                || cfg.remove
                 || cfg.has_limits()
                 || cfg.registrar_frees.is_some()
                 || cfg.cache_frees.is_some()
                 || cfg.registrar_failures > 0)
         {
-            return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, remove, or registrar and cache frees and failures".into());
+            return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, or registrar and cache frees and failures".into());
         }
         let scripts = compile_scripts(&cfg.scripts())?;
         let mut app_pages = 1u8;
