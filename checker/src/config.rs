@@ -145,6 +145,17 @@ impl Mutant {
                     "the limit-event scripts (T0: acquire A, release, munmap B; T1: acquire B, acquire A) and --max-regions 1".into(),
                 );
             }
+            Mutant::RemoveWindowOneCache => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(shared_remove_scripts());
+                }
+                cfg.caches = 2;
+                cfg.monitor = MonitorKind::Async;
+                cfg.lanes = false;
+                cfg.pair = false;
+                cfg.remove = true;
+                changed.push("--caches 2 --monitor async --remove and the shared REMOVE scripts (T0 on cache 0: madvise A, acquire A; T1 on cache 1: acquire A, release, acquire A)".into());
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -222,8 +233,9 @@ pub struct CheckConfig {
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1, or 2
     /// with thread `t` on cache `t % 2`. With 2, the monitor's round takes
     /// both locks, reads, applies each event to both and unlocks each; A2
-    /// and A6 read nothing. Async monitor only; no lanes, limits, pair,
-    /// REMOVE windows, or registrar and cache frees.
+    /// and A6 read nothing; with `remove`, a REMOVE opens its window in both
+    /// (M3) and one M4 closes both. Async monitor only; no lanes, limits,
+    /// pair, or registrar and cache frees.
     pub caches: u8,
 }
 
@@ -602,6 +614,16 @@ pub fn remove_scripts() -> Vec<Vec<Op>> {
 /// munmap returned, and must then not hit its cached registration of A.
 pub fn shared_monitor_scripts() -> Vec<Vec<Op>> {
     vec![vec![acq(1, 0, 1, RR), rel(1), ev(ReleaseKind::Munmap, 0, 1)], vec![acq(11, 0, 1, RR), rel(11), acq(12, 0, 1, RR)]]
+}
+
+/// Two caches on one monitor with a madvise REMOVE (spec.md#S7.6, M5,
+/// M3): T0 (cache 0) madvises A, then acquires it; T1 (cache 1) acquires A,
+/// releases it and acquires it again. T1's first registration may be
+/// planned after the round that read the REMOVE and made before the zap: it
+/// must be windowed in cache 1 (M3 in every cache), or T1's second acquire,
+/// begun after the madvise returned, hits the frames it dropped.
+pub fn shared_remove_scripts() -> Vec<Vec<Op>> {
+    vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR), rel(11), acq(12, 0, 1, RR)]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

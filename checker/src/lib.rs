@@ -55,6 +55,7 @@
 //! | M1, M2 | `monitor_step` | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
 //! | M3 | `open_remove_window` ([`CheckConfig::remove`]) | in the step that applies a REMOVE read by M2, A2 or A6: open a window on its pages, handed to the monitor; logged as the monitor's `release_begin` |
 //! | M4 | `m4_close` (action `CloseWindow`) | the monitor, between rounds, closes a REMOVE window once its madvise has returned (S7.5's proof taken as exact); logged as its `release_end` |
+//! | M5 | `monitor_lock_all`, `monitor_apply` ([`CheckConfig::caches`] 2) | two caches on one monitor, each thread on cache `t mod 2` (`State::swap_cache` swaps that cache's fields in for its steps): the round takes both locks in one step (a lock taken is a right mover), reads, applies each event to both (A-D, M3 for a REMOVE), unlocks each; A2/A6 read nothing; one M4 closes a REMOVE's window in both |
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
 //! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant `handoff-toctou` splits it) |
 //!

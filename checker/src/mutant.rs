@@ -180,6 +180,11 @@ mutants! {
     /// limit) and keeps the released entry, which the contract evicts
     /// (spec.md#A10).
     FlagAtSecondPass: "the over-limit flag, a second note and a drain after A9 (not in A6)", [LINEARIZABLE];
+    /// M5's M3 half broken: a shared monitor's round applies a REMOVE to
+    /// every cache (A-D) but opens its window in the first cache only; the
+    /// other caches a registration planned between the read and the zap,
+    /// which pins the frames about to go (spec.md#S7.6, S7.4 (b)).
+    RemoveWindowOneCache: "a shared monitor opens a REMOVE's window (M3) in one cache only (M5)", [P2];
 }
 
 impl Mutant {
@@ -203,12 +208,12 @@ impl Mutant {
 
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
-        matches!(self, Mutant::RemoveWithoutWindow)
+        matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache)
     }
 
     /// The mutant breaks M5: it needs two caches on one monitor.
     pub fn needs_caches(&self) -> bool {
-        matches!(self, Mutant::EventToOneCache)
+        matches!(self, Mutant::EventToOneCache | Mutant::RemoveWindowOneCache)
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

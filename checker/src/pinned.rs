@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 23] = [
+const FAMILIES: [&str; 25] = [
     "2x3",
     "2x4",
     "3x2",
@@ -42,6 +42,8 @@ const FAMILIES: [&str; 23] = [
     "remove",
     "shared",
     "2x4+shared",
+    "2x3+shared+remove",
+    "shared+remove",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -115,11 +117,19 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // Two caches on one userfaultfd monitor (spec.md#S7.6, M5): T0 on
         // cache 0 unmaps a page both caches cached; T1 on cache 1 acquires it
         // again (`event-to-one-cache`).
-        "shared" | "2x4+shared" if monitor != MonitorKind::Async => return None,
+        "shared" | "2x4+shared" | "2x3+shared+remove" | "shared+remove" if monitor != MonitorKind::Async => return None,
         // The generated scripts with T0 on cache 0 and T1 on cache 1: each
         // one's releases reach the other's entries only through M5.
         "2x4+shared" => CheckConfig { caches: 2, ..base(2, 4) },
         "shared" => CheckConfig { caches: 2, scripts: Some(crate::config::shared_monitor_scripts()), ..base(2, 3) },
+        // Two caches with every script release a madvise REMOVE: the round
+        // opens its window in both caches (M3), one M4 closes both.
+        "2x3+shared+remove" => CheckConfig { caches: 2, remove: true, ..base(2, 3) },
+        // T1 on cache 1 registers A between the REMOVE's read and its zap,
+        // then acquires A again after the madvise returned.
+        "shared+remove" => {
+            CheckConfig { caches: 2, remove: true, scripts: Some(crate::config::shared_remove_scripts()), ..base(2, 3) }
+        }
         _ => return None,
     })
 }
@@ -240,6 +250,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x4+shared independent async", 1854),
     ("2x4+shared merge async", 1854),
     ("2x4+shared no-merge-uncache-contained async", 1854),
+    ("2x3+shared+remove independent async", 2095),
+    ("2x3+shared+remove merge async", 2095),
+    ("2x3+shared+remove no-merge-uncache-contained async", 2095),
+    ("shared+remove independent async", 36381),
+    ("shared+remove merge async", 36381),
+    ("shared+remove no-merge-uncache-contained async", 36381),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -255,7 +271,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "shared" && fam != "2x4+shared";
+                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared");
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

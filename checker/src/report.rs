@@ -55,16 +55,28 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
             .iter()
             .find(|b| b.property == property)
             .map(|b| {
-                let r = &s.regs[b.handle as usize];
+                // The registration is in the granted thread's cache.
+                let c = model.cache_of(b.thread as usize);
+                let r = &s.seen_from_cache(c).regs[b.handle as usize];
+                let on = if s.others.is_empty() { format!("#{}", b.handle) } else { format!("cache {c}'s #{}", b.handle) };
                 if property == props::P1 {
-                    format!("T{} was granted L{} on #{} ({}), which does not cover the request with its access", b.thread, b.lease, b.handle, reg_line(b.handle, r))
+                    format!("T{} was granted L{} on {on} ({}), which does not cover the request with its access", b.thread, b.lease, reg_line(b.handle, r))
                 } else {
                     format!(
-                        "T{} was granted L{} on #{} ({}): it pinned generation {} of page {}, but a release event \
+                        "T{} was granted L{} on {on} ({}): it pinned generation {} of page {}, but a release event \
                          that completed before the acquire was invoked had installed generation {}",
-                        b.thread, b.lease, b.handle, reg_line(b.handle, r), b.pinned, b.page, b.needed
+                        b.thread, b.lease, reg_line(b.handle, r), b.pinned, b.page, b.needed
                     )
                 }
+            })
+            .unwrap_or_default(),
+        props::P3 | props::P4 if !s.others.is_empty() => (0..=s.others.len())
+            .find_map(|c| {
+                let mut v = s.seen_from_cache(c).into_owned();
+                v.others.clear();
+                let last = ReplayStep { label: String::new(), notes: Vec::new(), events: Vec::new(), after: v };
+                let d = violation_detail(model, init, std::slice::from_ref(&last), property);
+                (!d.is_empty()).then(|| format!("cache {c}: {d}"))
             })
             .unwrap_or_default(),
         props::P3 => s

@@ -408,6 +408,7 @@ impl State {
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
             && self.remove_windows.is_empty()
+            && self.others.iter().all(|o| o.remove_windows.is_empty())
     }
 
     /// Actor `a`'s store buffer.
@@ -459,23 +460,61 @@ impl State {
         self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some())
     }
 
+    /// The registrations of every cache (one unless `CheckConfig::caches`).
+    pub fn all_regs(&self) -> impl Iterator<Item = &Reg> {
+        self.regs.iter().chain(self.others.iter().flat_map(|o| o.regs.iter()))
+    }
+
     pub fn findable_count(&self) -> usize {
         self.regs.iter().filter(|r| r.findable).count()
     }
 
+    /// The cache's lock, its queue, and its windows and over-limit flag
+    /// (the fields [`State::swap_cache`] exchanges, but the registrations):
+    /// three parts of a summary line, each but the lock empty or led by ` | `.
+    fn cache_parts(&self) -> [String; 3] {
+        let lock = match self.lock {
+            Lock::Free => "lock free".to_string(),
+            Lock::Shared(n) => format!("lock shared({n})"),
+            Lock::Exclusive(a) => format!("lock exclusive({})", actor_name(a)),
+        };
+        let mut queue = String::new();
+        if !self.queue.is_empty() {
+            queue += &format!(" | queue {:?}", self.queue);
+        }
+        let mut rest = String::new();
+        if !self.windows.is_empty() {
+            rest += &format!(" | open windows {:?}", self.windows);
+        }
+        if !self.remove_windows.is_empty() {
+            let w: Vec<String> =
+                self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
+            rest += &format!(" | REMOVE windows for M4 {}", w.join(", "));
+        }
+        if self.over_limit {
+            rest += " | over-limit flag";
+        }
+        [lock, queue, rest]
+    }
+
+    /// The cache's registrations, one line each.
+    fn regs_lines(&self) -> String {
+        if self.regs.is_empty() {
+            return "    registrations: none\n".into();
+        }
+        self.regs.iter().enumerate().map(|(h, r)| format!("    {}\n", reg_line(h as Handle, r))).collect()
+    }
+
     /// One line per piece of shared state, for timelines and the Explorer.
+    /// With several caches on one monitor (`CheckConfig::caches`), each
+    /// cache's lock, queue, windows and registrations under its number, and
+    /// each thread's cache.
     pub fn summary(&self) -> String {
         let mut out = String::new();
-        let lock = match self.lock {
-            Lock::Free => "free".to_string(),
-            Lock::Shared(n) => format!("shared({n})"),
-            Lock::Exclusive(a) => format!("exclusive({})", actor_name(a)),
-        };
+        let multi = !self.others.is_empty();
         let gens: Vec<String> = self.gens.iter().enumerate().map(|(p, g)| format!("p{p}:g{g}")).collect();
-        out += &format!("lock {lock} | truth {}", gens.join(" "));
-        if !self.queue.is_empty() {
-            out += &format!(" | queue {:?}", self.queue);
-        }
+        let [lock, queue, rest] = self.cache_parts();
+        out += &format!("{}{lock} | truth {}{queue}", if multi { "cache 0: " } else { "" }, gens.join(" "));
         if !self.uffd.is_empty() {
             let u: Vec<String> = self.uffd.iter().map(|(s, w)| format!("{s} (T{w} asleep)")).collect();
             out += &format!(" | uffd unread {}", u.join(", "));
@@ -492,26 +531,20 @@ impl State {
                 .collect();
             out += &format!(" | monitor read, not applied [{}]", b.join(", "));
         }
-        if !self.windows.is_empty() {
-            out += &format!(" | open windows {:?}", self.windows);
-        }
-        if !self.remove_windows.is_empty() {
-            let w: Vec<String> =
-                self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
-            out += &format!(" | REMOVE windows for M4 {}", w.join(", "));
-        }
-        if self.over_limit {
-            out += " | over-limit flag";
-        }
+        out += &rest;
         out += "\n";
-        if self.regs.is_empty() {
-            out += "    registrations: none\n";
-        }
-        for (h, r) in self.regs.iter().enumerate() {
-            out += &format!("    {}\n", reg_line(h as Handle, r));
+        out += &self.regs_lines();
+        for c in 1..=self.others.len() {
+            let v = self.seen_from_cache(c);
+            out += &format!("cache {c}: {}\n", v.cache_parts().concat());
+            out += &v.regs_lines();
         }
         for (t, th) in self.threads.iter().enumerate() {
-            let mut line = format!("    T{t}: {:?}", th.pc);
+            let mut line = if multi {
+                format!("    T{t} (cache {}): {:?}", t % (self.others.len() + 1), th.pc)
+            } else {
+                format!("    T{t}: {:?}", th.pc)
+            };
             if let Some(ev) = &th.ev {
                 line += &format!(" event {:?} {} ({:?})", ev.kind, ev.span, ev.pc);
             }

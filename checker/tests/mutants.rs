@@ -91,6 +91,7 @@ mutants! {
     m34_remove_without_window => RemoveWithoutWindow,
     m35_event_to_one_cache => EventToOneCache,
     m36_flag_at_second_pass => FlagAtSecondPass,
+    m37_remove_window_one_cache => RemoveWindowOneCache,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they
@@ -102,6 +103,28 @@ fn lane_mutants_are_caught_under_the_async_monitor_too() {
         let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
         let c = out.counterexample.unwrap_or_else(|| panic!("{} is not caught under async", m.name()));
         assert_eq!(c.property, m.caught_by()[0], "{} under async\n{}", m.name(), c.timeline);
+    }
+}
+
+/// `event-to-one-cache` is no artifact of its scripts: on the generated 2x4
+/// scripts (`2x4+shared`, T0 on cache 0, T1 on cache 1) P2 catches it too,
+/// under every policy; and its counterexample shows both caches and names
+/// the cache that served the stale registration.
+#[test]
+fn event_to_one_cache_is_caught_on_the_generated_scripts() {
+    use mrcache_checker::MonitorKind;
+    use mrcache_model::OverlapPolicy;
+    for policy in [OverlapPolicy::Independent, OverlapPolicy::Merge, OverlapPolicy::NoMergeUncacheContained] {
+        let cfg = CheckConfig {
+            caches: 2,
+            mutant: Some(Mutant::EventToOneCache),
+            ..CheckConfig::new(2, 4, policy, MonitorKind::Async)
+        };
+        let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
+        let c = out.counterexample.unwrap_or_else(|| panic!("not caught on 2x4+shared under {policy:?}"));
+        assert_eq!(c.property, props::P2, "{policy:?}\n{}", c.timeline);
+        assert!(c.timeline.contains("| cache 1: lock "), "{}", c.timeline);
+        assert!(c.detail.contains("on cache 1's #"), "{}", c.detail);
     }
 }
 

@@ -68,7 +68,7 @@ fn check_family(family: &str) {
         }
         // A registration planned inside a REMOVE's window (M3) must be
         // served uncached there (W3): the case the window exists for.
-        if family == "remove" && out.unreached().contains(&props::S_WINDOWED) {
+        if (family == "remove" || family == "shared+remove") && out.unreached().contains(&props::S_WINDOWED) {
             failures.push(format!("{}: no registration was served inside a REMOVE window", p.name));
         }
         if out.unique_states != p.unique_states {
@@ -108,12 +108,14 @@ family! {
     pinned_remove => "remove",
     pinned_shared => "shared",
     pinned_2x4_shared => "2x4+shared",
+    pinned_2x3_shared_remove => "2x3+shared+remove",
+    pinned_shared_remove => "shared+remove",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 114);
+    assert_eq!(all.len(), 120);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 37] = [
+pub const MUTANTS: [&str; 38] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -46,6 +46,7 @@ pub const MUTANTS: [&str; 37] = [
     "remove-without-window",
     "event-to-one-cache",
     "flag-at-second-pass",
+    "remove-window-one-cache",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -36,12 +36,17 @@ impl AlgoModel {
 
     /// M4: the first REMOVE window whose madvise has returned (its thread
     /// is past that script op), while the monitor thread is between rounds
-    /// (it proves without the lock).
-    pub fn m4_window(&self, s: &State) -> Option<usize> {
+    /// (it proves without the lock). With several caches (M5), the first of
+    /// any cache's: the one proof closes it in every cache that opened it.
+    pub fn m4_window(&self, s: &State) -> Option<(Span, Madvise)> {
         if s.monitor.pc != MonPc::Idle || !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
             return None;
         }
-        s.remove_windows.iter().position(|(_, m)| s.threads[m.thread as usize].next_op > m.op)
+        s.remove_windows
+            .iter()
+            .chain(s.others.iter().flat_map(|o| o.remove_windows.iter()))
+            .find(|(_, m)| s.threads[m.thread as usize].next_op > m.op)
+            .copied()
     }
 
     pub fn monitor_enabled(&self, s: &State) -> bool {
@@ -213,14 +218,23 @@ impl Ctx<'_> {
     /// model grants S7.5's proof exactly when the madvise has returned, the
     /// earliest a real proof can come.
     pub(super) fn m4_close(&mut self) {
-        let i = self.m.m4_window(self.s).expect("M4 enabled");
-        let (span, m) = self.s.remove_windows.remove(i);
-        let w = self.s.windows.iter().position(|x| *x == span).expect("a REMOVE window is an open window");
-        self.s.windows.remove(w);
+        let (span, m) = self.m.m4_window(self.s).expect("M4 enabled");
         note!(self, "M4: T{}'s madvise of {span} has returned: the monitor closes its window", m.thread);
-        let op = Op::ReleaseEnd { addr: span.addr(), len: span.bytes() };
-        self.invoke(MONITOR, false, op);
-        self.ret(MONITOR, false, op, Ret::Done);
+        for c in 0..self.m.cfg.caches as usize {
+            self.s.swap_cache(c);
+            if let Some(i) = self.s.remove_windows.iter().position(|x| *x == (span, m)) {
+                self.s.remove_windows.remove(i);
+                let w = self.s.windows.iter().position(|x| *x == span).expect("a REMOVE window is an open window");
+                self.s.windows.remove(w);
+                if self.m.cfg.caches > 1 {
+                    note!(self, "M4: closed in cache {c}");
+                }
+                let op = Op::ReleaseEnd { addr: span.addr(), len: span.bytes() };
+                self.invoke(MONITOR, false, op);
+                self.ret(MONITOR, false, op, Ret::Done);
+            }
+            self.s.swap_cache(c);
+        }
     }
 
     pub(super) fn start_event(&mut self, t: usize, kind: ReleaseKind, span: Span, origin: Origin) {
@@ -401,14 +415,25 @@ impl Ctx<'_> {
                 if self.mutant(Mutant::EventToOneCache) {
                     note!(self, "M5 (mutant `event-to-one-cache`): cache {c} does not apply what the round read");
                 } else {
+                    //= spec.md#S7.6
+                    //# A REMOVE opens a window (M3) in every attached cache; the one
+                    //# proof (M4) closes them all.
                     self.s.swap_cache(c);
-                    for &(span, _) in &read {
+                    for &(span, madvise) in &read {
                         note!(self, "M5: cache {c} applies it too");
                         self.apply_event(span, MONITOR);
+                        if let Some(m) = madvise {
+                            if self.mutant(Mutant::RemoveWindowOneCache) {
+                                note!(self, "M5 (mutant `remove-window-one-cache`): cache {c} opens no window for T{}'s REMOVE {span}", m.thread);
+                            } else {
+                                self.open_remove_window(span, m, MONITOR);
+                            }
+                        }
                     }
                     self.s.swap_cache(c);
                 }
                 self.s.swap_cache(c);
+                note!(self, "M5: the monitor unlocks cache {c} and performs its dereg list");
                 self.unlock_exclusive(MONITOR);
                 // The A-H split mutant's late count reads are not modelled
                 // across caches: read them now, under this cache's state.
@@ -420,7 +445,13 @@ impl Ctx<'_> {
     }
 
     /// M2, or M5 with several caches: the monitor takes the lock exclusive
-    /// of every cache, cache 0's first.
+    /// of every cache, cache 0's first. One step, enabled when every lock is
+    /// free: the real monitor may hold cache 0's while it waits for cache
+    /// 1's, but a lock taken is a right mover (taking it early only holds off
+    /// cache 0's threads, and nothing is read before the last lock), so the
+    /// states this reaches are those of the two-step acquisition, less the
+    /// waits. Threads take only their own cache's lock, so the attach order
+    /// admits no deadlock.
     fn monitor_lock_all(&mut self) {
         self.lock_exclusive(MONITOR);
         //= spec.md#M5
@@ -475,7 +506,11 @@ impl Ctx<'_> {
             }
             MonPc::Lock => {
                 //= spec.md#M2
-                note!(self, "M2: monitor takes the lock exclusive");
+                if self.m.cfg.caches > 1 {
+                    note!(self, "M5: monitor takes the lock exclusive of cache 0, then of cache 1 (attach order)");
+                } else {
+                    note!(self, "M2: monitor takes the lock exclusive");
+                }
                 self.monitor_lock_all();
                 self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
             }
@@ -484,7 +519,11 @@ impl Ctx<'_> {
                 //# reads are non-blocking and happen only while holding the write lock
                 self.monitor_read();
                 if self.s.monitor.buf.is_empty() {
-                    note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    if self.m.cfg.caches > 1 {
+                        note!(self, "M5: nothing left to read: unlock each cache");
+                    } else {
+                        note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
+                    }
                     self.monitor_unlock_others();
                     self.unlock_exclusive(MONITOR);
                     self.s.monitor.pc = MonPc::Idle;

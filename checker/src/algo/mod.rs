@@ -118,13 +118,12 @@ impl AlgoModel {
             && (cfg.monitor != MonitorKind::Async
                 || cfg.lanes
                 || cfg.pair
-                || cfg.remove
                 || cfg.has_limits()
                 || cfg.registrar_frees.is_some()
                 || cfg.cache_frees.is_some()
                 || cfg.registrar_failures > 0)
         {
-            return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, remove, or registrar and cache frees and failures".into());
+            return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, or registrar and cache frees and failures".into());
         }
         let scripts = compile_scripts(&cfg.scripts())?;
         let mut app_pages = 1u8;
@@ -357,6 +356,9 @@ impl AlgoModel {
                     _ if !s.monitor.toctou.is_empty() => "A-H (read lease counts)",
                     MonPc::Idle if lockless => "reads the uffd events without the lock",
                     MonPc::Idle => "M1 (the uffd fd is readable)",
+                    MonPc::Lock if self.cfg.caches > 1 => "M5 (take every cache's lock, in attach order)",
+                    MonPc::Read if self.cfg.caches > 1 => "M5 (read the pending events)",
+                    MonPc::Apply if self.cfg.caches > 1 => "M5 (apply the events read to every cache; unlock each)",
                     MonPc::Lock => "M2 (take the lock)",
                     MonPc::Read => "M2 (read the pending events)",
                     MonPc::Apply => "M2 (apply the events read)",

@@ -41,18 +41,21 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
     v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
+    // The goals on registrations: in any cache (M5).
     v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {
-        s.regs.iter().any(|r| r.id > 0 && r.invalid && r.leases > 0)
+        s.all_regs().any(|r| r.id > 0 && r.invalid && r.leases > 0)
     }));
     match m.cfg.policy {
-        OverlapPolicy::Merge => v.push(Property::sometimes(S_MERGE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced))),
+        OverlapPolicy::Merge => v.push(Property::sometimes(S_MERGE, |_: &AlgoModel, s: &State| s.all_regs().any(|r| r.displaced))),
         OverlapPolicy::NoMergeUncacheContained => {
-            v.push(Property::sometimes(S_UNCACHE, |_: &AlgoModel, s: &State| s.regs.iter().any(|r| r.displaced)))
+            v.push(Property::sometimes(S_UNCACHE, |_: &AlgoModel, s: &State| s.all_regs().any(|r| r.displaced)))
         }
         OverlapPolicy::Independent => {}
     }
     if m.cfg.pair || m.cfg.remove {
-        v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| s.windowed_served));
+        v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| {
+            s.windowed_served || s.others.iter().any(|o| o.windowed_served)
+        }));
     }
     if m.cfg.registrar_failures > 0 {
         v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
