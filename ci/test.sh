@@ -25,6 +25,10 @@ MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --secon
 # The C library: installed to a temporary prefix, the C examples and tests
 # built out of tree with pkg-config and run, natively and under valgrind.
 bash ci/c-tests.sh
+# The peers' safety failures as standalone programs (conformance/reproducers):
+# each must fail on its peer (STALE/ABORT/DEADLOCK) and its libmrcache twin
+# pass, as expected.tsv says; about 20 s (a missing peer is skipped, with a message).
+bash conformance/reproducers/run.sh
 # The verbs registrar builds and its device-free tests run.
 cargo test -p mrcache --features verbs --lib registrar::verbs
 # loom: the lease handoff, the invalidation queue and the sequence retry.
