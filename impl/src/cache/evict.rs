@@ -126,8 +126,11 @@ impl<R: Registrar> Cache<R> {
         // Bounded: each turn pops a candidate; a re-push needs a use of that
         // entry since its last push, and an entry whose slots are revoked is
         // not used until A10.
+        // A candidate re-keyed by the walk and still the least: taken next
+        // without going through the heap (push_pop).
+        let mut carried: Option<Candidate> = None;
         while n < regions || b < bytes {
-            let Some(c) = st.order.pop() else { break };
+            let Some(c) = carried.take().or_else(|| st.order.pop()) else { break };
             let Some(slot) = st.index.find(c.first, c.id()) else {
                 continue; // its entry left the index: garbage
             };
@@ -142,7 +145,7 @@ impl<R: Registrar> Cache<R> {
             let key = self.key_now(e, c.id());
             if key != c.key {
                 debug_assert!(key > c.key, "policy keys only grow");
-                st.order.push(Candidate { key, first: c.first });
+                carried = Some(st.order.push_pop(Candidate { key, first: c.first }));
                 continue;
             }
             //= spec.md#LN5
@@ -159,7 +162,7 @@ impl<R: Registrar> Cache<R> {
                 }
                 let key = self.key_now(e, c.id());
                 if key != c.key {
-                    st.order.push(Candidate { key, first: c.first });
+                    carried = Some(st.order.push_pop(Candidate { key, first: c.first }));
                     continue;
                 }
             }
@@ -186,6 +189,8 @@ impl<R: Registrar> Cache<R> {
             st.full_note.sort_unstable();
             st.full_note.dedup();
         }
+        // Set only just before a `continue`, which leaves n and b as they were.
+        debug_assert!(carried.is_none(), "a carried candidate is taken by the next turn");
         for c in passed.drain(..) {
             st.order.push(c);
         }

@@ -77,6 +77,17 @@ impl EvictionOrder {
         self.heap.pop().map(|Reverse(c)| c)
     }
 
+    /// Pushes `c` and pops the least candidate, in one sift at most: when
+    /// `c` is below every candidate it comes straight back (the common case
+    /// of a victim search meeting an entry whose key its last release
+    /// raised: its new key is usually still the least).
+    pub(super) fn push_pop(&mut self, c: Candidate) -> Candidate {
+        match self.heap.peek_mut() {
+            Some(mut top) if top.0 < c => std::mem::replace(&mut *top, Reverse(c)).0,
+            _ => c,
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
         self.heap.len()
     }
@@ -109,6 +120,30 @@ mod tests {
         }
         let ids: Vec<u64> = std::iter::from_fn(|| o.pop()).map(|c| c.id()).collect();
         assert_eq!(ids, [9, 1, 3, 2]);
+    }
+
+    #[test]
+    fn push_pop_is_push_then_pop() {
+        let mut g = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |m: u64| {
+            g ^= g << 13;
+            g ^= g >> 7;
+            g ^= g << 17;
+            g % m
+        };
+        for _ in 0..200 {
+            let (mut a, mut b) = (EvictionOrder::default(), EvictionOrder::default());
+            for id in 0..next(20) {
+                let c = Candidate { key: policy_key(false, next(50), 0, id), first: id };
+                a.push(c);
+                b.push(c);
+            }
+            let c = Candidate { key: policy_key(false, next(60), 0, 100), first: 100 };
+            a.push(c);
+            assert_eq!(a.pop(), Some(b.push_pop(c)));
+            let (ra, rb): (Vec<_>, Vec<_>) = (std::iter::from_fn(|| a.pop()).collect(), std::iter::from_fn(|| b.pop()).collect());
+            assert_eq!(ra, rb);
+        }
     }
 
     #[test]
