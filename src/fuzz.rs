@@ -1,7 +1,8 @@
 //! `mrcache fuzz`: long randomized runs of the three test layers against the
 //! real cache, with progress and a summary.
 //!
-//! Time is shared round-robin between the layers (`--layers`):
+//! Time is shared round-robin between the layers (`--layers`), each running
+//! at least one case however short the run:
 //! - `seq`: swarm cases (`testkit::gen::OpGen`) under every configuration,
 //!   the registrar failing 1 call in 20 at random (ENOMEM, EAGAIN, EFAULT,
 //!   EINVAL), release events raised inside `register`; each op judged by the
@@ -314,17 +315,22 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
     let (mut seq_i, mut lin_i, mut dma_i) = (0u64, 0u64, 0u64);
     let lin_cfgs = mrcache::testkit::lin::configs();
     let root = Rng::new(seed);
-    'outer: while start.elapsed() < total {
+    // The first pass gives every layer at least one case, even past the
+    // deadline: on a loaded machine one slow case of the first layer could
+    // otherwise use all of a short run, and a layer asked for would not run.
+    let mut first_pass = true;
+    'outer: while first_pass || start.elapsed() < total {
         for &layer in &layers {
             let left = total.saturating_sub(start.elapsed());
-            if left.is_zero() {
+            if left.is_zero() && !first_pass {
                 break 'outer;
             }
             let until = Instant::now() + slice.min(left);
+            let mut once = first_pass;
             let t0 = Instant::now();
             match layer {
                 Layer::Seq => {
-                    while Instant::now() < until {
+                    while std::mem::take(&mut once) || Instant::now() < until {
                         let s = root.split(1).split(seq_i).next_u64();
                         seq_i += 1;
                         sum.seq.cases += 1;
@@ -348,7 +354,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
                     sum.seq.seconds += t0.elapsed().as_secs_f64();
                 }
                 Layer::Lin => {
-                    while Instant::now() < until {
+                    while std::mem::take(&mut once) || Instant::now() < until {
                         let s = root.split(2).split(lin_i).next_u64();
                         let mut r = Rng::new(s);
                         lin_i += 1;
@@ -383,7 +389,12 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
                     let cfg = DmaConfig {
                         seed: s,
                         ops: u64::MAX,
-                        time_limit: Some(until.saturating_duration_since(Instant::now())),
+                        // At least a short run on the first pass (above).
+                        time_limit: Some(until.saturating_duration_since(Instant::now()).max(if once {
+                            Duration::from_millis(200)
+                        } else {
+                            Duration::ZERO
+                        })),
                         monitor,
                         faults,
                         policy: if dma_i % 2 == 0 { OverlapPolicy::Merge } else { OverlapPolicy::Independent },
@@ -425,6 +436,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
             bar.set_position(start.elapsed().as_secs().min(total.as_secs()));
             bar.set_message(sum.line());
         }
+        first_pass = false;
     }
     sum.seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
