@@ -40,9 +40,20 @@ pub struct CaseResult {
     pub detail: String,
     /// What the model said after a divergence it did not fail (for the table).
     pub divergence: Option<String>,
+    /// Every failure of a `fail`, in the order found (the first is `rule`,
+    /// `line`, `detail`): the properties are judged to the end of the case.
+    pub failures: Vec<Failure>,
     /// Deregistration timing against L1.
     pub l1: String,
     pub transcript: Vec<String>,
+}
+
+/// One failure of a case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    pub rule: String,
+    pub line: usize,
+    pub detail: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -82,6 +93,7 @@ pub fn table(r: &RunReport) -> String {
             d += "...";
         }
         s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {}\n", x.case, x.verdict.to_string(), x.rule, x.line, d);
+        s += &also_failed(x, w);
     }
     let count = |v: Verdict| r.results.iter().filter(|x| x.verdict == v).count();
     s += &format!(
@@ -104,9 +116,25 @@ pub fn table(r: &RunReport) -> String {
         if let Some(d) = &x.divergence {
             s += &format!("    (the model had diverged first: {d})\n");
         }
+        for f in x.failures.iter().skip(1) {
+            s += &format!("    also {} at case line {}: {}\n", f.rule, f.line, f.detail);
+        }
         for t in &x.transcript {
             s += &format!("    {t}\n");
         }
+    }
+    s
+}
+
+/// The rows under a case's row for its failures after the first.
+fn also_failed(x: &CaseResult, w: usize) -> String {
+    let mut s = String::new();
+    for f in x.failures.iter().skip(1) {
+        let mut d: String = f.detail.chars().take(160).collect();
+        if d.len() < f.detail.len() {
+            d += "...";
+        }
+        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {}\n", "", "  also", f.rule, f.line, d);
     }
     s
 }
