@@ -65,6 +65,14 @@ pub enum ToyBreak {
     /// A release event also invalidates the entries that merely touch it
     /// (its end taken as inclusive).
     InclusiveEnd,
+    /// Wasted work: every miss first registers the range once for nothing
+    /// (and deregisters it at once). Every case passes; the report's
+    /// `extra` column counts them.
+    RedundantRegister,
+    /// Deferred deregistration: an entry a release event invalidates is
+    /// deregistered at the next acquire, not at once (beyond the declared
+    /// `l1_bound` unless `--no-l1-bound`).
+    DeferredDereg,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +113,11 @@ pub struct AdapterArgs {
     /// every widened miss: what a cache met before `chunk_size` existed).
     #[arg(long, hide = true)]
     pub chunk_undeclared: bool,
+    /// Declare no `l1_bound` in the hello (deferred deregistration is then
+    /// reported, not judged). By default the adapter declares none owed:
+    /// every deregistration before the operation that made it due returns.
+    #[arg(long)]
+    pub no_l1_bound: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -145,6 +158,15 @@ fn resume(thread: u64) {
     PAUSE_CV.notify_all();
 }
 
+/// The registrations the registrar holds (id -> bytes), for `query`.
+static LIVE: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// The answer to `query`: the registrations held and their bytes.
+fn live_now() -> Value {
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    json!({"registrations": live.len(), "pinned_bytes": live.iter().map(|(_, b)| b).sum::<u64>()})
+}
+
 /// The registrar both caches use: reports every call, pauses after the pin.
 pub struct EmitRegistrar {
     next: AtomicU64,
@@ -155,10 +177,12 @@ impl Registrar for EmitRegistrar {
     fn register(&self, range: Range, access: Access) -> Result<u64, RegistrarError> {
         let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
         emit(&json!({"ev": "reg", "id": id, "addr": format!("{:#x}", range.addr), "len": range.len, "access": access.to_string()}));
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).push((id, range.len));
         pause_point();
         Ok(id)
     }
     fn deregister(&self, id: u64) -> Result<(), RegistrarError> {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
         emit(&json!({"ev": "dereg", "id": id}));
         Ok(())
     }
@@ -327,6 +351,8 @@ struct ToySt {
     /// Release events applied (span, number).
     events: Vec<(PageSpan, u64)>,
     clock: u64,
+    /// Deregistrations put off to the next acquire (`DeferredDereg`).
+    owed: Vec<u64>,
 }
 
 impl Toy {
@@ -372,6 +398,9 @@ impl Toy {
             }
         }
         st.entries.retain(|e| !(e.leases == 0 && gone.contains(&e.id)));
+        if self.is(ToyBreak::DeferredDereg) {
+            st.owed.append(&mut gone);
+        }
         drop(st);
         for id in gone {
             let _ = self.reg.deregister(id);
@@ -404,6 +433,10 @@ impl Toy {
 impl Backend for Toy {
     fn acquire(&self, lease: LeaseId, addr: u64, len: u64, access: Access) -> OpResult {
         let span = self.span(addr, len)?;
+        let owed = std::mem::take(&mut self.st.lock().unwrap_or_else(|e| e.into_inner()).owed);
+        for id in owed {
+            let _ = self.reg.deregister(id);
+        }
         loop {
             let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
             st.clock += 1;
@@ -424,6 +457,10 @@ impl Backend for Toy {
             drop(st);
             let reg_span = span.align(self.chunk_pages);
             let range = reg_span.bytes(PAGE);
+            if self.is(ToyBreak::RedundantRegister) {
+                let waste = self.reg.register(range, access).map_err(|e| (e.to_string(), e.errno))?;
+                let _ = self.reg.deregister(waste);
+            }
             let id = self.reg.register(range, access).map_err(|e| (e.to_string(), e.errno))?;
             let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
             // A8: another thread cached a covering entry meanwhile: use it.
@@ -808,7 +845,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
             bs => format!("toy (breaks {})", bs.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ")),
         };
         let toy = Toy { brk: args.brk.clone(), chunk_pages, limits, st: Mutex::new(ToySt::default()), reg: EmitRegistrar { next: AtomicU64::new(0) } };
-        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem"])
+        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query"])
     } else {
         match Mrcache::start(args.policy, limits, args.fault, chunk_pages) {
             Ok(m) => {
@@ -816,7 +853,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                     Some(f) => format!("mrcache (fault {f:?})"),
                     None => "mrcache".into(),
                 };
-                (Arc::new(m), name, Some(args.policy), vec!["flush", "trim", "limits", "pause", "pause_mem", "fork"])
+                (Arc::new(m), name, Some(args.policy), vec!["flush", "trim", "limits", "pause", "pause_mem", "fork", "query"])
             }
             Err(e) => {
                 emit(&json!({"seq": 0, "ok": false, "error": e}));
@@ -832,6 +869,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
         "limits": {"max_regions": limits.max_regions, "max_pinned_bytes": limits.max_pinned_bytes},
         "arena": {"addr": format!("{:#x}", arena as u64), "len": arena_len},
         "chunk_size": (!args.chunk_undeclared).then_some(args.chunk),
+        "l1_bound": (!args.no_l1_bound).then(|| json!({"ops": 0, "registrations": 0, "bytes": 0})),
     }));
     let inflight = Arc::new(AtomicUsize::new(0));
     let mut workers: HashMap<u64, Sender<Map<String, Value>>> = HashMap::new();
@@ -868,6 +906,10 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                 return Ok(0);
             }
             "stats" => emit(&json!({"seq": seq, "ok": false, "unsupported": true, "error": "stats are not reported by this adapter"})),
+            "query" => {
+                wait_idle(&inflight);
+                reply(seq, Ok(live_now()));
+            }
             "fork" => {
                 wait_idle(&inflight);
                 let out = std::io::stdout();
@@ -880,6 +922,8 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                     -1 => reply(seq, Err(os_err("fork"))),
                     0 => {
                         workers.clear();
+                        // The child forgets the parent's registrations (S2.6).
+                        LIVE.lock().unwrap_or_else(|e| e.into_inner()).clear();
                         backend.forked();
                         reply(seq, Ok(json!({"pid": std::process::id()})));
                     }

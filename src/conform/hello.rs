@@ -26,6 +26,8 @@ pub(super) struct Hello {
     /// The chunk a miss's registration is widened to (spec.md S6.2), in
     /// bytes: a power of two, a multiple of `page_size` (default: one page).
     pub(super) chunk_size: u64,
+    /// The bound on deferred deregistration it declares (`l1_bound`).
+    pub(super) l1_bound: super::gaps::L1Bound,
 }
 
 pub(super) const ALL_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
@@ -98,5 +100,6 @@ pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
         Some(e) => e.parse().map_err(|e| format!("{at}: field `eviction`: {e}"))?,
     };
     let chunk_size = super::gaps::hello_chunk_size(o, page_size, at)?;
-    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, chunk_size })
+    let l1_bound = super::gaps::hello_l1_bound(o, at)?;
+    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, chunk_size, l1_bound })
 }

@@ -125,6 +125,7 @@ impl CaseRun<'_> {
     /// any point since it was sent: every such placement the model accepts
     /// is kept.
     pub(super) fn judge_model(&mut self, op: &Op, ret: &Ret, line: usize) -> bool {
+        self.step_reference(op);
         if self.models.is_empty() {
             return false;
         }
@@ -206,6 +207,7 @@ impl CaseRun<'_> {
         for (m, line) in std::mem::take(&mut self.deregs_buffered) {
             if let Some((since_op, since_line)) = self.l1_since.remove(&m) {
                 let lag = self.ops_done.saturating_sub(since_op);
+                self.l1_judge_lag(m, lag, since_line, line);
                 if lag > 0 && self.l1_worst.as_ref().is_none_or(|(w, _)| lag > *w) {
                     self.l1_worst = Some((
                         lag,

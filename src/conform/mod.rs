@@ -200,6 +200,8 @@ enum PendingKind {
     Mem { kind: MemKind, name: Option<String>, len: u64, model_ops: Vec<Op>, spans: Vec<PageSpan> },
     Model { model_op: Op },
     Continue,
+    /// A `query` of pinned bytes and live registrations (gaps.rs).
+    Query,
 }
 
 #[derive(Clone, Debug)]
@@ -264,6 +266,8 @@ struct CaseRun<'a> {
     failures: Vec<Finding>,
     /// The transcript when the first failure was found.
     failure_transcript: Option<Vec<String>>,
+    /// Wasted work and deferred deregistration (issue 24, items 4d and 4e).
+    gaps: gaps::GapState,
 }
 
 /// Why a case ended before its last record.

@@ -43,6 +43,14 @@ pub struct CaseResult {
     /// Every failure of a `fail`, in the order found (the first is `rule`,
     /// `line`, `detail`): the properties are judged to the end of the case.
     pub failures: Vec<Failure>,
+    /// Registrations the adapter reported.
+    pub registrations: u64,
+    /// Registrations the model makes for the same case under the policy it
+    /// is judged by (run on its own, in the order the runner saw the
+    /// operations complete).
+    pub required: u64,
+    /// Wasted work: `registrations` beyond `required` (reported, not failed).
+    pub extra: u64,
     /// Deregistration timing against L1.
     pub l1: String,
     pub transcript: Vec<String>,
@@ -85,14 +93,14 @@ pub fn table(r: &RunReport) -> String {
         r.judged_under
     );
     let w = r.results.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);
-    s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  detail\n", "case", "verdict", "rule", "line");
+    s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  detail\n", "case", "verdict", "rule", "line", "extra");
     for x in &r.results {
         let mut d = x.detail.clone();
         if d.len() > 160 {
             d.truncate(160);
             d += "...";
         }
-        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {}\n", x.case, x.verdict.to_string(), x.rule, x.line, d);
+        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  {}\n", x.case, x.verdict.to_string(), x.rule, x.line, extra_cell(x), d);
         s += &also_failed(x, w);
     }
     let count = |v: Verdict| r.results.iter().filter(|x| x.verdict == v).count();
@@ -103,6 +111,10 @@ pub fn table(r: &RunReport) -> String {
         count(Verdict::Fail),
         count(Verdict::Diverges),
         count(Verdict::Unsupported)
+    );
+    let wasted: u64 = r.results.iter().map(|x| x.extra).sum();
+    s += &format!(
+        "extra: registrations beyond what the policy requires (wasted work, reported, not failed): {wasted} in all\n"
     );
     let late: Vec<&CaseResult> = r.results.iter().filter(|x| x.l1 != "on time" && !x.l1.is_empty()).collect();
     if !late.is_empty() {
@@ -134,7 +146,17 @@ fn also_failed(x: &CaseResult, w: usize) -> String {
         if d.len() < f.detail.len() {
             d += "...";
         }
-        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {}\n", "", "  also", f.rule, f.line, d);
+        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  {}\n", "", "  also", f.rule, f.line, "", d);
     }
     s
+}
+
+/// The efficiency column: registrations beyond the policy's (`-` for a
+/// case that registered nothing or did not run).
+fn extra_cell(x: &CaseResult) -> String {
+    if x.registrations == 0 && x.required == 0 {
+        "-".into()
+    } else {
+        x.extra.to_string()
+    }
 }

@@ -22,6 +22,9 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
         detail,
         divergence: None,
         failures: Vec::new(),
+        registrations: 0,
+        required: 0,
+        extra: 0,
         l1: String::new(),
         transcript: Vec::new(),
     }
@@ -152,8 +155,10 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         failure: None,
         failures: Vec::new(),
         failure_transcript: None,
+        gaps: super::gaps::GapState::new(config, &hello),
     };
     let outcome = run.run();
+    run.l1_judge_end();
     // A stop (crash, hang, protocol) after recorded failures is one more of
     // them; the first failure stays the verdict.
     let outcome = match outcome {
@@ -187,6 +192,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         }
     }
     r.l1 = run.l1_summary();
+    run.efficiency(&mut r);
     if let Some(n) = &run.note {
         r.divergence = Some(n.clone());
     }
