@@ -24,6 +24,9 @@ struct peer {
 	const char *caps;           /* JSON array text, e.g. "[\"flush\",\"pause\"]" */
 	const char *access_classes; /* JSON array text or NULL (exact access) */
 	int pause_in_hook;          /* the peer's hook calls adapter_hook_pause() */
+	/* The chunk every registration is widened to, in bytes (the hello's
+	 * `chunk_size`); 0: one page. */
+	unsigned long chunk_size;
 	/* Called once with the limits the case asks for (0: none). Fills
 	 * `limits_json` with what is in force ({"max_regions":..}). Returns 0 or
 	 * writes `err`. */

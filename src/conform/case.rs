@@ -70,6 +70,10 @@ pub struct Case {
     pub needs: Vec<String>,
     pub max_regions: Option<u64>,
     pub max_pinned_bytes: Option<u64>,
+    /// The arena the case needs (header `arena`, bytes; default
+    /// [`MIN_ARENA`](super::MIN_ARENA)): sent in the hello, where an adapter
+    /// maps at least that much or answers `unsupported`.
+    pub arena: u64,
     pub path: PathBuf,
     /// (line number, record)
     pub records: Vec<(usize, Record)>,
@@ -124,16 +128,17 @@ fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
 /// Mistakes in a case that would otherwise reach the adapter and be blamed
 /// on it (issue 25): a release of a lease no earlier acquire took, or taken
 /// and released already; a `buf` no earlier record named; an address
-/// outside the first [`MIN_ARENA`](super::MIN_ARENA) bytes of the arena
-/// (all an adapter must offer); a `continue` of a thread with nothing
-/// paused, or a pause on a thread already paused.
-fn check_records(records: &[(usize, Record)], path: &Path) -> Result<()> {
+/// outside the first `arena` bytes of the arena (what the case's header asks
+/// for, [`MIN_ARENA`](super::MIN_ARENA) by default: all an adapter must
+/// offer); a `continue` of a thread with nothing paused, or a pause on a
+/// thread already paused.
+fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result<()> {
     use std::collections::{HashMap, HashSet};
     let mut held: HashSet<u64> = HashSet::new();
     let mut released: HashSet<u64> = HashSet::new();
     let mut bufs: HashSet<&str> = HashSet::new();
     let mut paused: HashMap<u64, usize> = HashMap::new();
-    let in_arena = |addr: u64, len: u64| addr.checked_add(len).is_some_and(|end| end <= super::MIN_ARENA);
+    let in_arena = |addr: u64, len: u64| addr.checked_add(len).is_some_and(|end| end <= arena);
     for (n, r) in records {
         let at = format!("{}:{n}", path.display());
         let (buf, thread, pause) = match r {
@@ -181,10 +186,10 @@ fn check_records(records: &[(usize, Record)], path: &Path) -> Result<()> {
                 if let (None, Some(Ok(range))) = (buf, op.range()) {
                     if !in_arena(range.addr, range.len) {
                         bail!(
-                            "{at}: [{:#x}, {:#x}) lies outside the arena's first {:#x} bytes, all an adapter must offer",
+                            "{at}: [{:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes, all an adapter must offer{}",
                             range.addr,
                             range.addr.saturating_add(range.len),
-                            super::MIN_ARENA
+                            arena_hint(arena)
                         );
                     }
                 }
@@ -192,9 +197,9 @@ fn check_records(records: &[(usize, Record)], path: &Path) -> Result<()> {
             Record::Mem { buf, name, addr, len, .. } => {
                 if buf.is_none() && !in_arena(*addr, *len) {
                     bail!(
-                        "{at}: [{addr:#x}, {:#x}) lies outside the arena's first {:#x} bytes, all an adapter must offer",
+                        "{at}: [{addr:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes, all an adapter must offer{}",
                         addr.saturating_add(*len),
-                        super::MIN_ARENA
+                        arena_hint(arena)
                     );
                 }
                 if let Some(nm) = name {
@@ -205,6 +210,29 @@ fn check_records(records: &[(usize, Record)], path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How a case gets more arena than the default.
+fn arena_hint(arena: u64) -> &'static str {
+    if arena == super::MIN_ARENA {
+        " (a case that needs more sets `arena` in its header)"
+    } else {
+        " (the header's `arena`)"
+    }
+}
+
+/// The header's `arena`: a multiple of 64 KiB (any page size up to that
+/// divides it) in [`MIN_ARENA`](super::MIN_ARENA), [`MAX_CASE_ARENA`](super::MAX_CASE_ARENA)].
+fn header_arena(h: &Map<String, Value>, at: &str) -> Result<u64> {
+    let Some(a) = field_u64(h, "arena", at)? else { return Ok(super::MIN_ARENA) };
+    if !(super::MIN_ARENA..=super::MAX_CASE_ARENA).contains(&a) || a % (64 << 10) != 0 {
+        bail!(
+            "{at}: field `arena`: {a:#x} bytes; expected a multiple of 64 KiB from {:#x} (the default) to {:#x}",
+            super::MIN_ARENA,
+            super::MAX_CASE_ARENA
+        );
+    }
+    Ok(a)
 }
 
 impl Case {
@@ -222,7 +250,7 @@ impl Case {
             Some(v) if v.as_u64() == Some(1) => {}
             _ => bail!("{at}: the header must start with \"mrcache_conformance\": 1"),
         }
-        const HEADER: [&str; 7] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes"];
+        const HEADER: [&str; 8] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes", "arena"];
         if let Some(k) = h.keys().find(|k| !HEADER.contains(&k.as_str())) {
             bail!("{at}: unknown header field `{k}` (expected one of {})", HEADER.join(", "));
         }
@@ -245,6 +273,7 @@ impl Case {
         let needs = strings("needs")?;
         let max_regions = field_u64(&h, "max_regions", &at)?;
         let max_pinned_bytes = field_u64(&h, "max_pinned_bytes", &at)?;
+        let arena = header_arena(&h, &at)?;
         let mut records = Vec::new();
         for (i, line) in lines {
             let n = i + 1;
@@ -311,8 +340,8 @@ impl Case {
                 bail!("{at}: a record needs `op`, `mem` or `ctl`");
             }
         }
-        check_records(&records, path)?;
-        Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, path: path.to_path_buf(), records })
+        check_records(&records, path, arena)?;
+        Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, arena, path: path.to_path_buf(), records })
     }
 
     /// Every `*.jsonl` under `dir` (or `dir` itself if it is a file), by name.

@@ -65,9 +65,7 @@ impl CaseRun<'_> {
                     self.wait_for(cmd_seq, line, *pause)?;
                 }
             }
-            if self.failure.is_some() {
-                return Ok(());
-            }
+            self.query_if_quiet(line)?;
         }
         // Everything outstanding must finish.
         let last = records.last().map(|(l, _)| *l).unwrap_or(1);
@@ -203,7 +201,7 @@ impl CaseRun<'_> {
         Ok((seq, cmd, PendingKind::Mem { kind, name, len, model_ops, spans }))
     }
 
-    fn send_and_track(&mut self, cmd: &Value, line: usize, thread: u64, kind: PendingKind, pause: bool) -> Result<(), Stop> {
+    pub(super) fn send_and_track(&mut self, cmd: &Value, line: usize, thread: u64, kind: PendingKind, pause: bool) -> Result<(), Stop> {
         let seq = cmd["seq"].as_u64().unwrap_or(0);
         if let Some(p) = self.pending.values().find(|p| p.thread == thread && !matches!(p.kind, PendingKind::Continue)) {
             if !matches!(kind, PendingKind::Continue) {
@@ -229,7 +227,7 @@ impl CaseRun<'_> {
 
     /// Reads adapter lines until `seq` is answered (or, with `pause`, paused),
     /// or, while another thread is paused, until `block_ms` (then `blocked`).
-    fn wait_for(&mut self, seq: u64, line: usize, pause: bool) -> Result<(), Stop> {
+    pub(super) fn wait_for(&mut self, seq: u64, line: usize, pause: bool) -> Result<(), Stop> {
         let full = Duration::from_secs_f64(self.args.timeout.max(0.1));
         let start = Instant::now();
         loop {
@@ -244,9 +242,6 @@ impl CaseRun<'_> {
                 Ok(Line::Text(t)) => {
                     self.ad.note(format!("< {t}"));
                     self.handle_line(&t, line)?;
-                    if self.failure.is_some() {
-                        return Ok(());
-                    }
                 }
                 Ok(Line::TooLong) => {
                     return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes", super::adapter::MAX_LINE)));

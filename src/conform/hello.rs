@@ -23,6 +23,11 @@ pub(super) struct Hello {
     pub(super) arena: Range,
     pub(super) limits: Limits,
     pub(super) eviction: EvictionPolicy,
+    /// The chunk a miss's registration is widened to (spec.md S6.2), in
+    /// bytes: a power of two, a multiple of `page_size` (default: one page).
+    pub(super) chunk_size: u64,
+    /// The bound on deferred deregistration it declares (`l1_bound`).
+    pub(super) l1_bound: super::gaps::L1Bound,
 }
 
 pub(super) const ALL_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
@@ -94,5 +99,7 @@ pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
         None => EvictionPolicy::Lru,
         Some(e) => e.parse().map_err(|e| format!("{at}: field `eviction`: {e}"))?,
     };
-    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction })
+    let chunk_size = super::gaps::hello_chunk_size(o, page_size, at)?;
+    let l1_bound = super::gaps::hello_l1_bound(o, at)?;
+    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, chunk_size, l1_bound })
 }

@@ -15,7 +15,7 @@
 //! Deregistration timing (L1) is counted in operations and reported, never
 //! failed.
 
-use super::{stop, CaseRun, Finding, Pending, PendingKind, Stop};
+use super::{stop, CaseRun, Finding, Pending, PendingKind, PhysReg, Stop};
 use mrcache_model::{Model, Property};
 use mrcache_types::{Access, LeaseId, Op, PageSpan, RegView, Ret};
 
@@ -39,21 +39,9 @@ impl CaseRun<'_> {
         let Some(reg) = self.regs.get(&id).cloned() else {
             return Err(stop("protocol", pl, format!("the acquire reply names registration {id}, which no reg event reported")));
         };
-        if reg.deregistered {
-            return Err(stop("P3", pl, format!("acquire served by registration {id} {}, already deregistered", reg.range)));
-        }
-        // P1
-        if !reg.span.contains(&span) || !reg.access.suffices_for(access) {
-            return Err(stop(
-                "P1",
-                pl,
-                format!("registration {id} {} {} does not cover the request {} with {access}", reg.range, reg.access, span.bytes(self.page)),
-            ));
-        }
-        // P2
-        if let Some((ev, _)) = self.events.iter().find(|(s, q)| *q > reg.at && *q <= p.events_at && s.overlaps(&span)) {
-            let what = if ev.end == u64::MAX { "a fork (the child maps copies)".to_string() } else { format!("a release of {}", ev.bytes(self.page)) };
-            return Err(stop("P2", pl, format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range)));
+        // P3, P1, P2: recorded; the case goes on (the lease is still held).
+        if let Some((rule, detail)) = self.physical_acquire_check(id, &reg, span, access, p) {
+            self.record_failure(Finding { rule: rule.into(), line: pl, detail });
         }
         // A miss is served by a registration reported while the acquire was
         // in flight that no other acquire took first (one that another
@@ -77,12 +65,35 @@ impl CaseRun<'_> {
         self.note_divergence_or_fail(pl, String::new())
     }
 
+    /// P3 (served by a deregistered registration), P1 and P2 of an acquire
+    /// served by `reg`.
+    fn physical_acquire_check(&self, id: u64, reg: &PhysReg, span: PageSpan, access: Access, p: &Pending) -> Option<(&'static str, String)> {
+        if reg.deregistered {
+            return Some(("P3", format!("acquire served by registration {id} {}, already deregistered", reg.range)));
+        }
+        // P1
+        if !reg.span.contains(&span) || !reg.access.suffices_for(access) {
+            return Some((
+                "P1",
+                format!("registration {id} {} {} does not cover the request {} with {access}", reg.range, reg.access, span.bytes(self.page)),
+            ));
+        }
+        // P2
+        if let Some((ev, _)) = self.events.iter().find(|(s, q)| *q > reg.at && *q <= p.events_at && s.overlaps(&span)) {
+            let what = if ev.end == u64::MAX { "a fork (the child maps copies)".to_string() } else { format!("a release of {}", ev.bytes(self.page)) };
+            return Some(("P2", format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range)));
+        }
+        None
+    }
+
     pub(super) fn dereg(&mut self, id: u64, line: usize) -> Result<(), Stop> {
         let Some(reg) = self.regs.get(&id).cloned() else {
-            return Err(stop("P4", line, format!("deregistration of registration {id}, which was never registered")));
+            self.record_failure(Finding { rule: "P4".into(), line, detail: format!("deregistration of registration {id}, which was never registered") });
+            return Ok(());
         };
         if reg.deregistered {
-            return Err(stop("P4", line, format!("registration {id} {} deregistered a second time", reg.range)));
+            self.record_failure(Finding { rule: "P4".into(), line, detail: format!("registration {id} {} deregistered a second time", reg.range) });
+            return Ok(());
         }
         // Leases on it, minus those whose release is in flight (a peer may
         // deregister inside the release of its last lease).
@@ -93,7 +104,11 @@ impl CaseRun<'_> {
             .filter(|q| matches!(q.kind, PendingKind::Release { lease, .. } if self.leases.get(&lease) == Some(&id)))
             .count() as u32;
         if held > releasing {
-            return Err(stop("P3", line, format!("registration {id} {} deregistered while {} lease(s) on it are held", reg.range, held - releasing)));
+            self.record_failure(Finding {
+                rule: "P3".into(),
+                line,
+                detail: format!("registration {id} {} deregistered while {} lease(s) on it are held", reg.range, held - releasing),
+            });
         }
         if let Some(r) = self.regs.get_mut(&id) {
             r.deregistered = true;
@@ -110,6 +125,7 @@ impl CaseRun<'_> {
     /// any point since it was sent: every such placement the model accepts
     /// is kept.
     pub(super) fn judge_model(&mut self, op: &Op, ret: &Ret, line: usize) -> bool {
+        self.step_reference(op);
         if self.models.is_empty() {
             return false;
         }
@@ -174,16 +190,16 @@ impl CaseRun<'_> {
         let c_rule = matches!(prop, Property::C1 | Property::C2 | Property::C3 | Property::C4);
         if c_rule && !self.declared {
             self.divergence = Some(f);
-        } else if self.failure.is_none() {
-            self.failure = Some(f);
+        } else if !self.failed_at(line) {
+            // (The physical judge's failure on this line is the finding; the
+            // model's objection there is its consequence.)
+            self.record_failure(f);
         }
     }
 
+    /// A model failure is recorded, not a stop: the physical judge goes on.
     pub(super) fn note_divergence_or_fail(&mut self, _line: usize, _extra: String) -> Result<(), Stop> {
-        match &self.failure {
-            Some(f) => Err(Stop::Fail(f.clone())),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Confirms buffered deregistrations with the model (P3, P4, C3) and times them (L1).
@@ -191,6 +207,7 @@ impl CaseRun<'_> {
         for (m, line) in std::mem::take(&mut self.deregs_buffered) {
             if let Some((since_op, since_line)) = self.l1_since.remove(&m) {
                 let lag = self.ops_done.saturating_sub(since_op);
+                self.l1_judge_lag(m, lag, since_line, line);
                 if lag > 0 && self.l1_worst.as_ref().is_none_or(|(w, _)| lag > *w) {
                     self.l1_worst = Some((
                         lag,

@@ -33,6 +33,7 @@
 mod adapter;
 mod case;
 mod commands;
+mod gaps;
 mod hello;
 mod judge;
 mod replies;
@@ -40,7 +41,7 @@ mod report;
 mod session;
 
 pub use case::{Case, MemKind, Record};
-pub use report::{table, CaseResult, RunReport, Verdict};
+pub use report::{table, CaseResult, Failure, RunReport, Verdict};
 
 use adapter::Adapter;
 use anyhow::{bail, Result};
@@ -54,8 +55,12 @@ use std::path::PathBuf;
 /// The protocol version this runner speaks.
 pub const PROTOCOL: u64 = 1;
 
-/// Smallest arena an adapter may offer: the cases use offsets below 1 MiB.
+/// Smallest arena an adapter may offer, and what a case gets unless its
+/// header asks for more (`arena`).
 pub const MIN_ARENA: u64 = 1 << 20;
+
+/// The largest arena a case may ask for.
+pub const MAX_CASE_ARENA: u64 = 1 << 30;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConformArgs {
@@ -195,6 +200,8 @@ enum PendingKind {
     Mem { kind: MemKind, name: Option<String>, len: u64, model_ops: Vec<Op>, spans: Vec<PageSpan> },
     Model { model_op: Op },
     Continue,
+    /// A `query` of pinned bytes and live registrations (gaps.rs).
+    Query,
 }
 
 #[derive(Clone, Debug)]
@@ -252,7 +259,15 @@ struct CaseRun<'a> {
     ops_done: usize,
     l1_since: HashMap<u64, (usize, usize)>,
     l1_worst: Option<(usize, String)>,
+    /// The first failure (the case's verdict and rule).
     failure: Option<Finding>,
+    /// Every failure, in the order found (the first is `failure`): the
+    /// physical judge goes on after a C rule or P1–P4 failure (issue 24).
+    failures: Vec<Finding>,
+    /// The transcript when the first failure was found.
+    failure_transcript: Option<Vec<String>>,
+    /// Wasted work and deferred deregistration (issue 24, items 4d and 4e).
+    gaps: gaps::GapState,
 }
 
 /// Why a case ended before its last record.

@@ -40,9 +40,28 @@ pub struct CaseResult {
     pub detail: String,
     /// What the model said after a divergence it did not fail (for the table).
     pub divergence: Option<String>,
+    /// Every failure of a `fail`, in the order found (the first is `rule`,
+    /// `line`, `detail`): the properties are judged to the end of the case.
+    pub failures: Vec<Failure>,
+    /// Registrations the adapter reported.
+    pub registrations: u64,
+    /// Registrations the model makes for the same case under the policy it
+    /// is judged by (run on its own, in the order the runner saw the
+    /// operations complete).
+    pub required: u64,
+    /// Wasted work: `registrations` beyond `required` (reported, not failed).
+    pub extra: u64,
     /// Deregistration timing against L1.
     pub l1: String,
     pub transcript: Vec<String>,
+}
+
+/// One failure of a case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    pub rule: String,
+    pub line: usize,
+    pub detail: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -74,14 +93,15 @@ pub fn table(r: &RunReport) -> String {
         r.judged_under
     );
     let w = r.results.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);
-    s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  detail\n", "case", "verdict", "rule", "line");
+    s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  detail\n", "case", "verdict", "rule", "line", "extra");
     for x in &r.results {
         let mut d = x.detail.clone();
         if d.len() > 160 {
             d.truncate(160);
             d += "...";
         }
-        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {}\n", x.case, x.verdict.to_string(), x.rule, x.line, d);
+        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  {}\n", x.case, x.verdict.to_string(), x.rule, x.line, extra_cell(x), d);
+        s += &also_failed(x, w);
     }
     let count = |v: Verdict| r.results.iter().filter(|x| x.verdict == v).count();
     s += &format!(
@@ -91,6 +111,10 @@ pub fn table(r: &RunReport) -> String {
         count(Verdict::Fail),
         count(Verdict::Diverges),
         count(Verdict::Unsupported)
+    );
+    let wasted: u64 = r.results.iter().map(|x| x.extra).sum();
+    s += &format!(
+        "extra: registrations beyond what the policy requires (wasted work, reported, not failed): {wasted} in all\n"
     );
     let late: Vec<&CaseResult> = r.results.iter().filter(|x| x.l1 != "on time" && !x.l1.is_empty()).collect();
     if !late.is_empty() {
@@ -104,9 +128,35 @@ pub fn table(r: &RunReport) -> String {
         if let Some(d) = &x.divergence {
             s += &format!("    (the model had diverged first: {d})\n");
         }
+        for f in x.failures.iter().skip(1) {
+            s += &format!("    also {} at case line {}: {}\n", f.rule, f.line, f.detail);
+        }
         for t in &x.transcript {
             s += &format!("    {t}\n");
         }
     }
     s
+}
+
+/// The rows under a case's row for its failures after the first.
+fn also_failed(x: &CaseResult, w: usize) -> String {
+    let mut s = String::new();
+    for f in x.failures.iter().skip(1) {
+        let mut d: String = f.detail.chars().take(160).collect();
+        if d.len() < f.detail.len() {
+            d += "...";
+        }
+        s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  {}\n", "", "  also", f.rule, f.line, "", d);
+    }
+    s
+}
+
+/// The efficiency column: registrations beyond the policy's (`-` for a
+/// case that registered nothing or did not run).
+fn extra_cell(x: &CaseResult) -> String {
+    if x.registrations == 0 && x.required == 0 {
+        "-".into()
+    } else {
+        x.extra.to_string()
+    }
 }

@@ -6,6 +6,7 @@
 
 use super::adapter::{Adapter, Line};
 use super::hello::{parse_hello, Hello};
+use super::report::Failure;
 use super::{Case, CaseResult, CaseRun, ConformArgs, Stop, Verdict, PROTOCOL};
 use mrcache_model::{Config, Model, OverlapPolicy};
 use serde_json::{json, Value};
@@ -20,6 +21,10 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
         line,
         detail,
         divergence: None,
+        failures: Vec::new(),
+        registrations: 0,
+        required: 0,
+        extra: 0,
         l1: String::new(),
         transcript: Vec::new(),
     }
@@ -32,7 +37,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
     };
     let hello_cmd = json!({
         "seq": 0, "cmd": "hello", "protocol": PROTOCOL, "case": case.name,
-        "config": {"max_regions": case.max_regions, "max_pinned_bytes": case.max_pinned_bytes},
+        "config": {"max_regions": case.max_regions, "max_pinned_bytes": case.max_pinned_bytes, "arena_len": case.arena},
     });
     let timeout = Duration::from_secs_f64(args.timeout.max(0.1));
     let hello = (|| -> Result<Hello, (String, String)> {
@@ -51,6 +56,9 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
                     if v.get("ev").is_some() {
                         continue;
                     }
+                    if let Some(why) = super::gaps::hello_unsupported(&v) {
+                        return Err(("unsupported".into(), why));
+                    }
                     return parse_hello(&v, "hello").map_err(|e| ("protocol".into(), e));
                 }
                 Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
@@ -63,6 +71,10 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
     })();
     let hello = match hello {
         Ok(h) => h,
+        Err((rule, detail)) if rule == "unsupported" => {
+            ad.kill();
+            return (Some(result(case, Verdict::Unsupported, "-", 1, detail)), None);
+        }
         Err((rule, detail)) => {
             let mut r = result(case, Verdict::Fail, &rule, 1, detail);
             r.transcript = ad.transcript.clone();
@@ -93,11 +105,15 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
             Some(hello),
         );
     }
+    if let Some(why) = super::gaps::arena_too_small(case, &hello) {
+        ad.kill();
+        return (Some(result(case, Verdict::Fail, "protocol", 1, why)), Some(hello));
+    }
     let policy = args.policy.or(hello.policy);
     let config = Config {
         policy: policy.unwrap_or(OverlapPolicy::Independent),
         page_size: hello.page_size,
-        chunk_pages: 1,
+        chunk_pages: hello.chunk_size / hello.page_size,
         eviction: hello.eviction,
         limits: hello.limits,
     };
@@ -137,8 +153,22 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         l1_since: HashMap::new(),
         l1_worst: None,
         failure: None,
+        failures: Vec::new(),
+        failure_transcript: None,
+        gaps: super::gaps::GapState::new(config, &hello),
     };
     let outcome = run.run();
+    run.l1_judge_end();
+    // A stop (crash, hang, protocol) after recorded failures is one more of
+    // them; the first failure stays the verdict.
+    let outcome = match outcome {
+        Err(Stop::Fail(f)) if run.failure.is_some() => {
+            run.record_failure(f);
+            Ok(())
+        }
+        Err(Stop::Unsupported(..)) if run.failure.is_some() => Ok(()),
+        o => o,
+    };
     let mut r = match outcome {
         Ok(()) => match (&run.failure, &run.divergence) {
             (Some(f), _) => result(case, Verdict::Fail, &f.rule, f.line, f.detail.clone()),
@@ -149,15 +179,20 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         Err(Stop::Fail(f)) => result(case, Verdict::Fail, &f.rule, f.line, f.detail),
     };
     if r.verdict == Verdict::Fail || r.verdict == Verdict::Diverges {
-        r.transcript = run.ad.transcript.clone();
+        r.transcript = run.failure_transcript.clone().unwrap_or_else(|| run.ad.transcript.clone());
         r.transcript.extend(run.ad.stderr_tail().into_iter().map(|l| format!("stderr: {l}")));
     }
     if r.verdict == Verdict::Fail {
         if let Some(d) = &run.divergence {
             r.divergence = Some(format!("line {}: {} {}", d.line, d.rule, d.detail));
         }
+        r.failures = run.failures.iter().map(|f| Failure { rule: f.rule.clone(), line: f.line, detail: f.detail.clone() }).collect();
+        if r.failures.is_empty() {
+            r.failures.push(Failure { rule: r.rule.clone(), line: r.line, detail: r.detail.clone() });
+        }
     }
     r.l1 = run.l1_summary();
+    run.efficiency(&mut r);
     if let Some(n) = &run.note {
         r.divergence = Some(n.clone());
     }
