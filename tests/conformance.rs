@@ -193,6 +193,24 @@ fn hung_crashing_and_babbling_adapters_are_reported_per_case() {
     assert!(x.detail.contains("the runner speaks 1, the adapter speaks 2") && !x.detail.contains("Some("), "{}", x.detail);
 }
 
+/// A line without end is bounded, and how the adapter then ended is
+/// reported (issue 25: one that wrote 200 MB with no newline and exited
+/// held the runner at 423 MB and was reported as `no hello within 5.0 s`).
+/// A run with no hello at all says so in its header, with no empty fields.
+#[test]
+fn a_line_without_end_reports_how_the_adapter_ended() {
+    let r = only("sh -c 'read x; head -c 20000000 /dev/zero; exit 4'", &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.rule.as_str()), (Verdict::Fail, "protocol"), "{x:?}");
+    assert!(x.detail.contains("longer than 1048576 bytes") && x.detail.contains("then exited with status 4"), "{}", x.detail);
+    let header = conform::table(&r).lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("gave no hello") && !header.contains("judged under"), "{header}");
+    // One that goes on writing: killed after a bounded wait, and said so.
+    let r = only("sh -c 'read x; exec cat /dev/zero'", &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert!(x.detail.contains("longer than 1048576 bytes") && x.detail.contains("killed"), "{}", x.detail);
+}
+
 /// An adapter that ends before its first hello did not start: one error
 /// (its exit, its stderr, a hint for status 127), exit status 3, never a
 /// crash per case (issue 25: 28 `fail crash` lines before).
