@@ -266,6 +266,11 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
     assert!(e.contains("`continue` of thread 1, which nothing paused"), "{e}");
     let e = err(r#"{"op": "acquirre", "lease": 1}"#);
     assert!(e.contains("unknown op `acquirre`") && !e.contains("release_event") && !e.contains("alloc"), "{e}");
+    // A memory op written as an op: told to use `mem`, not to add a field.
+    let e = err(r#"{"op": "free", "addr": 0}"#);
+    assert!(e.contains("`free` is not a conformance record") && e.contains(r#"{"mem": ...}"#), "{e}");
+    let e = err(r#"{"op": "mem", "addr": 0, "len": 4096}"#);
+    assert!(e.contains("unknown op `mem`") && e.contains(r#"{"mem": ...}"#) && !e.contains("mem ("), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p"}"#, p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl:1") && e.contains("spec"), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p", "spec": ["P1"], "expect": 1}"#, p)
