@@ -209,6 +209,12 @@ fn a_line_without_end_reports_how_the_adapter_ended() {
     let r = only("sh -c 'read x; exec cat /dev/zero'", &["seed-redux"], 5.0);
     let x = &r.results[0];
     assert!(x.detail.contains("longer than 1048576 bytes") && x.detail.contains("killed"), "{}", x.detail);
+    // The same after its hello, answering the first record.
+    let hello = r#"{"seq":0,"ok":true,"protocol":1,"name":"t","policy":null,"arena":{"addr":"0x100000","len":1048576}}"#;
+    let r = only(&format!("sh -c 'read x; echo '\\''{hello}'\\''; read y; head -c 3000000 /dev/zero; exit 5'"), &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.rule.as_str(), x.line), (Verdict::Fail, "protocol", 2), "{x:?}");
+    assert!(x.detail.contains("then exited with status 5"), "{}", x.detail);
 }
 
 /// An adapter that ends before its first hello did not start: one error
