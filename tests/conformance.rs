@@ -197,6 +197,30 @@ fn hung_crashing_and_babbling_adapters_are_reported_per_case() {
     assert!(x.detail.contains("the runner speaks 1, the adapter speaks 2") && !x.detail.contains("Some("), "{}", x.detail);
 }
 
+/// A line without end is bounded, and how the adapter then ended is
+/// reported (issue 25: one that wrote 200 MB with no newline and exited
+/// held the runner at 423 MB and was reported as `no hello within 5.0 s`).
+/// A run with no hello at all says so in its header, with no empty fields.
+#[test]
+fn a_line_without_end_reports_how_the_adapter_ended() {
+    let r = only("sh -c 'read x; head -c 20000000 /dev/zero; exit 4'", &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.rule.as_str()), (Verdict::Fail, "protocol"), "{x:?}");
+    assert!(x.detail.contains("longer than 1048576 bytes") && x.detail.contains("then exited with status 4"), "{}", x.detail);
+    let header = conform::table(&r).lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("gave no hello") && !header.contains("judged under"), "{header}");
+    // One that goes on writing: killed after a bounded wait, and said so.
+    let r = only("sh -c 'read x; exec cat /dev/zero'", &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert!(x.detail.contains("longer than 1048576 bytes") && x.detail.contains("killed"), "{}", x.detail);
+    // The same after its hello, answering the first record.
+    let hello = r#"{"seq":0,"ok":true,"protocol":1,"name":"t","policy":null,"arena":{"addr":"0x100000","len":1048576}}"#;
+    let r = only(&format!("sh -c 'read x; echo '\\''{hello}'\\''; read y; head -c 3000000 /dev/zero; exit 5'"), &["seed-redux"], 5.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.rule.as_str(), x.line), (Verdict::Fail, "protocol", 2), "{x:?}");
+    assert!(x.detail.contains("then exited with status 5"), "{}", x.detail);
+}
+
 /// An adapter that ends before its first hello did not start: one error
 /// (its exit, its stderr, a hint for status 127), exit status 3, never a
 /// crash per case (issue 25: 28 `fail crash` lines before).
@@ -252,6 +276,11 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
     assert!(e.contains("`continue` of thread 1, which nothing paused"), "{e}");
     let e = err(r#"{"op": "acquirre", "lease": 1}"#);
     assert!(e.contains("unknown op `acquirre`") && !e.contains("release_event") && !e.contains("alloc"), "{e}");
+    // A memory op written as an op: told to use `mem`, not to add a field.
+    let e = err(r#"{"op": "free", "addr": 0}"#);
+    assert!(e.contains("`free` is not a conformance record") && e.contains(r#"{"mem": ...}"#), "{e}");
+    let e = err(r#"{"op": "mem", "addr": 0, "len": 4096}"#);
+    assert!(e.contains("unknown op `mem`") && e.contains(r#"{"mem": ...}"#) && !e.contains("mem ("), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p"}"#, p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl:1") && e.contains("spec"), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p", "spec": ["P1"], "expect": 1}"#, p)

@@ -65,8 +65,12 @@
 //! [`SharedCache`]).
 //!
 //! Layout: [`cache`] is the cache of spec.md §A ([`Cache`], [`Lease`]);
-//! [`registrar`] pins memory (counting, io_uring, verbs);
-//! [`monitor`] turns process memory releases into cache invalidations.
+//! [`registrar`] pins memory ([`registrar::counting::CountingRegistrar`]
+//! pins nothing and counts, for tests and examples; [`registrar::uring`];
+//! `registrar::verbs`, feature `verbs`); [`monitor`] turns process memory
+//! releases into cache invalidations ([`MonitorThread`]); [`types`] is the
+//! vocabulary shared with the reference model ([`types::Access`], the flags
+//! of an acquire; [`types::ReleaseKind`]; [`types::Stats`]).
 //! The modules `index` (its interval index), `hit_memo` (the memo of its
 //! answers), `sync` (the std/loom facade), `pagemap` and `mem` are public
 //! for the project's own tests, benches and tools, and hidden from these
@@ -113,4 +117,8 @@ pub use error::Error;
 pub use monitor::MonitorThread;
 pub use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};
 
+/// The vocabulary shared with the reference model: [`types::Access`] (the
+/// access flags of an acquire), [`types::ReleaseKind`], [`types::Stats`],
+/// [`types::Range`]. Inlined, so that `cargo doc --no-deps` documents it.
+#[doc(inline)]
 pub use mrcache_types as types;

@@ -64,6 +64,12 @@ impl Adapter {
                     }
                     Ok(n) if n as u64 > MAX_LINE && buf.last() != Some(&b'\n') => {
                         let _ = tx.send(Line::TooLong);
+                        // Drain what follows, holding nothing, so that an
+                        // adapter blocked writing can end and say how
+                        // ([`Adapter::end_after_too_long`]).
+                        drop(buf);
+                        let _ = std::io::copy(&mut r, &mut std::io::sink());
+                        let _ = tx.send(Line::Eof);
                         return;
                     }
                     Ok(_) => {
@@ -137,6 +143,19 @@ impl Adapter {
                     self.kill();
                     return "closed its stdout and did not exit within 2 s (killed)".into();
                 }
+            }
+        }
+    }
+
+    /// After [`Line::TooLong`]: how the adapter ended, for the report. The
+    /// reader drains the rest of its output, so one that exits after its
+    /// long line is seen to; one still writing after 2 s is killed.
+    pub(super) fn end_after_too_long(&mut self) -> String {
+        match self.rx.recv_timeout(Duration::from_secs(2)) {
+            Ok(Line::Eof) | Err(mpsc::RecvTimeoutError::Disconnected) => format!("then {}", self.exit_status()),
+            _ => {
+                self.kill();
+                "and was still writing 2 s later (killed)".into()
             }
         }
     }

@@ -111,8 +111,12 @@ fn field_bool(obj: &Map<String, Value>, key: &str, at: &str) -> Result<bool> {
 }
 
 /// The ops a case may use: every [`Op`] but the three the adapter performs
-/// as real memory operations instead.
-const CASE_OPS: [&str; 8] = ["acquire", "release", "release_begin", "release_end", "flush", "trim", "fork", "mem (a memory operation)"];
+/// as real memory operations instead (`{"mem": ...}` records).
+const CASE_OPS: [&str; 7] = ["acquire", "release", "release_begin", "release_end", "flush", "trim", "fork"];
+
+/// The [`Op`]s a case may not use: the adapter performs them as real memory
+/// operations.
+const MEMORY_OPS: [&str; 3] = ["release_event", "alloc", "free"];
 
 /// An op that does not parse: an unknown name lists the ops a case may use
 /// (serde's own list would offer `release_event`, `alloc` and `free`, which
@@ -120,7 +124,10 @@ const CASE_OPS: [&str; 8] = ["acquire", "release", "release_begin", "release_end
 fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
     let msg = e.to_string();
     match msg.strip_prefix("unknown variant `").and_then(|r| r.split_once('`')) {
-        Some((name, _)) => anyhow!("{at}: unknown op `{name}` (expected one of {})", CASE_OPS.join(", ")),
+        Some((name, _)) => anyhow!(
+            "{at}: unknown op `{name}` (expected one of {}; a memory operation is a {{\"mem\": ...}} record)",
+            CASE_OPS.join(", ")
+        ),
         None => anyhow!("{at}: not an op: {msg}"),
     }
 }
@@ -320,6 +327,11 @@ impl Case {
             } else if obj.contains_key("op") {
                 for k in ["thread", "pause", "buf"] {
                     obj.remove(k);
+                }
+                // Named before serde parses it: a memory op with a field
+                // missing would otherwise be told to add the field.
+                if let Some(name) = obj.get("op").and_then(Value::as_str).filter(|n| MEMORY_OPS.contains(n)) {
+                    bail!("{at}: `{name}` is not a conformance record: the adapter performs real memory operations (use {{\"mem\": ...}})");
                 }
                 let op: Op = serde_json::from_value(Value::Object(obj)).map_err(|e| unknown_op(e, &at))?;
                 match op {

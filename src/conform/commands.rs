@@ -244,7 +244,8 @@ impl CaseRun<'_> {
                     self.handle_line(&t, line)?;
                 }
                 Ok(Line::TooLong) => {
-                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes", super::adapter::MAX_LINE)));
+                    let how = self.ad.end_after_too_long();
+                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter::MAX_LINE)));
                 }
                 Ok(Line::Eof) => {
                     let how = self.ad.exit_status();

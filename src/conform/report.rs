@@ -84,14 +84,20 @@ impl RunReport {
 // Output
 
 pub fn table(r: &RunReport) -> String {
-    let mut s = format!(
-        "adapter: {} {} ({}); declared policy: {}; judged under: {}\n",
-        r.name,
-        r.version,
-        r.adapter,
-        r.declared_policy.as_deref().unwrap_or("none"),
-        r.judged_under
-    );
+    let mut s = if r.name.is_empty() {
+        // No case got as far as a hello: nothing is known of the adapter
+        // but its command (not a header of empty fields).
+        format!("adapter: ({}) gave no hello\n", r.adapter)
+    } else {
+        format!(
+            "adapter: {} {} ({}); declared policy: {}; judged under: {}\n",
+            r.name,
+            r.version,
+            r.adapter,
+            r.declared_policy.as_deref().unwrap_or("none"),
+            r.judged_under
+        )
+    };
     let w = r.results.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);
     s += &format!("{:<w$}  {:<11}  {:<8}  {:>4}  {:>5}  detail\n", "case", "verdict", "rule", "line", "extra");
     for x in &r.results {

@@ -63,7 +63,8 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
                 }
                 Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
                 Ok(Line::TooLong) => {
-                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes", super::adapter::MAX_LINE)))
+                    let how = ad.end_after_too_long();
+                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter::MAX_LINE)));
                 }
                 Err(_) => return Err(("hang".into(), format!("no hello within {:.1} s", args.timeout))),
             }

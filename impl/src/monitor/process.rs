@@ -366,6 +366,33 @@ static PROCESS: Mutex<Option<Running>> = Mutex::new(None);
 /// Dropping it detaches the cache: it stops caching and is flushed; the
 /// last attachment of the process stops the monitor thread and closes the
 /// fd.
+///
+/// ```
+/// use mrcache::registrar::counting::CountingRegistrar;
+/// use mrcache::types::Access;
+/// use mrcache::{Cache, CacheConfig, MonitorThread, Monitoring};
+/// use std::sync::Arc;
+///
+/// # fn main() -> Result<(), mrcache::Error> {
+/// let config = CacheConfig::default().monitored_by(Monitoring::Userfaultfd);
+/// let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+/// let monitor = match MonitorThread::start(&cache) {
+///     Ok(monitor) => monitor,
+///     // No userfaultfd here (seccomp, valgrind, vm.unprivileged_userfaultfd=0
+///     // without CAP_SYS_PTRACE): the error says which.
+///     Err(e) => {
+///         eprintln!("{e}");
+///         return Ok(());
+///     }
+/// };
+/// let buf = vec![0u8; 4 << 20]; // large enough that free() unmaps it
+/// drop(cache.acquire_slice(&buf, Access::LOCAL_WRITE)?);
+/// drop(buf); // the monitor invalidates the registration before munmap returns
+/// assert_eq!(cache.stats().invalidations, 1);
+/// drop(monitor); // detaches: the cache is flushed and caches nothing more
+/// # Ok(())
+/// # }
+/// ```
 //= spec.md#S7.3
 pub struct MonitorThread {
     /// The process that attached: a fork child has a copy of this handle
