@@ -10,7 +10,7 @@ use super::evict::Noted;
 use super::generation::{Shared, State};
 use super::lease::Lease;
 use super::state::EntryState;
-use super::stats::{Hot, add, inc};
+use super::stats::{Hot, inc};
 use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
@@ -515,7 +515,7 @@ impl<R: Registrar> Cache<R> {
                 .map(|(s, slot)| (s, slot.id))
                 .collect(),
         };
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = st.add_exclusive(&self.next_id, 1);
         let bytes = plan.range.len;
         let view = RegView { id, addr: plan.range.addr, len: bytes, access: plan.access };
         let keys = self.registrar.keys(&handle);
@@ -546,12 +546,14 @@ impl<R: Registrar> Cache<R> {
         }
         self.add_candidate(st, e, plan.span.first, id);
         st.cached_bytes += bytes;
-        shared.cached.fetch_add(1, Ordering::Relaxed);
-        inc(&self.counters.registrations);
-        add(&self.counters.bytes_registered, bytes);
+        // Written only under the lock exclusive: plain stores (the live
+        // counts below are also lowered by deregistrations, after unlocking).
+        st.add_exclusive(&shared.cached, 1);
+        st.add_exclusive(&self.counters.registrations, 1);
+        st.add_exclusive(&self.counters.bytes_registered, bytes);
         shared.live_regs.fetch_add(1, Ordering::Relaxed);
         let pinned = shared.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.counters.peak_pinned_bytes.fetch_max(pinned, Ordering::Relaxed);
+        st.max_exclusive(&self.counters.peak_pinned_bytes, pinned);
         for (s, old) in displaced {
             match self.config.contract.policy {
                 OverlapPolicy::Merge => inc(&self.counters.merges),

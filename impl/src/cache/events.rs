@@ -134,7 +134,7 @@ impl<R: Registrar> Cache<R> {
             self.revoke(shared, |q| q == p);
         }
         st.cached_bytes -= entry.view.len;
-        shared.cached.fetch_sub(1, Ordering::Relaxed);
+        st.sub_exclusive(&shared.cached, 1);
         #[cfg(any(test, feature = "testkit"))]
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
         #[cfg(not(any(test, feature = "testkit")))]

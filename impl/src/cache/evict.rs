@@ -338,8 +338,8 @@ impl<R: Registrar> Cache<R> {
             #[cfg(debug_assertions)]
             assert_eq!(self.full_note_victim(st), Some(c.id()), "the noted prefix chose another victim than the full note");
             let prio = e.priority.load(Ordering::Relaxed);
-            self.gds_floor.fetch_max(prio, Ordering::Relaxed);
-            inc(&self.counters.evictions);
+            st.max_exclusive(&self.gds_floor, prio);
+            st.add_exclusive(&self.counters.evictions, 1);
             self.uncache(shared, st, c.first, c.id(), deregs, false);
         }
         #[cfg(debug_assertions)]

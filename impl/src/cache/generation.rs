@@ -54,6 +54,36 @@ pub(crate) struct State<R: Registrar> {
 }
 
 impl<R: Registrar> State<R> {
+    /// Adds `n` to a counter that only a holder of the lock exclusive
+    /// writes (the `&mut self` is the proof), returning the value before:
+    /// a load and a store instead of a locked read-modify-write, a full
+    /// barrier on x86 that a miss would otherwise pay per counter. Readers
+    /// (`stats()`, the hit path) load it at any time and see a value it
+    /// had, as with `fetch_add`.
+    #[inline]
+    pub(super) fn add_exclusive(&mut self, counter: &plain::AtomicU64, n: u64) -> u64 {
+        let before = counter.load(std::sync::atomic::Ordering::Relaxed);
+        counter.store(before.wrapping_add(n), std::sync::atomic::Ordering::Relaxed);
+        before
+    }
+
+    /// Takes `n` from a counter written only under the lock exclusive
+    /// ([`State::add_exclusive`]).
+    #[inline]
+    pub(super) fn sub_exclusive(&mut self, counter: &plain::AtomicU64, n: u64) {
+        let before = counter.load(std::sync::atomic::Ordering::Relaxed);
+        debug_assert!(before >= n, "an exclusive counter went below 0");
+        counter.store(before.wrapping_sub(n), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Raises a maximum written only under the lock exclusive.
+    #[inline]
+    pub(super) fn max_exclusive(&mut self, counter: &plain::AtomicU64, v: u64) {
+        if v > counter.load(std::sync::atomic::Ordering::Relaxed) {
+            counter.store(v, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     pub(super) fn add_inflight(&mut self, span: PageSpan, windowed: bool) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
