@@ -23,6 +23,9 @@ pub(super) struct Hello {
     pub(super) arena: Range,
     pub(super) limits: Limits,
     pub(super) eviction: EvictionPolicy,
+    /// The registrar behind the adapter's cache (`registrar`, optional):
+    /// `io_uring` pins pages and moves data, `counting` only reports calls.
+    pub(super) registrar: Option<String>,
 }
 
 pub(super) const ALL_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
@@ -94,5 +97,10 @@ pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
         None => EvictionPolicy::Lru,
         Some(e) => e.parse().map_err(|e| format!("{at}: field `eviction`: {e}"))?,
     };
-    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction })
+    let registrar = match o.get("registrar") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(x) => return Err(format!("{at}: field `registrar`: expected a string (e.g. \"io_uring\", \"counting\"), found {x}")),
+    };
+    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, registrar })
 }

@@ -53,7 +53,12 @@ impl CaseRun<'_> {
         // P2
         if let Some((ev, _)) = self.events.iter().find(|(s, q)| *q > reg.at && *q <= p.events_at && s.overlaps(&span)) {
             let what = if ev.end == u64::MAX { "a fork (the child maps copies)".to_string() } else { format!("a release of {}", ev.bytes(self.page)) };
-            return Err(stop("P2", pl, format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range)));
+            let f = Finding {
+                rule: "P2".into(),
+                line: pl,
+                detail: format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range),
+            };
+            return self.p2_by_order(f, lease, id);
         }
         // A miss is served by a registration reported while the acquire was
         // in flight that no other acquire took first (one that another

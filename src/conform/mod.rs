@@ -33,6 +33,7 @@
 mod adapter;
 mod case;
 mod commands;
+mod data;
 mod hello;
 mod judge;
 mod replies;
@@ -40,6 +41,7 @@ mod report;
 mod session;
 
 pub use case::{Case, MemKind, Record};
+pub use data::{DataKind, DataRecord};
 pub use report::{table, CaseResult, RunReport, Verdict};
 
 use adapter::Adapter;
@@ -138,6 +140,7 @@ pub fn run(args: &ConformArgs) -> Result<RunReport> {
         version: String::new(),
         declared_policy: None,
         judged_under: String::new(),
+        registrar: String::new(),
         results: Vec::new(),
     };
     for case in &cases {
@@ -156,6 +159,7 @@ pub fn run(args: &ConformArgs) -> Result<RunReport> {
                 report.version = h.version.clone();
                 report.declared_policy = h.policy.map(|p| p.name().to_string());
                 report.judged_under = args.policy.or(h.policy).unwrap_or(OverlapPolicy::Independent).name().to_string();
+                report.registrar = h.registrar.clone().unwrap_or_else(|| "not declared".into());
             }
         }
         res.into_iter().for_each(|r| report.results.push(r));
@@ -194,6 +198,7 @@ enum PendingKind {
     Release { lease: LeaseId, model_op: Op },
     Mem { kind: MemKind, name: Option<String>, len: u64, model_ops: Vec<Op>, spans: Vec<PageSpan> },
     Model { model_op: Op },
+    Data { kind: DataKind, lease: Option<LeaseId>, addr: u64, len: u64, byte: Option<u8> },
     Continue,
 }
 
@@ -253,6 +258,8 @@ struct CaseRun<'a> {
     l1_since: HashMap<u64, (usize, usize)>,
     l1_worst: Option<(usize, String)>,
     failure: Option<Finding>,
+    /// The data commands' shadow and findings (`data`).
+    data: data::DataState,
 }
 
 /// Why a case ended before its last record.

@@ -21,6 +21,7 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
         detail,
         divergence: None,
         l1: String::new(),
+        data: String::new(),
         transcript: Vec::new(),
     }
 }
@@ -137,6 +138,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         l1_since: HashMap::new(),
         l1_worst: None,
         failure: None,
+        data: Default::default(),
     };
     let outcome = run.run();
     let mut r = match outcome {
@@ -148,6 +150,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         Err(Stop::Unsupported(line, why)) => result(case, Verdict::Unsupported, "-", line, why),
         Err(Stop::Fail(f)) => result(case, Verdict::Fail, &f.rule, f.line, f.detail),
     };
+    run.data_finish(&mut r);
     if r.verdict == Verdict::Fail || r.verdict == Verdict::Diverges {
         r.transcript = run.ad.transcript.clone();
         r.transcript.extend(run.ad.stderr_tail().into_iter().map(|l| format!("stderr: {l}")));
