@@ -203,6 +203,18 @@ impl CaseRun<'_> {
         Ok(())
     }
 
+    /// The model's P2 objection: with data records to come and no failure
+    /// yet, kept like [`Self::p2_by_order`] while the case runs on. Returns
+    /// whether it was kept.
+    pub(super) fn model_p2_runs_on(&mut self, f: &Finding) -> bool {
+        if self.failure.is_some() || self.data.p2_order.is_some() || !self.data_follows(f.line) {
+            return false;
+        }
+        self.ad.note(format!("  (case line {}: P2 by the model; the case runs on to check the data)", f.line));
+        self.data.p2_order = Some(f.clone());
+        true
+    }
+
     /// The command for a data record (addresses made absolute).
     pub(super) fn data_command(&mut self, d: &DataRecord, seq: u64, line: usize) -> Result<(Value, PendingKind), Stop> {
         let abs = self.resolve(d.buf.as_deref(), d.addr, d.len, line)?;
