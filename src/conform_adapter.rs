@@ -18,7 +18,12 @@
 //! (`mrcache::registrar::uring`, FOLL_LONGTERM like `ibv_reg_mr`) and answer
 //! the data commands (`dma_in`, `dma_out`, `app_write`, `app_read`) through
 //! those pins; `--registrar counting` only reports the calls, and the device
-//! commands are then `unsupported`.
+//! commands are then `unsupported`. The Rust registrar's ring is
+//! `MADV_DONTFORK`: a fork child opens a ring of its own, so a registration
+//! made before the fork moves no data in the child (its `dma_*` commands
+//! fail, and a P2 failure there is judged by event order only: the toy's
+//! `--break fork-keeps`). The C adapters' ring is inherited, as a verbs
+//! context is.
 
 use mrcache::monitor::uffd::UffdMonitor;
 use mrcache::monitor::UffdEvents;
