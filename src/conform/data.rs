@@ -127,6 +127,8 @@ pub(super) struct DataState {
     pub(super) checks: usize,
     /// The first stale observation.
     pub(super) stale: Option<String>,
+    /// Its case line.
+    pub(super) stale_line: usize,
     /// The first data command that failed (not `unsupported`).
     pub(super) failed: Option<String>,
     /// A P2 failure the event order showed, kept while the case runs on.
@@ -286,7 +288,10 @@ impl CaseRun<'_> {
                     let detail =
                         format!("{what}: {} {want:#04x} at {a:#x}, {who} {got:#04x} there (case line {pl})", describe(w));
                     self.ad.note(format!("  (case line {pl}: stale DMA observed: {detail})"));
-                    self.data.stale.get_or_insert(detail);
+                    if self.data.stale.is_none() {
+                        self.data.stale = Some(detail);
+                        self.data.stale_line = pl;
+                    }
                 }
                 // What was read is what the memory holds now.
                 let mut at_addr = addr;
@@ -321,7 +326,7 @@ impl CaseRun<'_> {
         } else if self.data.stale.is_some() && r.verdict != Verdict::Fail {
             r.verdict = Verdict::Fail;
             r.rule = "P2".into();
-            r.line = 0;
+            r.line = self.data.stale_line;
             r.detail = "the event order showed no P2 failure".into();
         }
         if r.verdict == Verdict::Fail && r.rule == "P2" {
