@@ -13,9 +13,21 @@
 //!
 //! The protocol plumbing (reader thread, one worker thread per case thread,
 //! pause/continue, fork, the memory operations) is shared by both.
+//!
+//! Both pin every registration as an io_uring fixed buffer
+//! (`mrcache::registrar::uring`, FOLL_LONGTERM like `ibv_reg_mr`) and answer
+//! the data commands (`dma_in`, `dma_out`, `app_write`, `app_read`) through
+//! those pins; `--registrar counting` only reports the calls, and the device
+//! commands are then `unsupported`. The Rust registrar's ring is
+//! `MADV_DONTFORK`: a fork child opens a ring of its own, so a registration
+//! made before the fork moves no data in the child (its `dma_*` commands
+//! fail, and a P2 failure there is judged by event order only: the toy's
+//! `--break fork-keeps`). The C adapters' ring is inherited, as a verbs
+//! context is.
 
 use mrcache::monitor::uffd::UffdMonitor;
 use mrcache::monitor::UffdEvents;
+use mrcache::registrar::uring::{UringHandle, UringRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::{Cache, CacheConfig, Lease};
 use mrcache_model::{Config, Limits, OverlapPolicy};
@@ -26,7 +38,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 const PAGE: u64 = 4096;
@@ -87,8 +99,32 @@ pub enum CacheFault {
     ForkKeepsMonitor,
 }
 
+/// The registrar behind either cache.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegistrarKind {
+    /// Pins each registration as an io_uring fixed buffer; the data commands
+    /// move bytes through the pins.
+    #[value(name = "io_uring")]
+    IoUring,
+    /// Only reports the calls (no pins, no data commands).
+    Counting,
+}
+
+impl RegistrarKind {
+    fn name(self) -> &'static str {
+        match self {
+            RegistrarKind::IoUring => "io_uring",
+            RegistrarKind::Counting => "counting",
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdapterArgs {
+    /// The registrar: `io_uring` pins pages and moves data; `counting` only
+    /// reports its calls.
+    #[arg(long, value_enum, default_value = "io_uring")]
+    pub registrar: RegistrarKind,
     /// mrcache's overlap policy.
     #[arg(long, default_value = "independent")]
     pub policy: OverlapPolicy,
@@ -167,15 +203,71 @@ fn live_now() -> Value {
     json!({"registrations": live.len(), "pinned_bytes": live.iter().map(|(_, b)| b).sum::<u64>()})
 }
 
-/// The registrar both caches use: reports every call, pauses after the pin.
+/// The registrar both caches use: pins (with the io_uring registrar),
+/// reports every call, pauses after the pin.
 pub struct EmitRegistrar {
     next: AtomicU64,
+    /// The io_uring pins, or `None` with `--registrar counting`.
+    pins: Option<&'static UringPins>,
+}
+
+impl EmitRegistrar {
+    fn new() -> EmitRegistrar {
+        EmitRegistrar { next: AtomicU64::new(0), pins: PINS.get().copied() }
+    }
+}
+
+/// The io_uring registrar and the pin of each registration id.
+pub struct UringPins {
+    /// Replaced in a fork child (the parent's ring is `MADV_DONTFORK`); the
+    /// old one is leaked, never dropped there.
+    ring: Mutex<&'static UringRegistrar>,
+    handles: Mutex<HashMap<u64, UringHandle>>,
+}
+
+/// Set once at start when the registrar is io_uring.
+static PINS: OnceLock<&'static UringPins> = OnceLock::new();
+/// The registration id each held lease names (for the data commands).
+static LEASE_REGS: Mutex<Option<HashMap<LeaseId, u64>>> = Mutex::new(None);
+/// Error number of a reply that marks the command `unsupported`.
+const UNSUPPORTED: i32 = -2;
+
+/// The io_uring slots: more than any case keeps live.
+const URING_SLOTS: u32 = 4096;
+
+impl UringPins {
+    fn open() -> Result<&'static UringPins, String> {
+        let ring = UringRegistrar::new(URING_SLOTS).map_err(|e| format!("the io_uring registrar is unavailable: {e} (run with --registrar counting to judge by event order only)"))?;
+        Ok(Box::leak(Box::new(UringPins { ring: Mutex::new(Box::leak(Box::new(ring))), handles: Mutex::new(HashMap::new()) })))
+    }
+
+    fn ring(&self) -> &'static UringRegistrar {
+        *self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// In a fork child: a ring of its own; the parent's pins are forgotten.
+    fn forked(&self) {
+        match UringRegistrar::new(URING_SLOTS) {
+            Ok(r) => *self.ring.lock().unwrap_or_else(|e| e.into_inner()) = Box::leak(Box::new(r)),
+            Err(e) => emit(&json!({"ev": "log", "text": format!("no io_uring ring in the fork child: {e}")})),
+        }
+        let old = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|e| e.into_inner()));
+        // The parent's handles name slots of the parent's ring: never used here.
+        std::mem::forget(old);
+    }
 }
 
 impl Registrar for EmitRegistrar {
     type Handle = u64;
     fn register(&self, range: Range, access: Access) -> Result<u64, RegistrarError> {
+        let pin = match self.pins {
+            Some(p) => Some(p.ring().register(range, access)?),
+            None => None,
+        };
         let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        if let (Some(p), Some(h)) = (self.pins, pin) {
+            p.handles.lock().unwrap_or_else(|e| e.into_inner()).insert(id, h);
+        }
         emit(&json!({"ev": "reg", "id": id, "addr": format!("{:#x}", range.addr), "len": range.len, "access": access.to_string()}));
         LIVE.lock().unwrap_or_else(|e| e.into_inner()).push((id, range.len));
         pause_point();
@@ -183,6 +275,14 @@ impl Registrar for EmitRegistrar {
     }
     fn deregister(&self, id: u64) -> Result<(), RegistrarError> {
         LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+        if let Some(p) = self.pins {
+            let h = p.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            if let Some(h) = h {
+                if let Err(e) = p.ring().deregister(h) {
+                    emit(&json!({"ev": "log", "text": format!("registration {id}: the io_uring registrar could not unpin it: {e}")}));
+                }
+            }
+        }
         emit(&json!({"ev": "dereg", "id": id}));
         Ok(())
     }
@@ -238,7 +338,7 @@ impl Mrcache {
             Some(f) => return Err(format!("fault switch {f:?} needs a build with the testkit feature")),
             None => {}
         }
-        let cache = Cache::try_new(EmitRegistrar { next: AtomicU64::new(0) }, cfg).map_err(|e| e.to_string())?;
+        let cache = Cache::try_new(EmitRegistrar::new(), cfg).map_err(|e| e.to_string())?;
         let cache: &'static Cache<EmitRegistrar> = Box::leak(Box::new(cache));
         let busy = Arc::new(AtomicBool::new(false));
         Mrcache::arm_monitor(cache, &busy)?;
@@ -752,7 +852,96 @@ fn execute(b: &dyn Backend, c: &Map<String, Value>) -> OpResult {
         "release" => b.release(get_u64(c, "lease")?),
         "flush" => b.flush(),
         "trim" => b.trim(),
+        "dma_in" | "dma_out" | "app_write" | "app_read" => data_op(cmd, c),
         _ => memory_op(b, cmd, c),
+    }
+}
+
+/// Remembers which registration a lease names (after an acquire's reply),
+/// forgets it at its release.
+fn track_lease(c: &Map<String, Value>, r: &OpResult) {
+    let mut m = LEASE_REGS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = m.get_or_insert_with(HashMap::new);
+    match (c.get("cmd").and_then(Value::as_str), r) {
+        (Some("acquire"), Ok(v)) => {
+            if let (Ok(l), Some(id)) = (get_u64(c, "lease"), v.get("reg").and_then(Value::as_u64)) {
+                m.insert(l, id);
+            }
+        }
+        (Some("release"), _) => {
+            if let Ok(l) = get_u64(c, "lease") {
+                m.remove(&l);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Run-length `[[byte, count], ...]` of `bytes`.
+fn runs(bytes: &[u8]) -> Value {
+    let mut out: Vec<(u8, u64)> = Vec::new();
+    for &b in bytes {
+        match out.last_mut() {
+            Some((x, n)) if *x == b => *n += 1,
+            _ => out.push((b, 1)),
+        }
+    }
+    json!(out.iter().map(|(b, n)| json!([b, n])).collect::<Vec<_>>())
+}
+
+/// The data commands (docs/conformance-protocol.md, *Data commands*).
+fn data_op(cmd: &str, c: &Map<String, Value>) -> OpResult {
+    let (addr, len) = (get_u64(c, "addr")?, get_u64(c, "len")?);
+    if len == 0 || len > 1 << 20 {
+        return Err((format!("{cmd}: length {len} out of range (1 ..= 1 MiB)"), libc::EINVAL));
+    }
+    let byte = || -> Result<u8, (String, i32)> {
+        u8::try_from(get_u64(c, "byte")?).map_err(|_| (format!("{cmd}: `byte` is not a byte"), libc::EINVAL))
+    };
+    match cmd {
+        "app_write" => {
+            let b = byte()?;
+            // SAFETY: the runner names bytes of the adapter's arena or of a
+            // block it allocated for the case; no Rust object lives there.
+            unsafe { std::ptr::write_bytes(addr as *mut u8, b, len as usize) };
+            return Ok(json!({}));
+        }
+        "app_read" => {
+            // SAFETY: as for app_write; the bytes are copied out at once.
+            let v = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.to_vec();
+            return Ok(json!({"runs": runs(&v)}));
+        }
+        _ => {}
+    }
+    let Some(pins) = PINS.get() else {
+        return Err(("the counting registrar pins nothing: no device can move data (run with --registrar io_uring)".into(), UNSUPPORTED));
+    };
+    let lease = get_u64(c, "lease")?;
+    let id = LEASE_REGS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&lease).copied());
+    let Some(id) = id else { return Err((format!("{cmd}: lease {lease} is not held"), libc::EINVAL)) };
+    let handles = pins.handles.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = handles.get(&id) else {
+        return Err((
+            format!("{cmd}: registration {id} (lease {lease}) holds no pin of this process's io_uring registrar (deregistered, or made before a fork)"),
+            libc::EINVAL,
+        ));
+    };
+    if addr < h.range.addr || addr + len > h.range.addr + h.range.len {
+        return Err((format!("{cmd}: [{addr:#x}, {:#x}) lies outside registration {id} {}", addr + len, h.range), libc::EFAULT));
+    }
+    let off = addr - h.range.addr;
+    let ring = pins.ring();
+    if cmd == "dma_in" {
+        let data = vec![byte()?; len as usize];
+        // SAFETY: the device writes into pinned frames of the case's memory:
+        // no Rust reference points into the arena or the case's blocks, and
+        // the runner sends no other command touching them meanwhile.
+        unsafe { ring.dma_write(h, off, &data) }.map_err(|e| (format!("dma_in through registration {id}: {e}"), e.errno))?;
+        Ok(json!({}))
+    } else {
+        let mut out = vec![0u8; len as usize];
+        ring.dma_read(h, off, &mut out).map_err(|e| (format!("dma_out through registration {id}: {e}"), e.errno))?;
+        Ok(json!({"runs": runs(&out)}))
     }
 }
 
@@ -764,6 +953,7 @@ fn reply(seq: u64, r: OpResult) {
             Value::Object(m)
         }
         Ok(_) => json!({"seq": seq, "ok": true}),
+        Err((e, UNSUPPORTED)) => json!({"seq": seq, "ok": false, "error": e, "errno": 0, "unsupported": true}),
         Err((e, errno)) => json!({"seq": seq, "ok": false, "error": e, "errno": errno}),
     };
     emit(&v);
@@ -826,6 +1016,17 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
         return Ok(2);
     }
     touch(arena as u64, arena_len);
+    if args.registrar == RegistrarKind::IoUring {
+        match UringPins::open() {
+            Ok(p) => {
+                let _ = PINS.set(p);
+            }
+            Err(e) => {
+                emit(&json!({"seq": 0, "ok": false, "error": e}));
+                return Ok(2);
+            }
+        }
+    }
     let (backend, name, policy, caps): (Arc<dyn Backend>, String, Option<OverlapPolicy>, Vec<&str>) = if args.toy {
         let declared = match args.declare.as_deref() {
             Some("none") => None,
@@ -844,7 +1045,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
             [b] => format!("toy (breaks {b:?})"),
             bs => format!("toy (breaks {})", bs.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ")),
         };
-        let toy = Toy { brk: args.brk.clone(), chunk_pages, limits, st: Mutex::new(ToySt::default()), reg: EmitRegistrar { next: AtomicU64::new(0) } };
+        let toy = Toy { brk: args.brk.clone(), chunk_pages, limits, st: Mutex::new(ToySt::default()), reg: EmitRegistrar::new() };
         (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query"])
     } else {
         match Mrcache::start(args.policy, limits, args.fault, chunk_pages) {
@@ -870,6 +1071,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
         "arena": {"addr": format!("{:#x}", arena as u64), "len": arena_len},
         "chunk_size": (!args.chunk_undeclared).then_some(args.chunk),
         "l1_bound": (!args.no_l1_bound).then(|| json!({"ops": 0, "registrations": 0, "bytes": 0})),
+        "registrar": args.registrar.name(),
     }));
     let inflight = Arc::new(AtomicUsize::new(0));
     let mut workers: HashMap<u64, Sender<Map<String, Value>>> = HashMap::new();
@@ -924,6 +1126,9 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                         workers.clear();
                         // The child forgets the parent's registrations (S2.6).
                         LIVE.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                        if let Some(p) = PINS.get() {
+                            p.forked();
+                        }
                         backend.forked();
                         reply(seq, Ok(json!({"pid": std::process::id()})));
                     }
@@ -950,6 +1155,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                             let pause = c.get("pause").and_then(Value::as_bool).unwrap_or(false);
                             CURRENT.with(|cur| cur.set((thread, pause)));
                             let r = execute(&*b, &c);
+                            track_lease(&c, &r);
                             CURRENT.with(|cur| cur.set((thread, false)));
                             reply(seq, r);
                             inflight.fetch_sub(1, Ordering::SeqCst);

@@ -346,3 +346,57 @@ fn a_peer_without_a_policy_is_judged_on_the_properties_and_its_overlap_reported(
     let r = conform::run(&a).expect("the suite runs");
     assert!(failing(&r).contains("overlap-partial"), "{}", conform::table(&r));
 }
+
+/// The data checks (issue 24): with the io_uring registrar a stale
+/// registration is seen in the bytes, not only in the order of events.
+/// mrcache with its monitor switched off serves reuse-munmap's second
+/// acquire from the registration that pinned the unmapped frames: the
+/// device's write lands there and the application does not see it. The same
+/// cache on the counting registrar fails on event order alone and says so;
+/// correct mrcache sees its data right. MADV_FREE does not take a pinned
+/// page away, so the same broken cache's reuse-madvise-free is a P2 failure
+/// by order whose data came out right.
+#[test]
+fn data_checks_observe_stale_dma_and_say_when_they_cannot() {
+    // (No L1 bound: a cache that misses releases also holds what the model
+    // deregistered, and the bound's failure would come first.)
+    let broken = format!("{} adapter --fault monitor-off --no-l1-bound", bin());
+    let r = only(&broken, &["reuse-munmap", "reuse-madvise-free"], 10.0);
+    assert_eq!(r.registrar, "io_uring");
+    let x = r.results.iter().find(|x| x.case == "reuse-munmap").expect("reuse-munmap ran");
+    assert_eq!(x.cell(), "fail P2, stale DMA observed", "{x:?}");
+    assert!(x.detail.starts_with("stale DMA observed: the application does not see what the device wrote"), "{}", x.detail);
+    assert!(x.detail.contains("event order: acquire served by registration 1"), "{}", x.detail);
+    let x = r.results.iter().find(|x| x.case == "reuse-madvise-free").expect("reuse-madvise-free ran");
+    assert_eq!(x.cell(), "fail P2 (order only; data right)", "{x:?}");
+
+    let r = only(&format!("{broken} --registrar counting"), &["reuse-munmap"], 10.0);
+    assert_eq!(r.registrar, "counting");
+    let x = &r.results[0];
+    assert_eq!(x.cell(), "fail P2 (order only; no data)", "{x:?}");
+    assert!(x.detail.contains("order only: the adapter moves no data"), "{}", x.detail);
+
+    let r = only(&format!("{} adapter --policy merge", bin()), &["reuse-munmap"], 10.0);
+    let x = &r.results[0];
+    assert_eq!((x.verdict, x.data.as_str()), (Verdict::Pass, "data right"), "{x:?}");
+}
+
+/// A case whose data records are malformed is refused with the file and line.
+#[test]
+fn bad_data_records_are_refused_naming_the_line() {
+    let dir = std::env::temp_dir().join(format!("mrcache-data-records-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let head = r#"{"mrcache_conformance": 1, "name": "d", "purpose": "p", "spec": ["P2"]}"#;
+    for (body, want) in [
+        (r#"{"data": "dma_in", "lease": 1, "addr": "0x0", "len": 4096, "byte": 1}"#, "lease 1, which is not held"),
+        (r#"{"data": "app_write", "addr": "0x0", "len": 4096}"#, "needs the pattern `byte`"),
+        (r#"{"data": "dma_sideways", "addr": "0x0", "len": 4096}"#, "unknown data command `dma_sideways`"),
+    ] {
+        let p = dir.join("d.jsonl");
+        std::fs::write(&p, format!("{head}\n{body}\n")).unwrap();
+        let e = Case::load(&p).expect_err("a bad data record");
+        let msg = format!("{e:#}");
+        assert!(msg.contains("d.jsonl:2") && msg.contains(want), "{msg}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

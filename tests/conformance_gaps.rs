@@ -99,11 +99,14 @@ fn a_declared_chunk_size_is_judged_with() {
         };
         conform::run(&args).expect("the suite runs")
     };
-    let r = run(format!("{} adapter --toy --chunk 16384", bin()));
+    // On the counting registrar: a registration widened to a chunk that
+    // takes in an unmapped page cannot be pinned (io_uring says EFAULT, as
+    // ibv_reg_mr would), which is a real limit of chunking, not C2's.
+    let r = run(format!("{} adapter --toy --chunk 16384 --registrar counting", bin()));
     assert!(r.results.iter().all(|x| x.verdict == Verdict::Pass), "{}", conform::table(&r));
-    let r = run(format!("{} adapter --policy merge --chunk 16384", bin()));
+    let r = run(format!("{} adapter --policy merge --chunk 16384 --registrar counting", bin()));
     assert!(r.results.iter().all(|x| x.verdict == Verdict::Pass), "{}", conform::table(&r));
-    let r = run(format!("{} adapter --toy --chunk 16384 --chunk-undeclared", bin()));
+    let r = run(format!("{} adapter --toy --chunk 16384 --chunk-undeclared --registrar counting", bin()));
     let c2: Vec<&str> = r.results.iter().filter(|x| x.verdict == Verdict::Fail && x.rule == "C2").map(|x| x.case.as_str()).collect();
     assert!(c2.contains(&"page-rounding"), "{}", conform::table(&r));
 }

@@ -1,7 +1,15 @@
 /* Protocol plumbing for the C conformance adapters; see adapter.h and
- * docs/conformance-protocol.md. Written for this project. */
+ * docs/conformance-protocol.md. Written for this project.
+ *
+ * The registrar: by default every adapter_reg() pins the range as an
+ * io_uring fixed buffer (../uring_reg.h, FOLL_LONGTERM like ibv_reg_mr) and
+ * adapter_dereg() unpins it; the data commands (dma_in, dma_out, app_write,
+ * app_read) move bytes through those pins. `--registrar counting` only
+ * reports the calls (the data commands are then `unsupported`). */
 #define _GNU_SOURCE
+#define UR_SLOTS 4096
 #include "adapter.h"
+#include "../uring_reg.h"
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -147,14 +155,208 @@ static void pause_here(void)
 
 static __thread int in_acquire;
 
+/* ------------------------------------------------------------------ */
+/* The registrar (io_uring pins, or counting) and the data commands. */
+
+static int use_uring = 1;
+#define MAX_IDS 65536
+static struct { int slot; uint64_t addr, len; } reg_tab[MAX_IDS]; /* by id; slot -1: none */
+#define MAX_DATA_LEASES 1024
+static struct { uint64_t lease, id; int used; } lease_reg[MAX_DATA_LEASES];
+static pthread_mutex_t data_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Why the last adapter_reg() of this thread failed (it returned 0). */
+static __thread char reg_error[256];
+
+int adapter_parse_args(int *argc, char **argv)
+{
+	int i, j = 1;
+
+	for (i = 1; i < *argc; i++) {
+		const char *v = NULL;
+		if (!strcmp(argv[i], "--registrar") && i + 1 < *argc)
+			v = argv[++i];
+		else if (!strncmp(argv[i], "--registrar=", 12))
+			v = argv[i] + 12;
+		else if (!strcmp(argv[i], "--registrar")) {
+			fprintf(stderr, "%s: --registrar needs a value: io_uring or counting\n", argv[0]);
+			return -1;
+		}
+		if (!v) {
+			argv[j++] = argv[i];
+			continue;
+		}
+		if (!strcmp(v, "io_uring") || !strcmp(v, "uring"))
+			use_uring = 1;
+		else if (!strcmp(v, "counting"))
+			use_uring = 0;
+		else {
+			fprintf(stderr, "%s: --registrar %s: expected io_uring or counting\n", argv[0], v);
+			return -1;
+		}
+	}
+	*argc = j;
+	argv[j] = NULL;
+	return 0;
+}
+
+static void lease_reg_put(uint64_t lease, uint64_t id)
+{
+	int i;
+
+	pthread_mutex_lock(&data_lock);
+	for (i = 0; i < MAX_DATA_LEASES; i++)
+		if (!lease_reg[i].used) {
+			lease_reg[i].lease = lease;
+			lease_reg[i].id = id;
+			lease_reg[i].used = 1;
+			break;
+		}
+	pthread_mutex_unlock(&data_lock);
+}
+
+static uint64_t lease_reg_get(uint64_t lease, int drop)
+{
+	uint64_t id = 0;
+	int i;
+
+	pthread_mutex_lock(&data_lock);
+	for (i = 0; i < MAX_DATA_LEASES; i++)
+		if (lease_reg[i].used && lease_reg[i].lease == lease) {
+			id = lease_reg[i].id;
+			if (drop)
+				lease_reg[i].used = 0;
+			break;
+		}
+	pthread_mutex_unlock(&data_lock);
+	return id;
+}
+
+/* Appends the bytes of p[0..n) to a run-length list `[[byte,count],...]`
+ * being built in out (at most 32 runs; *trunc set beyond). */
+struct runs { int byte[32]; uint64_t count[32]; int n, trunc; };
+
+static void runs_add(struct runs *r, const unsigned char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (r->n && r->byte[r->n - 1] == p[i]) {
+			r->count[r->n - 1]++;
+		} else if (r->n < 32) {
+			r->byte[r->n] = p[i];
+			r->count[r->n++] = 1;
+		} else {
+			r->trunc = 1;
+			return;
+		}
+	}
+}
+
+static void reply_runs(uint64_t seq, const struct runs *r)
+{
+	char line[1400];
+	size_t u;
+	int i;
+
+	u = (size_t)snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":true,\"runs\":[", (unsigned long)seq);
+	for (i = 0; i < r->n; i++)
+		u += (size_t)snprintf(line + u, sizeof(line) - u, "%s[%d,%lu]", i ? "," : "", r->byte[i], (unsigned long)r->count[i]);
+	snprintf(line + u, sizeof(line) - u, "]%s}", r->trunc ? ",\"truncated\":true" : "");
+	emit(line);
+}
+
+static void reply_err(uint64_t seq, int err, const char *what);
+static void reply_ok(uint64_t seq, const char *extra);
+
+/* dma_in / dma_out / app_write / app_read (docs/conformance-protocol.md,
+ * "Data commands"). */
+static void do_data(uint64_t seq, const char *cmd, const char *line)
+{
+	uint64_t addr = json_u64(line, "addr", 0), len = json_u64(line, "len", 0), lease, id;
+	unsigned char byte = (unsigned char)json_u64(line, "byte", 0), buf[4096];
+	struct runs runs;
+	char err[300];
+	uint64_t done;
+	int slot, r;
+
+	memset(&runs, 0, sizeof(runs));
+	if (!strcmp(cmd, "app_write")) {
+		memset((void *)addr, byte, len);
+		reply_ok(seq, NULL);
+		return;
+	}
+	if (!strcmp(cmd, "app_read")) {
+		runs_add(&runs, (const unsigned char *)addr, len);
+		reply_runs(seq, &runs);
+		return;
+	}
+	if (!use_uring) {
+		reply_err(seq, -2, "the counting registrar pins nothing: no device can move data (run with --registrar io_uring)");
+		return;
+	}
+	lease = json_u64(line, "lease", 0);
+	id = lease_reg_get(lease, 0);
+	if (!id || id >= MAX_IDS || reg_tab[id].slot < 0) {
+		snprintf(err, sizeof(err), "%s: lease %lu holds no registration of the io_uring registrar", cmd, (unsigned long)lease);
+		reply_err(seq, EINVAL, err);
+		return;
+	}
+	slot = reg_tab[id].slot;
+	if (addr < reg_tab[id].addr || addr + len > reg_tab[id].addr + reg_tab[id].len) {
+		snprintf(err, sizeof(err), "%s: [0x%lx, 0x%lx) lies outside registration %lu [0x%lx, 0x%lx)", cmd, (unsigned long)addr,
+			 (unsigned long)(addr + len), (unsigned long)id, (unsigned long)reg_tab[id].addr,
+			 (unsigned long)(reg_tab[id].addr + reg_tab[id].len));
+		reply_err(seq, EFAULT, err);
+		return;
+	}
+	for (done = 0; done < len; done += sizeof(buf)) {
+		size_t n = len - done < sizeof(buf) ? len - done : sizeof(buf);
+		if (!strcmp(cmd, "dma_in")) {
+			r = ur_dma_write(slot, (void *)(addr + done), n, byte);
+		} else {
+			r = ur_dma_read(slot, (void *)(addr + done), n, buf);
+			if (!r)
+				runs_add(&runs, buf, n);
+		}
+		if (r) {
+			snprintf(err, sizeof(err), "%s through registration %lu (io_uring slot %d) at 0x%lx: %s", cmd, (unsigned long)id, slot,
+				 (unsigned long)(addr + done), strerror(-r));
+			reply_err(seq, -r, err);
+			return;
+		}
+	}
+	if (!strcmp(cmd, "dma_in"))
+		reply_ok(seq, NULL);
+	else
+		reply_runs(seq, &runs);
+}
+
 uint64_t adapter_reg(uint64_t addr, uint64_t len, unsigned access)
 {
 	char line[256], acc[96];
 	uint64_t id;
+	int slot = -1;
 
+	reg_error[0] = 0;
+	if (use_uring) {
+		slot = ur_reg((void *)addr, len);
+		if (slot < 0) {
+			snprintf(reg_error, sizeof(reg_error), "the io_uring registrar could not pin [0x%lx, 0x%lx): %s",
+				 (unsigned long)addr, (unsigned long)(addr + len), strerror(-slot));
+			adapter_log("%s", reg_error);
+			return 0;
+		}
+	}
 	pthread_mutex_lock(&id_lock);
 	id = ++next_reg_id;
 	pthread_mutex_unlock(&id_lock);
+	if (id < MAX_IDS) {
+		reg_tab[id].slot = slot;
+		reg_tab[id].addr = addr;
+		reg_tab[id].len = len;
+	} else if (slot >= 0) {
+		adapter_log("registration %lu: beyond the data table, no data commands on it", (unsigned long)id);
+	}
 	snprintf(line, sizeof(line), "{\"ev\":\"reg\",\"id\":%lu,\"addr\":\"0x%lx\",\"len\":%lu,\"access\":\"%s\"}",
 		 (unsigned long)id, (unsigned long)addr, (unsigned long)len, access_name(access, acc, sizeof(acc)));
 	emit(line);
@@ -167,6 +369,13 @@ void adapter_dereg(uint64_t id)
 {
 	char line[80];
 
+	if (use_uring && id && id < MAX_IDS && reg_tab[id].slot >= 0) {
+		int e = ur_dereg(reg_tab[id].slot);
+		if (e)
+			adapter_log("the io_uring registrar could not unpin registration %lu (slot %d): %s", (unsigned long)id,
+				    reg_tab[id].slot, strerror(-e));
+		reg_tab[id].slot = -1;
+	}
 	snprintf(line, sizeof(line), "{\"ev\":\"dereg\",\"id\":%lu}", (unsigned long)id);
 	emit(line);
 }
@@ -326,12 +535,16 @@ static void execute(const char *line)
 				  err, sizeof(err));
 		in_acquire = 0;
 		if (r) {
+			if (reg_error[0])
+				snprintf(err + strlen(err), sizeof(err) - strlen(err), " (%s)", reg_error);
 			reply_err(seq, r, err);
 		} else {
+			lease_reg_put(json_u64(line, "lease", 0), reg);
 			snprintf(extra, sizeof(extra), "\"reg\":%lu", (unsigned long)reg);
 			reply_ok(seq, extra);
 		}
 	} else if (!strcmp(cmd, "release")) {
+		lease_reg_get(json_u64(line, "lease", 0), 1);
 		r = peer->release(json_u64(line, "lease", 0), err, sizeof(err));
 		if (r)
 			reply_err(seq, r, err);
@@ -347,6 +560,8 @@ static void execute(const char *line)
 			reply_err(seq, r, err);
 		else
 			reply_ok(seq, NULL);
+	} else if (!strcmp(cmd, "dma_in") || !strcmp(cmd, "dma_out") || !strcmp(cmd, "app_write") || !strcmp(cmd, "app_read")) {
+		do_data(seq, cmd, line);
 	} else if (!strcmp(cmd, "trim") || !strcmp(cmd, "stats")) {
 		reply_err(seq, -2, "not supported by this peer");
 	} else {
@@ -452,6 +667,14 @@ int adapter_main(const struct peer *p)
 	if (arena_len < ARENA)
 		arena_len = ARENA;
 	arena_len = (arena_len + PAGE - 1) & ~(PAGE - 1);
+	for (t = 0; t < MAX_IDS; t++)
+		reg_tab[t].slot = -1;
+	if (use_uring && ur_try_init(err, sizeof(err))) {
+		char msg[400];
+		snprintf(msg, sizeof(msg), "the io_uring registrar is unavailable: %s (run with --registrar counting to judge by event order only)", err);
+		reply_err(seq, 0, msg);
+		return 2;
+	}
 	if (p->init(json_u64(line, "max_regions", 0), json_u64(line, "max_pinned_bytes", 0), limits, sizeof(limits), err, sizeof(err))) {
 		reply_err(seq, 0, err);
 		return 2;
@@ -470,10 +693,10 @@ int adapter_main(const struct peer *p)
 	snprintf(out, sizeof(out),
 		 "{\"seq\":%lu,\"ok\":true,\"protocol\":1,\"name\":\"%s\",\"version\":\"%s\",\"policy\":%s%s%s,"
 		 "\"page_size\":4096,\"caps\":%s,\"access_classes\":%s,\"eviction\":\"lru\",\"limits\":%s,"
-		 "\"arena\":{\"addr\":\"0x%lx\",\"len\":%lu},\"chunk_size\":%lu}",
+		 "\"arena\":{\"addr\":\"0x%lx\",\"len\":%lu},\"chunk_size\":%lu,\"registrar\":\"%s\"}",
 		 (unsigned long)seq, p->name, p->version, p->policy ? "\"" : "", p->policy ? p->policy : "null", p->policy ? "\"" : "",
 		 p->caps, p->access_classes ? p->access_classes : "null", limits, (unsigned long)arena, (unsigned long)arena_len,
-		 p->chunk_size ? p->chunk_size : PAGE);
+		 p->chunk_size ? p->chunk_size : PAGE, use_uring ? "io_uring" : "counting");
 	emit(out);
 	while (getline(&line, &cap, stdin) > 0) {
 		if (json_get(line, "cmd", cmd, sizeof(cmd)))

@@ -38,8 +38,11 @@ struct peer {
 	void (*forked)(void);                 /* in the child; may be NULL */
 };
 
-/* Reports a registrar call (and pauses here if the running acquire asked
- * to); returns the new registration's id. */
+/* Pins the range (io_uring registrar; nothing with `--registrar
+ * counting`), reports the call (and pauses here if the running acquire
+ * asked to); returns the new registration's id, or 0 if the pin failed (the
+ * reason goes into the acquire's error reply): the peer's registration
+ * callback must then fail. */
 uint64_t adapter_reg(uint64_t addr, uint64_t len, unsigned access);
 void adapter_dereg(uint64_t id);
 /* For peers whose release hook the adapter can follow with its own: pause
@@ -49,6 +52,9 @@ void adapter_hook_pause(void);
 void adapter_log(const char *fmt, ...);
 const char *access_name(unsigned access, char *buf, size_t n);
 
+/* Takes `--registrar io_uring|counting` (default io_uring) out of argv;
+ * returns -1 (message on stderr) on a bad value. Call before adapter_main. */
+int adapter_parse_args(int *argc, char **argv);
 int adapter_main(const struct peer *p);
 
 #endif

@@ -6,6 +6,8 @@
 #             directory or the .tar.gz), default ../shared/peers/libfabric-1.17.0-mr-cache-src.tar.gz
 # A peer whose library or source is missing is skipped with a message on
 # stderr and a line in OUT/skipped.txt; the script still succeeds.
+# Every adapter pins through the io_uring registrar of ../uring_reg.h (via
+# adapter.c; Linux 5.13+) unless run with `--registrar counting`.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -1,7 +1,9 @@
 /* Conformance adapter for Open MPI's rcache/grdma (Debian libopenmpi-dev
  * 4.1.4), without mpirun, initialised as the probe in
  * shared/peers/probes/ompi does (opal_init, then the rcache framework, then
- * a grdma module with our register_mem/deregister_mem). Open MPI's memory
+ * a grdma module with our register_mem/deregister_mem, which pin through
+ * the shared io_uring registrar of adapter.c, or only report with
+ * `--registrar counting`). Open MPI's memory
  * patcher is its monitor. Written for this project; see
  * docs/conformance-protocol.md.
  *
@@ -32,12 +34,13 @@ static mca_rcache_base_module_t *rc;
 static int my_register_mem(void *reg_data, void *base, size_t size, mca_rcache_base_registration_t *reg)
 {
 	((my_reg_t *)reg)->id = adapter_reg((uint64_t)base, size, reg->access_flags & 0xf);
-	return OPAL_SUCCESS;
+	return ((my_reg_t *)reg)->id ? OPAL_SUCCESS : OPAL_ERROR; /* 0: the registrar could not pin */
 }
 
 static int my_deregister_mem(void *reg_data, mca_rcache_base_registration_t *reg)
 {
-	adapter_dereg(((my_reg_t *)reg)->id);
+	if (((my_reg_t *)reg)->id)
+		adapter_dereg(((my_reg_t *)reg)->id);
 	return OPAL_SUCCESS;
 }
 
@@ -110,7 +113,7 @@ static int release(uint64_t lease, char *err, size_t errn)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static const struct peer p = {
 		.name = "ompi-grdma",
@@ -123,5 +126,7 @@ int main(void)
 		.acquire = acquire,
 		.release = release,
 	};
+	if (adapter_parse_args(&argc, argv))
+		return 2;
 	return adapter_main(&p);
 }

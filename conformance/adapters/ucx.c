@@ -1,6 +1,7 @@
 /* Conformance adapter for UCX's registration cache (ucs_rcache, Debian
  * libucx-dev 1.13.1), driven as the probe in shared/peers/probes/ucx does:
- * a fake registrar reports each call; UCM's memory hooks are UCX's own
+ * the shared io_uring registrar (adapter.c) pins each registration, or with
+ * `--registrar counting` only reports it; UCM's memory hooks are UCX's own
  * monitor. Written for this project; see docs/conformance-protocol.md.
  *
  * Access: ucs_rcache knows memory protection, not rights. A request that
@@ -38,12 +39,13 @@ static ucs_status_t my_reg(void *ctx, ucs_rcache_t *c, void *arg, ucs_rcache_reg
 {
 	my_region_t *m = (my_region_t *)r;
 	m->id = adapter_reg(r->super.start, r->super.end - r->super.start, prot_access(r->prot));
-	return UCS_OK;
+	return m->id ? UCS_OK : UCS_ERR_IO_ERROR; /* 0: the registrar could not pin */
 }
 
 static void my_dereg(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r)
 {
-	adapter_dereg(((my_region_t *)r)->id);
+	if (((my_region_t *)r)->id)
+		adapter_dereg(((my_region_t *)r)->id);
 }
 
 static void my_dump(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r, char *buf, size_t max)
@@ -123,7 +125,7 @@ static int release(uint64_t lease, char *err, size_t errn)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static const struct peer p = {
 		.name = "ucx-rcache",
@@ -136,5 +138,7 @@ int main(void)
 		.acquire = acquire,
 		.release = release,
 	};
+	if (adapter_parse_args(&argc, argv))
+		return 2;
 	return adapter_main(&p);
 }

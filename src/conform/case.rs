@@ -59,6 +59,8 @@ pub enum Record {
     Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, thread: u64, pause: bool },
     /// Let the paused `thread` go on.
     Continue { thread: u64 },
+    /// A data command: the device or the application moves bytes.
+    Data(super::DataRecord),
 }
 
 /// A conformance case (conformance/README.md).
@@ -156,6 +158,10 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
                 }
                 continue;
             }
+            Record::Data(d) => {
+                check_data_record(d, &held, &bufs, &at, arena)?;
+                continue;
+            }
         };
         if let Some(b) = buf {
             if !bufs.contains(b.as_str()) {
@@ -213,7 +219,7 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
                     bufs.insert(nm.as_str());
                 }
             }
-            Record::Continue { .. } => {}
+            Record::Continue { .. } | Record::Data(_) => {}
         }
     }
     Ok(())
@@ -240,6 +246,24 @@ fn header_arena(h: &Map<String, Value>, at: &str) -> Result<u64> {
         );
     }
     Ok(a)
+}
+
+/// A data record's lease must be held and its bytes in the arena (or a named `buf`).
+fn check_data_record(d: &super::DataRecord, held: &std::collections::HashSet<u64>, bufs: &std::collections::HashSet<&str>, at: &str, arena: u64) -> Result<()> {
+    if let Some(l) = d.lease {
+        if !held.contains(&l) {
+            bail!("{at}: `{}` through lease {l}, which is not held here", d.kind.name());
+        }
+    }
+    match &d.buf {
+        Some(b) if !bufs.contains(b.as_str()) => bail!("{at}: field `buf`: unknown buf `{b}` (no earlier record names it)"),
+        Some(_) => {}
+        None if d.addr.checked_add(d.len).is_none_or(|e| e > arena) => {
+            bail!("{at}: [{:#x}, +{:#x}) lies outside the arena's {:#x} bytes{}", d.addr, d.len, arena, arena_hint(arena))
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 impl Case {
@@ -324,6 +348,8 @@ impl Case {
                     bail!("{at}: field `new_len`: mremap_shrink needs 0 < new_len < len");
                 }
                 records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, thread, pause }));
+            } else if let Some(name) = field_str(&obj, "data", &at)? {
+                records.push((n, Record::Data(super::data::parse_record(&obj, &name, buf, thread, &at)?)));
             } else if obj.contains_key("op") {
                 for k in ["thread", "pause", "buf"] {
                     obj.remove(k);
@@ -349,7 +375,7 @@ impl Case {
                 }
                 records.push((n, Record::Op { op, buf, thread, pause }));
             } else {
-                bail!("{at}: a record needs `op`, `mem` or `ctl`");
+                bail!("{at}: a record needs `op`, `mem`, `data` or `ctl`");
             }
         }
         check_records(&records, path, arena)?;

@@ -59,6 +59,16 @@ impl CaseRun<'_> {
                     self.send_and_track(&cmd, line, *thread, kind, *pause)?;
                     self.wait_for(cmd_seq, line, *pause)?;
                 }
+                Record::Data(d) => {
+                    if let Some(why) = &self.data.unsupported {
+                        self.ad.note(format!("  (case line {line}: {} skipped: {why})", d.kind.name()));
+                        continue;
+                    }
+                    let seq = self.next_seq();
+                    let (cmd, kind) = self.data_command(d, seq, line)?;
+                    self.send_and_track(&cmd, line, d.thread, kind, false)?;
+                    self.wait_for(seq, line, false)?;
+                }
                 Record::Mem { kind, buf, name, addr, len, new_len, thread, pause } => {
                     let (cmd_seq, cmd, pk) = self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
                     self.send_and_track(&cmd, line, *thread, pk, *pause)?;
@@ -92,7 +102,7 @@ impl CaseRun<'_> {
         self.seq
     }
 
-    fn resolve(&self, buf: Option<&str>, off: u64, len: u64, line: usize) -> Result<u64, Stop> {
+    pub(super) fn resolve(&self, buf: Option<&str>, off: u64, len: u64, line: usize) -> Result<u64, Stop> {
         let name = buf.unwrap_or("arena");
         let (base, size) = *self
             .bufs

@@ -28,6 +28,9 @@ pub(super) struct Hello {
     pub(super) chunk_size: u64,
     /// The bound on deferred deregistration it declares (`l1_bound`).
     pub(super) l1_bound: super::gaps::L1Bound,
+    /// The registrar behind the adapter's cache (`registrar`, optional):
+    /// `io_uring` pins pages and moves data, `counting` only reports calls.
+    pub(super) registrar: Option<String>,
 }
 
 pub(super) const ALL_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
@@ -101,5 +104,10 @@ pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
     };
     let chunk_size = super::gaps::hello_chunk_size(o, page_size, at)?;
     let l1_bound = super::gaps::hello_l1_bound(o, at)?;
-    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, chunk_size, l1_bound })
+    let registrar = match o.get("registrar") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.clone()),
+        Some(x) => return Err(format!("{at}: field `registrar`: expected a string (e.g. \"io_uring\", \"counting\"), found {x}")),
+    };
+    Ok(Hello { name, version, policy, page_size, caps, access_classes, arena, limits, eviction, chunk_size, l1_bound, registrar })
 }

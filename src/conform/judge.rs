@@ -188,6 +188,9 @@ impl CaseRun<'_> {
             return;
         }
         let c_rule = matches!(prop, Property::C1 | Property::C2 | Property::C3 | Property::C4);
+        if prop == Property::P2 && self.model_p2_runs_on(&f) {
+            return;
+        }
         if c_rule && !self.declared {
             self.divergence = Some(f);
         } else if !self.failed_at(line) {

@@ -34,6 +34,7 @@ mod adapter;
 mod case;
 mod commands;
 mod gaps;
+mod data;
 mod hello;
 mod judge;
 mod replies;
@@ -41,6 +42,7 @@ mod report;
 mod session;
 
 pub use case::{Case, MemKind, Record};
+pub use data::{DataKind, DataRecord};
 pub use report::{table, CaseResult, Failure, RunReport, Verdict};
 
 use adapter::Adapter;
@@ -143,6 +145,7 @@ pub fn run(args: &ConformArgs) -> Result<RunReport> {
         version: String::new(),
         declared_policy: None,
         judged_under: String::new(),
+        registrar: String::new(),
         results: Vec::new(),
     };
     for case in &cases {
@@ -161,6 +164,7 @@ pub fn run(args: &ConformArgs) -> Result<RunReport> {
                 report.version = h.version.clone();
                 report.declared_policy = h.policy.map(|p| p.name().to_string());
                 report.judged_under = args.policy.or(h.policy).unwrap_or(OverlapPolicy::Independent).name().to_string();
+                report.registrar = h.registrar.clone().unwrap_or_else(|| "not declared".into());
             }
         }
         res.into_iter().for_each(|r| report.results.push(r));
@@ -199,6 +203,7 @@ enum PendingKind {
     Release { lease: LeaseId, model_op: Op },
     Mem { kind: MemKind, name: Option<String>, len: u64, model_ops: Vec<Op>, spans: Vec<PageSpan> },
     Model { model_op: Op },
+    Data { kind: DataKind, lease: Option<LeaseId>, addr: u64, len: u64, byte: Option<u8> },
     Continue,
     /// A `query` of pinned bytes and live registrations (gaps.rs).
     Query,
@@ -268,6 +273,8 @@ struct CaseRun<'a> {
     failure_transcript: Option<Vec<String>>,
     /// Wasted work and deferred deregistration (issue 24, items 4d and 4e).
     gaps: gaps::GapState,
+    /// The data commands' shadow and findings (`data`).
+    data: data::DataState,
 }
 
 /// Why a case ended before its last record.

@@ -88,6 +88,11 @@ impl CaseRun<'_> {
         let pl = p.line;
         // Others completed while it was in flight: it may take effect anywhere since.
         self.snap = (p.snap.1 < self.log.len()).then(|| p.snap.clone());
+        if let PendingKind::Data { kind, lease, addr, len, byte } = p.kind {
+            // Not an operation of the cache: no model step, no L1 count.
+            self.snap = None;
+            return self.data_reply(o, kind, lease, addr, len, byte, pl);
+        }
         if !ok && o.get("unsupported").and_then(Value::as_bool) == Some(true) {
             return Err(Stop::Unsupported(pl, format!("the adapter does not support case line {pl}: {}", o.get("error").and_then(Value::as_str).unwrap_or(""))));
         }
@@ -137,6 +142,7 @@ impl CaseRun<'_> {
                     }
                 }
                 for s in spans {
+                    self.data_forget(&s);
                     self.event_seq += 1;
                     self.events.push((s, self.event_seq));
                 }
@@ -144,6 +150,7 @@ impl CaseRun<'_> {
                     self.judge_model(op, &Ret::Done, pl);
                 }
             }
+            PendingKind::Data { .. } => unreachable!("judged above"),
             PendingKind::Model { model_op } => {
                 if !ok {
                     return Err(stop("protocol", pl, format!("{} failed: {err_text}", model_op.name())));

@@ -53,6 +53,9 @@ pub struct CaseResult {
     pub extra: u64,
     /// Deregistration timing against L1.
     pub l1: String,
+    /// What the data commands showed: `stale DMA observed: ...`, `data
+    /// right`, `order only: ...` (no data moved), or empty (the case has none).
+    pub data: String,
     pub transcript: Vec<String>,
 }
 
@@ -71,6 +74,8 @@ pub struct RunReport {
     pub version: String,
     pub declared_policy: Option<String>,
     pub judged_under: String,
+    /// The registrar the adapter's hello declared (`io_uring`, `counting`, or `not declared`).
+    pub registrar: String,
     pub results: Vec<CaseResult>,
 }
 
@@ -90,12 +95,13 @@ pub fn table(r: &RunReport) -> String {
         format!("adapter: ({}) gave no hello\n", r.adapter)
     } else {
         format!(
-            "adapter: {} {} ({}); declared policy: {}; judged under: {}\n",
+            "adapter: {} {} ({}); declared policy: {}; judged under: {}; registrar: {}\n",
             r.name,
             r.version,
             r.adapter,
             r.declared_policy.as_deref().unwrap_or("none"),
-            r.judged_under
+            r.judged_under,
+            r.registrar
         )
     };
     let w = r.results.iter().map(|x| x.case.len()).max().unwrap_or(4).max(4);

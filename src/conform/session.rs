@@ -26,6 +26,7 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
         required: 0,
         extra: 0,
         l1: String::new(),
+        data: String::new(),
         transcript: Vec::new(),
     }
 }
@@ -157,6 +158,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         failures: Vec::new(),
         failure_transcript: None,
         gaps: super::gaps::GapState::new(config, &hello),
+        data: Default::default(),
     };
     let outcome = run.run();
     run.l1_judge_end();
@@ -179,6 +181,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         Err(Stop::Unsupported(line, why)) => result(case, Verdict::Unsupported, "-", line, why),
         Err(Stop::Fail(f)) => result(case, Verdict::Fail, &f.rule, f.line, f.detail),
     };
+    run.data_finish(&mut r);
     if r.verdict == Verdict::Fail || r.verdict == Verdict::Diverges {
         r.transcript = run.failure_transcript.clone().unwrap_or_else(|| run.ad.transcript.clone());
         r.transcript.extend(run.ad.stderr_tail().into_iter().map(|l| format!("stderr: {l}")));

@@ -5,6 +5,8 @@
  * rest of libfabric. Written for this project; see
  * docs/conformance-protocol.md.
  *
+ * Registrations pin through the shared io_uring registrar of adapter.c
+ * (`--registrar counting`: report only), before or after `--uffd`.
  * The cache has no access field (we register everything) and is byte
  * granular (we round requests out to pages). Its monitor is memhooks by
  * default, userfaultfd with `--uffd` (FI_MR_CACHE_MONITOR). memhooks runs
@@ -29,12 +31,13 @@ static int uffd;
 static int add_region(struct ofi_mr_cache *c, struct ofi_mr_entry *e)
 {
 	((struct my_data *)e->data)->id = adapter_reg((uint64_t)e->info.iov.iov_base, e->info.iov.iov_len, 0xf);
-	return 0;
+	return ((struct my_data *)e->data)->id ? 0 : -EIO; /* 0: the registrar could not pin */
 }
 
 static void delete_region(struct ofi_mr_cache *c, struct ofi_mr_entry *e)
 {
-	adapter_dereg(((struct my_data *)e->data)->id);
+	if (((struct my_data *)e->data)->id)
+		adapter_dereg(((struct my_data *)e->data)->id);
 }
 
 static int init(unsigned long max_regions, unsigned long max_bytes, char *limits, size_t n, char *err, size_t errn)
@@ -121,6 +124,8 @@ int main(int argc, char **argv)
 		.release = release,
 		.flush = flush,
 	};
+	if (adapter_parse_args(&argc, argv))
+		return 2;
 	if (argc > 1 && !strcmp(argv[1], "--uffd")) {
 		uffd = 1;
 		p.name = "libfabric-mr-cache (userfaultfd)";
