@@ -298,10 +298,13 @@ impl LeaseSlab {
             return Err(no_chunk());
         };
         debug_assert_eq!(slot.state.load(Ordering::Relaxed), generation << 1, "a free slot's state");
+        // Read from the lease in hand, not back from the cell: that copy is
+        // written with wider stores than the fields are read with, and the
+        // loads would wait for it to reach the cache (no store forwarding).
+        let (keys, view) = (lease.keys(), lease.view());
         // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
         // touches the cell until the LIVE store below publishes it.
-        let stored = unsafe { (*slot.lease.get()).write(lease) };
-        let (keys, view) = (stored.keys(), stored.view());
+        unsafe { (*slot.lease.get()).write(lease) };
         // Seqlock writer: the copies change only after the slot left LIVE
         // (its release bumped the generation); readers recheck the state.
         fence(Ordering::Release);
@@ -400,3 +403,4 @@ impl Drop for LeaseSlab {
         }
     }
 }
+

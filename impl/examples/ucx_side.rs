@@ -122,6 +122,18 @@ fn main() {
             for i in 0..n as u64 {
                 get_put(&c, base + i * REGION, REGION);
             }
+            // An untimed warm pass, the same kind of sequence as the timed
+            // one (the C arm's): hits are measured in steady state.
+            let mut g = Rng(SEED ^ 0x5A5A);
+            let mut i = 0u32;
+            for _ in 0..iters / 2 + 2 * n as u64 {
+                let j = if seq { i } else { g.below(n) };
+                i += 1;
+                if i == n {
+                    i = 0;
+                }
+                get_put(&c, base + j as u64 * REGION, REGION);
+            }
             let mut g = Rng(SEED);
             let mut i = 0u32;
             let t = now();
