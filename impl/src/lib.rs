@@ -107,6 +107,8 @@ pub mod registrar;
 pub mod spec;
 #[doc(hidden)]
 pub mod sync;
+#[doc(hidden)]
+pub mod thread_token;
 #[cfg(all(feature = "testkit", not(loom)))]
 pub mod testkit;
 

@@ -31,6 +31,7 @@ use super::generation::Shared;
 use super::lease::Lease;
 use super::state::Released;
 use super::{fork, Cache};
+use crate::thread_token::{bucket, thread_token};
 use crate::registrar::Registrar;
 use crate::sync::{plain, AtomicPtr, AtomicU64, Ordering};
 use mrcache_types::{Access, PageSpan, Range};
@@ -42,6 +43,34 @@ use std::sync::{Arc, Once, PoisonError};
 pub const MAX_LANES: usize = 64;
 #[cfg(loom)]
 pub const MAX_LANES: usize = 2;
+
+/// Buckets of [`Lanes`]' thread token table (a power of two). Unit tests
+/// use two, so that threads running at once share buckets.
+#[cfg(not(test))]
+const TOKEN_BUCKETS: usize = 2 * MAX_LANES;
+#[cfg(test)]
+const TOKEN_BUCKETS: usize = 2;
+
+/// A lane's claim. `taken` says whether a thread holds it; `holder` says
+/// which (its [`thread_token`], or 0). Only the thread holding the claim
+/// writes `holder`: after taking the claim, and back to 0 before giving it
+/// up ([`Claim::release`]). So a thread that reads its own token there holds
+/// the claim: it wrote that value itself, and a later write by another
+/// thread needs the claim, which this thread gives up only after zeroing
+/// `holder` (coherence orders the two writes for it).
+pub(super) struct Claim {
+    taken: plain::AtomicBool,
+    holder: plain::AtomicUsize,
+}
+
+impl Claim {
+    /// Gives the claim up (the holding thread only).
+    fn release(&self) {
+        self.holder.store(0, Ordering::Relaxed);
+        // Release: the next owner sees this thread's last `held` stores.
+        self.taken.store(false, Ordering::Release);
+    }
+}
 
 /// Default memo slots per lane ([`crate::CacheConfig::lane_slots`]).
 #[cfg(not(loom))]
@@ -254,7 +283,7 @@ pub(crate) struct Lane<R: Registrar> {
     tick: plain::AtomicU32,
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
-    claim: Arc<plain::AtomicBool>,
+    claim: Arc<Claim>,
     /// Owned leases ([`super::OwnedLease`]) counted on this lane: taken by
     /// the owner, returned by the owner (owner-only plain increments,
     /// `Release` stores) or by another thread (`remote`, an atomic add on its
@@ -302,6 +331,11 @@ pub(crate) struct Lanes<R: Registrar> {
     /// Slots per lane (a power of two).
     slots_per_lane: usize,
     table: Box<[plain::AtomicPtr<Lane<R>>]>,
+    /// A claimed lane by its holder's [`thread_token`] bucket: the hot path's
+    /// way to this thread's lane without a thread-local lookup (in a shared
+    /// library, a call). Only a hint: [`Self::mine`] checks the lane's
+    /// holder. The last claimer of a bucket keeps it.
+    by_token: Box<[plain::AtomicPtr<Lane<R>>]>,
     /// LN4/LN5 ordering.
     pub(super) mutex: crate::sync::Mutex<()>,
 }
@@ -315,6 +349,7 @@ impl<R: Registrar> Lanes<R> {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             slots_per_lane: slots_per_lane as usize,
             table: (0..MAX_LANES).map(|_| plain::AtomicPtr::new(std::ptr::null_mut())).collect(),
+            by_token: (0..TOKEN_BUCKETS).map(|_| plain::AtomicPtr::new(std::ptr::null_mut())).collect(),
             mutex: crate::sync::Mutex::new(()),
         }
     }
@@ -328,10 +363,36 @@ impl<R: Registrar> Lanes<R> {
         })
     }
 
-    /// This thread's lane here, if it has claimed one (hot path: one
-    /// thread-local read and a compare).
+    /// This thread's lane here, if it has claimed one (hot path: the lane
+    /// its thread token's bucket names, if the lane's claim holder is this
+    /// thread; else one thread-local read and a compare).
     #[inline(always)]
     pub(super) fn mine(&self) -> Option<&Lane<R>> {
+        let token = thread_token();
+        if token != 0 {
+            // Acquire: pairs with `remember`'s release (the lane's fields).
+            let p = self.by_token[bucket(token, TOKEN_BUCKETS)].load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: only lanes of this generation are stored here, and
+                // they live as long as it (`self`).
+                let lane = unsafe { &*p };
+                // The holder is written only by the thread holding the claim
+                // (`Claim`): it equals this thread's token exactly while this
+                // thread holds the claim. Another thread that shares the
+                // bucket, or a successor with this token, reads 0 or another
+                // token and takes the thread-local path.
+                if lane.claim.holder.load(Ordering::Relaxed) == token {
+                    debug_assert!(lane.claim.taken.load(Ordering::Relaxed), "a holder without the claim");
+                    return Some(lane);
+                }
+            }
+        }
+        self.mine_by_thread_local()
+    }
+
+    /// [`Self::mine`] through this thread's claim list.
+    #[inline(always)]
+    fn mine_by_thread_local(&self) -> Option<&Lane<R>> {
         let uid = self.uid;
         CLAIMS
             .try_with(|c| {
@@ -367,7 +428,7 @@ impl<R: Registrar> Lanes<R> {
                     window_hits: plain::AtomicU64::new(0),
                     dry: plain::AtomicBool::new(false),
                     tick: plain::AtomicU32::new(0),
-                    claim: Arc::new(plain::AtomicBool::new(true)),
+                    claim: Arc::new(Claim { taken: plain::AtomicBool::new(true), holder: plain::AtomicUsize::new(0) }),
                     owned_taken: plain::AtomicU64::new(0),
                     owned_returned: plain::AtomicU64::new(0),
                     owned_returned_remote: RemoteCount(plain::AtomicU64::new(0)),
@@ -389,7 +450,7 @@ impl<R: Registrar> Lanes<R> {
             }
             // SAFETY: installed lanes live as long as `self`.
             let lane = unsafe { &*p };
-            if lane.claim.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            if lane.claim.taken.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 self.remember(lane);
                 return Some(lane);
             }
@@ -397,13 +458,24 @@ impl<R: Registrar> Lanes<R> {
         None
     }
 
+    /// Called with `lane`'s claim just taken by this thread.
     fn remember(&self, lane: &Lane<R>) {
+        debug_assert!(lane.claim.taken.load(Ordering::Relaxed), "remember without the claim");
+        debug_assert_eq!(lane.claim.holder.load(Ordering::Relaxed), 0, "a claim just taken has no holder");
         let ptr = (lane as *const Lane<R>).cast::<()>();
         let claim = lane.claim.clone();
+        let token = thread_token();
+        // Before the claim goes on the list (whose eviction or destructor
+        // clears it again), so that the list's release always follows it.
+        claim.holder.store(token, Ordering::Relaxed);
         let kept = CLAIMS.try_with(|c| c.add(self.uid, ptr, claim.clone())).is_ok();
         if !kept {
             // Thread-locals are being destroyed: give the lane back at once.
-            claim.store(false, Ordering::Release);
+            claim.release();
+        } else if token != 0 {
+            // Release: a thread that reads the pointer reads the lane's
+            // fields (made before `table` published it); pairs with `mine`.
+            self.by_token[bucket(token, TOKEN_BUCKETS)].store(lane as *const Lane<R> as *mut Lane<R>, Ordering::Release);
         }
     }
 }
@@ -646,7 +718,7 @@ pub(crate) fn owns<R: Registrar>(lanes: &Lanes<R>, r: LaneRef<R>) -> bool {
 /// recent last, and a one-entry hint for the hot path.
 struct Claims {
     hint: Cell<(u64, Option<*const ()>)>,
-    list: RefCell<Vec<(u64, *const (), Arc<plain::AtomicBool>)>>,
+    list: RefCell<Vec<(u64, *const (), Arc<Claim>)>>,
 }
 
 /// Claims kept per thread; the oldest is given back beyond it (a thread that
@@ -663,14 +735,14 @@ impl Claims {
         found
     }
 
-    fn add(&self, uid: u64, lane: *const (), claim: Arc<plain::AtomicBool>) {
+    fn add(&self, uid: u64, lane: *const (), claim: Arc<Claim>) {
         let Ok(mut list) = self.list.try_borrow_mut() else {
-            claim.store(false, Ordering::Release);
+            claim.release();
             return;
         };
         if list.len() >= MAX_CLAIMS {
             let (old_uid, _, old) = list.remove(0);
-            old.store(false, Ordering::Release);
+            old.release();
             if self.hint.get().0 == old_uid {
                 self.hint.set((0, None));
             }
@@ -683,8 +755,7 @@ impl Claims {
 impl Drop for Claims {
     fn drop(&mut self) {
         for (_, _, claim) in self.list.get_mut().drain(..) {
-            // Release: the next owner sees this thread's last `held` stores.
-            claim.store(false, Ordering::Release);
+            claim.release();
         }
     }
 }
@@ -712,7 +783,13 @@ impl<R: Registrar> Cache<R> {
         //# lane hit (before A1): if the queue is empty, the draining count is 0,
         //# and a slot of this thread's lane has exactly the request's key
         if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
-            if let Some(lane) = shared.lanes.mine().filter(|l| worth_probing(l)) {
+            // A match, not `Option::filter`: in the shared library the
+            // filter stayed a call (callgrind).
+            let probe = match shared.lanes.mine() {
+                Some(lane) if worth_probing(lane) => Some(lane),
+                _ => None,
+            };
+            if let Some(lane) = probe {
                 let span = range.pages(self.page_size);
                 match try_hit(lane, span, access) {
                     LaneHit::Hit(p, slot) => {
@@ -739,7 +816,11 @@ impl<R: Registrar> Cache<R> {
             && fork::generation() == self.forks_seen.load(Ordering::Relaxed)
             && std::ptr::eq(self.shared.load(Ordering::Relaxed), shared)
         {
-            if let Some(mine) = shared.lanes.mine().filter(|l| l.holds(r)) {
+            let mine = match shared.lanes.mine() {
+                Some(mine) if mine.holds(r) => Some(mine),
+                _ => None,
+            };
+            if let Some(mine) = mine {
                 //= spec.md#LN3
                 //# the owner stores `held − 1`, another thread adds 1 to
                 //# `remote` (release order). Light barrier; load `ptr`
@@ -890,5 +971,81 @@ impl<R: Registrar> Cache<R> {
                 unsafe { EntryPtr::from_raw(p).get() }.state.acquire();
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::registrar::counting::CountingRegistrar;
+    use crate::thread_token::thread_token;
+
+    /// The address of this thread's lane in `lanes`, if it has one.
+    fn mine_addr(lanes: &Lanes<CountingRegistrar>) -> Option<usize> {
+        lanes.mine().map(|l| l as *const Lane<CountingRegistrar> as usize)
+    }
+
+    /// A thread that exits gives its lane back, and a later thread, even one
+    /// with the same thread token (glibc reuses an exited thread's stack,
+    /// and the token with it), does not find the lane as its own until it
+    /// claims one: `mine`'s token path checks the claim's holder, which the
+    /// claim's release clears. Without that (the holder left set), the
+    /// successor would write `held` of a lane it never claimed.
+    #[test]
+    fn a_successor_with_the_same_token_does_not_inherit_a_lane() {
+        let lanes = Lanes::<CountingRegistrar>::new(4);
+        let mut seen = Vec::new();
+        let mut repeated = false;
+        for round in 0..16 {
+            let (token, before, claimed, after) = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let before = mine_addr(&lanes);
+                    let claimed = lanes.mine_or_claim().map(|l| l as *const Lane<CountingRegistrar> as usize);
+                    (thread_token(), before, claimed, mine_addr(&lanes))
+                })
+                .join()
+                .unwrap()
+            });
+            assert_eq!(before, None, "round {round}: a new thread (token {token:#x}) found a lane before claiming one");
+            assert!(claimed.is_some(), "round {round}: no lane claimed");
+            assert_eq!(after, claimed, "round {round}: the claimed lane is not this thread's");
+            repeated |= token != 0 && seen.contains(&token);
+            seen.push(token);
+        }
+        if thread_token() != 0 {
+            assert!(repeated, "no thread token repeated in 16 sequential threads ({seen:x?}): the token path was not exercised");
+        }
+    }
+
+    /// Threads running at once each get a lane of their own, through the
+    /// token path and after it, though they share the token table's two
+    /// buckets (under test): a bucket that names another thread's lane is
+    /// not taken for this thread's (the holder check).
+    #[test]
+    fn threads_running_at_once_have_distinct_lanes() {
+        let lanes = Lanes::<CountingRegistrar>::new(4);
+        let barrier = std::sync::Barrier::new(8);
+        let got: Vec<(usize, usize)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        let claimed = lanes.mine_or_claim().unwrap() as *const Lane<CountingRegistrar> as usize;
+                        barrier.wait();
+                        // Every thread has claimed: each still finds its own.
+                        let again = mine_addr(&lanes).unwrap();
+                        barrier.wait();
+                        (claimed, again)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut lanes_seen: Vec<usize> = got.iter().map(|&(c, a)| {
+            assert_eq!(c, a, "a thread's lane changed while it ran");
+            c
+        }).collect();
+        lanes_seen.sort_unstable();
+        lanes_seen.dedup();
+        assert_eq!(lanes_seen.len(), 8, "two running threads share a lane: {got:x?}");
     }
 }
