@@ -24,11 +24,17 @@
 //! operations (`{"mem":...}`) and `{"ctl":"continue"}`.
 //!
 //! The parts: `case` (the case files and their parser), `adapter_process`
-//! (the adapter process the runner starts for each case), `hello` (its hello reply), `session` (one case from
-//! start to verdict), `commands` (the records sent as commands), `replies`
-//! (the adapter's lines), `judge` (the physical and model judges, L1) and
-//! `report` (the results and their table). This module holds the arguments,
-//! [`run`], and the state of one case run that those modules share.
+//! (the adapter process the runner starts for each case), `hello` (its
+//! hello reply), `session` (one case from start to verdict), `commands`
+//! (the records sent as commands), `replies` (the adapter's lines), `judge`
+//! (the physical and model judges, L1), `gaps` (wasted work, deferred
+//! deregistration), `data` (the data commands' shadow) and `report` (the
+//! results and their table). This module holds the arguments, [`run`], and
+//! the state of one case run that those modules share.
+//!
+//! [`builtin_adapter`] is not part of the runner: it is an adapter
+//! (`mrcache adapter`), run by the runner like any peer's, and imports
+//! nothing from the runner (they share only docs/conformance-protocol.md).
 
 mod adapter_process;
 pub mod builtin_adapter;

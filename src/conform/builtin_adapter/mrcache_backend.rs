@@ -5,7 +5,7 @@
 //! fault switches ([`CacheFault`]).
 //!
 //! Invariant: a release command returns only after the monitor round that
-//! read its event (if any) has finished, and a fork child has a monitor of
+//! read its event (if any) has finished (waiting up to 1 s), and a fork child has a monitor of
 //! its own (spec.md#S2.6). Above [`super::protocol`] and
 //! [`super::registrar`].
 

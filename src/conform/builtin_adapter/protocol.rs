@@ -22,7 +22,7 @@ pub(super) const UNSUPPORTED: i32 = -2;
 /// A command's reply fields, or its error message and errno.
 pub(super) type OpResult = Result<Value, (String, i32)>;
 
-/// A cache behind the adapter: mrcache ([`super::mrcache`]) or the toy
+/// A cache behind the adapter: mrcache ([`super::mrcache_backend`]) or the toy
 /// ([`super::toy`]).
 pub(super) trait Backend: Send + Sync {
     fn acquire(&self, lease: LeaseId, addr: u64, len: u64, access: Access) -> OpResult;

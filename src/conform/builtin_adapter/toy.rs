@@ -5,9 +5,9 @@
 //! break fails exactly the cases listed in conformance/expected/.
 //!
 //! Invariant (without a break): an entry is findable only while no release
-//! event since its registration overlaps it, is deregistered once, and only
-//! when it is neither findable nor leased; the registrar is never called
-//! under the toy's lock. Above [`super::protocol`] and
+//! event since its registration overlaps it, and is deregistered exactly
+//! once, never while leased; the registrar is never called under the toy's
+//! lock. Above [`super::protocol`] and
 //! [`super::registrar`].
 
 use super::protocol::{Backend, OpResult, PAGE};
