@@ -1,21 +1,24 @@
 //! The `mrcache` command line as a library, so integration tests can call it.
 //!
-//! - [`replay`]: run traces through the reference model or the cache;
+//! - [`replay`]: run traces through the reference model
+//!   ([`replay::model`]) or the cache engine, judged op by op by the model
+//!   ([`replay::cache`]);
 //! - `fuzz`: long randomized runs of the test layers (`mrcache fuzz`,
 //!   feature `testkit`, on by default);
-//! - [`replay_impl`]: the cache engine, judged op by op by the model;
 //! - [`report`]: sweeps of recorded traces over policies, limits and
 //!   registration thresholds, with the time saved ([`cost`]) and charts
 //!   ([`plot`]).
 
 pub mod check;
 pub mod conform;
-pub mod conform_adapter;
 pub mod cost;
 #[cfg(feature = "testkit")]
 pub mod fuzz;
 pub mod plot;
 pub mod record;
 pub mod replay;
-pub mod replay_impl;
 pub mod report;
+
+/// [`replay::cache`] under its former name (`src/replay_impl.rs` before
+/// issue 26): the cache engine, judged op by op by the model.
+pub use replay::cache as replay_impl;

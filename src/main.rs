@@ -4,7 +4,8 @@
 use clap::{Parser, Subcommand};
 #[cfg(feature = "testkit")]
 use mrcache_cli::fuzz;
-use mrcache_cli::{check, conform, conform_adapter, cost, plot, record, replay, report};
+use mrcache_cli::conform::builtin_adapter;
+use mrcache_cli::{check, conform, cost, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -40,7 +41,7 @@ enum Command {
     Conform(conform::ConformArgs),
     /// A conformance adapter: mrcache itself (uffd monitor), or the toy cache.
     #[command(hide = true)]
-    Adapter(conform_adapter::AdapterArgs),
+    Adapter(builtin_adapter::AdapterArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
         #[arg(long, default_value_t = 3000)]
@@ -111,7 +112,7 @@ fn main() -> ExitCode {
             }
             u8::from(r.failed() > 0)
         }),
-        Command::Adapter(args) => conform_adapter::run(&args),
+        Command::Adapter(args) => builtin_adapter::run(&args),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {

@@ -359,12 +359,12 @@ fn trace_report(
     bar.set_message(format!("{label} cache (merge, 16 MiB)"));
     let mask = replay::skip_mask(trace, sweep);
     let mut progress = Records::new(bar);
-    let cache = crate::replay_impl::replay_masked(
+    let cache = replay::cache::replay_masked(
         trace,
         &name,
         check_cfg,
-        crate::replay_impl::RegistrarKind::Counting,
-        crate::replay_impl::MonitorKind::Explicit,
+        replay::cache::RegistrarKind::Counting,
+        replay::cache::MonitorKind::Explicit,
         mask.as_deref(),
         &mut |i| progress.at(i),
     )?;

@@ -19,15 +19,7 @@ fn bin() -> &'static str {
 }
 
 fn args(adapter: String) -> ConformArgs {
-    ConformArgs {
-        adapter,
-        cases: root().join("conformance/cases"),
-        policy: None,
-        json: false,
-        timeout: 10.0,
-        block_ms: 300,
-        only: Vec::new(),
-    }
+    ConformArgs::new(adapter, root().join("conformance/cases"))
 }
 
 fn run(adapter: String) -> RunReport {

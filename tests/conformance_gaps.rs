@@ -15,15 +15,7 @@ fn bin() -> &'static str {
 }
 
 fn run_case(adapter: &str, case: &str) -> RunReport {
-    let args = ConformArgs {
-        adapter: adapter.to_string(),
-        cases: root().join("tests/conformance-gaps").join(format!("{case}.jsonl")),
-        policy: None,
-        json: false,
-        timeout: 10.0,
-        block_ms: 300,
-        only: Vec::new(),
-    };
+    let args = ConformArgs::new(adapter, root().join("tests/conformance-gaps").join(format!("{case}.jsonl")));
     conform::run(&args).expect("the case runs")
 }
 
@@ -86,42 +78,20 @@ fn a_case_asks_for_its_arena() {
 /// case once it declares `chunk_size`; undeclared, the same cache fails C2.
 #[test]
 fn a_declared_chunk_size_is_judged_with() {
-    let cases = root().join("conformance/cases");
-    let run = |adapter: String| {
-        let args = ConformArgs {
-            adapter,
-            cases: cases.clone(),
-            policy: None,
-            json: false,
-            timeout: 10.0,
-            block_ms: 300,
-            only: Vec::new(),
-        };
-        conform::run(&args).expect("the suite runs")
-    };
     // On the counting registrar: a registration widened to a chunk that
     // takes in an unmapped page cannot be pinned (io_uring says EFAULT, as
     // ibv_reg_mr would), which is a real limit of chunking, not C2's.
-    let r = run(format!("{} adapter --toy --chunk 16384 --registrar counting", bin()));
+    let r = suite(format!("{} adapter --toy --chunk 16384 --registrar counting", bin()));
     assert!(r.results.iter().all(|x| x.verdict == Verdict::Pass), "{}", conform::table(&r));
-    let r = run(format!("{} adapter --policy merge --chunk 16384 --registrar counting", bin()));
+    let r = suite(format!("{} adapter --policy merge --chunk 16384 --registrar counting", bin()));
     assert!(r.results.iter().all(|x| x.verdict == Verdict::Pass), "{}", conform::table(&r));
-    let r = run(format!("{} adapter --toy --chunk 16384 --chunk-undeclared --registrar counting", bin()));
+    let r = suite(format!("{} adapter --toy --chunk 16384 --chunk-undeclared --registrar counting", bin()));
     let c2: Vec<&str> = r.results.iter().filter(|x| x.verdict == Verdict::Fail && x.rule == "C2").map(|x| x.case.as_str()).collect();
     assert!(c2.contains(&"page-rounding"), "{}", conform::table(&r));
 }
 
 fn suite(adapter: String) -> RunReport {
-    let args = ConformArgs {
-        adapter,
-        cases: root().join("conformance/cases"),
-        policy: None,
-        json: false,
-        timeout: 10.0,
-        block_ms: 300,
-        only: Vec::new(),
-    };
-    conform::run(&args).expect("the suite runs")
+    conform::run(&ConformArgs::new(adapter, root().join("conformance/cases"))).expect("the suite runs")
 }
 
 /// 4d: deregistration put off to the next acquire passes when the adapter
@@ -170,15 +140,7 @@ fn a_query_answer_that_disagrees_with_the_events_is_a_protocol_failure() {
         "{\"mrcache_conformance\": 1, \"name\": \"one-munmap\", \"purpose\": \"p\", \"spec\": [\"L1\"]}\n{\"mem\": \"munmap\", \"addr\": \"0x10000\", \"len\": 4096}\n",
     )
     .expect("write the case");
-    let args = ConformArgs {
-        adapter: format!("sh {}", sh.display()),
-        cases: case,
-        policy: None,
-        json: false,
-        timeout: 5.0,
-        block_ms: 300,
-        only: Vec::new(),
-    };
+    let args = ConformArgs { timeout: 5.0, ..ConformArgs::new(format!("sh {}", sh.display()), case) };
     let r = conform::run(&args).expect("the case runs");
     let _ = std::fs::remove_dir_all(&dir);
     let x = &r.results[0];

@@ -55,15 +55,7 @@ fn every_available_peer_matches_the_verdict_table() {
                 continue;
             }
         }
-        let args = ConformArgs {
-            adapter: cmd.clone(),
-            cases: root().join("conformance/cases"),
-            policy: None,
-            json: false,
-            timeout: 10.0,
-            block_ms: 300,
-            only: Vec::new(),
-        };
+        let args = ConformArgs::new(cmd.clone(), root().join("conformance/cases"));
         let r = conform::run(&args).expect("the suite runs");
         eprintln!("{}", conform::table(&r));
         assert_eq!(r.results.len(), rows.len(), "{label}: the table and conformance/cases/ list different cases");

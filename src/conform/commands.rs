@@ -8,7 +8,7 @@
 //! paused thread and waits for its operation and whatever it blocked; no
 //! thread may still be paused when the case ends.
 
-use super::adapter::Line;
+use super::adapter_process::Line;
 use super::hello::ALL_ACCESS;
 use super::{stop, CaseRun, MemKind, Pending, PendingKind, Record, Stop};
 use mrcache_types::{Op, Range, ReleaseKind};
@@ -255,7 +255,7 @@ impl CaseRun<'_> {
                 }
                 Ok(Line::TooLong) => {
                     let how = self.ad.end_after_too_long();
-                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter::MAX_LINE)));
+                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE)));
                 }
                 Ok(Line::Eof) => {
                     let how = self.ad.exit_status();

@@ -23,14 +23,21 @@
 //! wrap the one [`Op`] enum (`{"op":...}` plus `buf`, `thread`, `pause`), memory
 //! operations (`{"mem":...}`) and `{"ctl":"continue"}`.
 //!
-//! The parts: `case` (the case files and their parser), `adapter` (the
-//! adapter process), `hello` (its hello reply), `session` (one case from
-//! start to verdict), `commands` (the records sent as commands), `replies`
-//! (the adapter's lines), `judge` (the physical and model judges, L1) and
-//! `report` (the results and their table). This module holds the arguments,
-//! [`run`], and the state of one case run that those modules share.
+//! The parts: `case` (the case files and their parser), `adapter_process`
+//! (the adapter process the runner starts for each case), `hello` (its
+//! hello reply), `session` (one case from start to verdict), `commands`
+//! (the records sent as commands), `replies` (the adapter's lines), `judge`
+//! (the physical and model judges, L1), `gaps` (wasted work, deferred
+//! deregistration), `data` (the data commands' shadow) and `report` (the
+//! results and their table). This module holds the arguments, [`run`], and
+//! the state of one case run that those modules share.
+//!
+//! [`builtin_adapter`] is not part of the runner: it is an adapter
+//! (`mrcache adapter`), run by the runner like any peer's, and imports
+//! nothing from the runner (they share only docs/conformance-protocol.md).
 
-mod adapter;
+mod adapter_process;
+pub mod builtin_adapter;
 mod case;
 mod commands;
 mod gaps;
@@ -45,7 +52,7 @@ pub use case::{Case, MemKind, Record};
 pub use data::{DataKind, DataRecord};
 pub use report::{table, CaseResult, Failure, RunReport, Verdict};
 
-use adapter::Adapter;
+use adapter_process::AdapterProcess;
 use anyhow::{bail, Result};
 use judge::Entry;
 use mrcache_model::{Model, OverlapPolicy};
@@ -80,15 +87,36 @@ pub struct ConformArgs {
     #[arg(long)]
     pub json: bool,
     /// Seconds an adapter may take to answer one command before it is hung.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = ConformArgs::DEFAULT_TIMEOUT)]
     pub timeout: f64,
     /// Milliseconds after which a command sent while another thread is paused
     /// is recorded as `blocked` (it completes after the continue).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = ConformArgs::DEFAULT_BLOCK_MS)]
     pub block_ms: u64,
     /// Run only the cases whose name contains this (repeatable).
     #[arg(long = "case")]
     pub only: Vec<String>,
+}
+
+impl ConformArgs {
+    /// `--timeout`'s default (seconds).
+    pub const DEFAULT_TIMEOUT: f64 = 10.0;
+    /// `--block-ms`'s default.
+    pub const DEFAULT_BLOCK_MS: u64 = 300;
+
+    /// What `mrcache conform --adapter ADAPTER --cases CASES` runs: every
+    /// other option at its default.
+    pub fn new(adapter: impl Into<String>, cases: impl Into<PathBuf>) -> ConformArgs {
+        ConformArgs {
+            adapter: adapter.into(),
+            cases: cases.into(),
+            policy: None,
+            json: false,
+            timeout: ConformArgs::DEFAULT_TIMEOUT,
+            block_ms: ConformArgs::DEFAULT_BLOCK_MS,
+            only: Vec::new(),
+        }
+    }
 }
 
 /// The adapter ended before its first hello: `mrcache conform` reports it
@@ -229,7 +257,7 @@ struct Pending {
 struct CaseRun<'a> {
     case: &'a Case,
     args: &'a ConformArgs,
-    ad: Adapter,
+    ad: AdapterProcess,
     seq: u64,
     pending: BTreeMap<u64, Pending>,
     page: u64,

@@ -4,7 +4,7 @@
 //! [`CaseResult`]. The adapter is killed whatever the outcome; a failing or
 //! diverging case keeps the tail of the exchange and of the adapter's stderr.
 
-use super::adapter::{Adapter, Line};
+use super::adapter_process::{AdapterProcess, Line};
 use super::hello::{parse_hello, Hello};
 use super::report::Failure;
 use super::{Case, CaseResult, CaseRun, ConformArgs, Stop, Verdict, PROTOCOL};
@@ -32,7 +32,7 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
 }
 
 pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hello>) {
-    let mut ad = match Adapter::spawn(&args.adapter) {
+    let mut ad = match AdapterProcess::spawn(&args.adapter) {
         Ok(a) => a,
         Err(e) => return (Some(result(case, Verdict::Fail, "crash", 0, format!("{e:#}"))), None),
     };
@@ -65,7 +65,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
                 Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
                 Ok(Line::TooLong) => {
                     let how = ad.end_after_too_long();
-                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter::MAX_LINE)));
+                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE)));
                 }
                 Err(_) => return Err(("hang".into(), format!("no hello within {:.1} s", args.timeout))),
             }

@@ -1,10 +1,13 @@
-//! The adapter process: one per case, started by `sh -c` in a process group
-//! of its own so that [`Adapter::kill`] also reaches whatever it started.
+//! The adapter process the runner starts (not an adapter itself: that is
+//! [`super::builtin_adapter`]): one per case, started by `sh -c` in a process
+//! group of its own so that [`AdapterProcess::kill`] also reaches whatever it
+//! started.
 //!
 //! Its stdout is read on a thread and handed over line by line through a
 //! channel, so a silent adapter is a timeout (`hang`), never a blocked read;
 //! end of file is [`Line::Eof`]. The last lines of the exchange and of its
-//! stderr are kept for the report.
+//! stderr are kept for the report. Invariant: the runner never holds more
+//! than [`MAX_LINE`] bytes of one line of the adapter's.
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -24,7 +27,7 @@ pub(super) enum Line {
 /// The longest line an adapter may write (a reply is a few hundred bytes).
 pub(super) const MAX_LINE: u64 = 1 << 20;
 
-pub(super) struct Adapter {
+pub(super) struct AdapterProcess {
     child: Child,
     stdin: Option<ChildStdin>,
     pub(super) rx: Receiver<Line>,
@@ -36,8 +39,8 @@ pub(super) struct Adapter {
 
 const TRANSCRIPT_KEEP: usize = 24;
 
-impl Adapter {
-    pub(super) fn spawn(cmd: &str) -> Result<Adapter> {
+impl AdapterProcess {
+    pub(super) fn spawn(cmd: &str) -> Result<AdapterProcess> {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new("sh")
             .arg("-c")
@@ -66,7 +69,7 @@ impl Adapter {
                         let _ = tx.send(Line::TooLong);
                         // Drain what follows, holding nothing, so that an
                         // adapter blocked writing can end and say how
-                        // ([`Adapter::end_after_too_long`]).
+                        // ([`AdapterProcess::end_after_too_long`]).
                         drop(buf);
                         let _ = std::io::copy(&mut r, &mut std::io::sink());
                         let _ = tx.send(Line::Eof);
@@ -96,7 +99,7 @@ impl Adapter {
                 }
             }
         });
-        Ok(Adapter { child, stdin, rx, stderr: errs, stderr_done: done, transcript: Vec::new() })
+        Ok(AdapterProcess { child, stdin, rx, stderr: errs, stderr_done: done, transcript: Vec::new() })
     }
 
     pub(super) fn note(&mut self, s: String) {

@@ -15,25 +15,26 @@
 //! whatever its size; 0 (register everything) for every other trace, whose
 //! `expect` values were written for the cache seeing every acquire.
 //! docs/replay-report.md says where the default comes from.
+//!
+//! The parts: [`model`] replays through the reference model, [`cache`]
+//! through the real cache (judged op by op by the model), and `report`
+//! holds the plain data of a replay's result ([`Report`], [`Engine`]) that
+//! both build on. This module holds the arguments, the threshold, loading
+//! a trace, [`run`] (which dispatches to an engine) and the table; no part
+//! imports it.
+
+pub mod cache;
+pub mod model;
+mod report;
 
 use anyhow::{Context, Result};
-use mrcache_model::{Config, EvictionPolicy, Limits, Model, OverlapPolicy};
+use mrcache_model::{Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_types::trace::Trace;
-use mrcache_types::Stats;
-use serde::Serialize;
 use std::path::Path;
 
-pub use crate::replay_impl::{MonitorKind, RegistrarKind};
-
-/// Which implementation runs the trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Engine {
-    /// The reference model.
-    Model,
-    /// The real cache, every outcome judged by the model.
-    Impl,
-}
+pub use cache::{MonitorKind, RegistrarKind};
+pub use model::{replay_model, replay_model_with};
+pub use report::{Engine, Report};
 
 /// Options shared by every replayed trace.
 #[derive(Clone, Debug, clap::Args)]
@@ -140,22 +141,6 @@ pub fn skip_mask(trace: &Trace, threshold: u64) -> Option<Vec<bool>> {
     Some(mask)
 }
 
-/// The result of replaying one trace.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub trace: String,
-    pub engine: Engine,
-    pub policy: OverlapPolicy,
-    pub records: usize,
-    /// The registration threshold in force (bytes).
-    pub threshold: u64,
-    /// Records skipped by it: small acquires and their releases.
-    pub skipped: usize,
-    /// Records whose `expect` was checked.
-    pub expectations_checked: usize,
-    pub stats: Stats,
-}
-
 impl ReplayArgs {
     pub fn config_for(&self, trace: &Trace) -> Result<Config> {
         let policy = match (self.policy, &trace.header.policy_hint) {
@@ -183,73 +168,6 @@ pub fn load(path: &Path) -> Result<Trace> {
     Ok(Trace::parse(&path.display().to_string(), &text)?)
 }
 
-/// Replays one trace through the model.
-pub fn replay_model(name: &str, trace: &Trace, config: Config, check_expect: bool) -> Result<Report> {
-    replay_model_with(name, trace, config, check_expect, None, &mut |_, _| {})
-}
-
-/// Replays one trace through the model, skipping the records `skip` marks
-/// (see [`skip_mask`]) and calling `observe(i, &model)` after every record
-/// `i` that ran (for time series and progress).
-pub fn replay_model_with(
-    name: &str,
-    trace: &Trace,
-    config: Config,
-    check_expect: bool,
-    skip: Option<&[bool]>,
-    observe: &mut dyn FnMut(usize, &Model),
-) -> Result<Report> {
-    let mut model = Model::new(config);
-    let mut checked = 0;
-    let mut skipped = 0;
-    for (i, rec) in trace.records.iter().enumerate() {
-        if skip.is_some_and(|m| m[i]) {
-            skipped += 1;
-            continue;
-        }
-        let line = trace.first_record_line + i;
-        match (check_expect, rec.expect) {
-            (true, Some(want)) => {
-                checked += 1;
-                let mut canonical = model.clone();
-                let got = canonical.step(&rec.op);
-                if got == want {
-                    model = canonical;
-                } else {
-                    // The trace may assert another outcome the contract allows.
-                    model.judge(&rec.op, &want).map_err(|v| {
-                        anyhow::anyhow!(
-                            "{name}:{line}: `{}`: the trace expects `{want}`, the model gives `{got}`, and the judge rejects the expectation: {v}",
-                            rec.op
-                        )
-                    })?;
-                }
-            }
-            // A record asserting failure tests error handling; the trace's
-            // lease bookkeeping (T3) assumes it failed, so follow that.
-            (false, Some(want @ mrcache_types::Ret::Failed { .. })) => {
-                if model.judge(&rec.op, &want).is_err() {
-                    model.step(&rec.op);
-                }
-            }
-            _ => {
-                model.step(&rec.op);
-            }
-        }
-        model.take_effects();
-        observe(i, &model);
-    }
-    Ok(Report {
-        trace: name.to_string(),
-        engine: Engine::Model,
-        policy: config.policy,
-        records: trace.records.len(),
-        threshold: 0,
-        skipped,
-        expectations_checked: checked,
-        stats: model.stats(),
-    })
-}
 
 pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
     // The model has no monitor and no registrar: say so rather than ignore
@@ -258,7 +176,7 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
         if args.monitor != MonitorKind::Explicit {
             anyhow::bail!("--monitor applies to --engine impl only (the model engine has no monitor); add --engine impl");
         }
-        if args.registrar != crate::replay_impl::RegistrarKind::Counting {
+        if args.registrar != RegistrarKind::Counting {
             anyhow::bail!("--registrar applies to --engine impl only (the model engine has no registrar); add --engine impl");
         }
     }
@@ -289,7 +207,7 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
                 ..replay_model_with(&name, &trace, config, check_expect, mask.as_deref(), &mut |_, _| {})?
             },
             Engine::Impl => {
-                let stats = crate::replay_impl::replay_masked(
+                let stats = cache::replay_masked(
                     &trace,
                     &name,
                     config,
@@ -372,3 +290,4 @@ pub fn human(bytes: u64) -> String {
         b => b.to_string(),
     }
 }
+

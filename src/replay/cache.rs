@@ -12,6 +12,9 @@
 //! monitor the cache learns of it from the kernel (the trace's event is not
 //! passed to the cache); with the explicit monitor the replayer also calls
 //! `Cache::invalidate`, like an application that knows when it frees.
+//!
+//! Imports no other part of `replay`; `mrcache_cli::replay_impl` is this
+//! module under its former name.
 
 use anyhow::{anyhow, bail, Result};
 use mrcache::registrar::counting::CountingRegistrar;
