@@ -129,9 +129,11 @@ static int registrar_reg(void *addr, size_t len, uint64_t *handle)
     *handle = h;
     return 0;
 }
+static void registrar_on_dereg(void);
 static void registrar_dereg(uint64_t handle)
 {
     atomic_fetch_add_explicit(&n_dereg, 1, memory_order_relaxed);
+    registrar_on_dereg();
     atomic_fetch_sub_explicit(&n_live, 1, memory_order_relaxed);
     if (reg_mode == REG_URING) {
         int r = uring_update((uint32_t)handle, NULL, 0);
@@ -450,6 +452,11 @@ static double hist_q(const struct hist *h, double q, double ns_per_cyc)
 static __thread int on_b;
 static atomic_ulong b_misses;
 static void registrar_on_reg(void) { if (on_b) atomic_fetch_add_explicit(&b_misses, 1, memory_order_relaxed); }
+/* Deregistrations B's thread performed: a cache that hands A's evictions to
+ * whichever thread comes next shows A's misses above the registrar's bound,
+ * paid for by B. */
+static atomic_ulong b_deregs;
+static void registrar_on_dereg(void) { if (on_b) atomic_fetch_add_explicit(&b_deregs, 1, memory_order_relaxed); }
 static atomic_int mt_go, mt_stop;
 static uintptr_t pool_base, hot_base;
 static int pool_n, hot_n;
@@ -513,7 +520,7 @@ static void mt_phase(const char *phase, int use_a, int use_b, double secs, doubl
     pthread_t ta, tb;
     if (use_a) pthread_create(&ta, NULL, thread_a, &ra);
     if (use_b) pthread_create(&tb, NULL, thread_b, &rb);
-    unsigned long r0 = n_reg, bm0 = b_misses;
+    unsigned long r0 = n_reg, bm0 = b_misses, d0 = n_dereg, bd0 = b_deregs;
     struct mark t0 = now();
     atomic_store(&mt_go, 1);
     usleep((useconds_t)(secs * 1e6));
@@ -527,7 +534,8 @@ static void mt_phase(const char *phase, int use_a, int use_b, double secs, doubl
                       hist_q(&ra.h, 0.5, npc) / 1e3, hist_q(&ra.h, 0.99, npc) / 1e3);
     if (use_b) printf(" B_hit_per_s=%.0f B_p50_ns=%.1f B_p99_ns=%.1f B_p999_ns=%.1f B_max_us=%.1f", rb.ops / el,
                       hist_q(&rb.h, 0.5, npc), hist_q(&rb.h, 0.99, npc), hist_q(&rb.h, 0.999, npc), rb.h.max * npc / 1e3);
-    printf(" regs=%lu B_misses=%lu cpu_util=%.2f\n", n_reg - r0, b_misses - bm0, (t1.c - t0.c) / (t1.w - t0.w));
+    printf(" regs=%lu B_misses=%lu deregs=%lu B_deregs=%lu cpu_util=%.2f\n", n_reg - r0, b_misses - bm0,
+           (unsigned long)(n_dereg - d0), (unsigned long)(b_deregs - bd0), (t1.c - t0.c) / (t1.w - t0.w));
     fflush(stdout);
 }
 
