@@ -180,6 +180,8 @@ impl<R: Registrar> Cache<R> {
     /// Drains the invalidation queue and the event source, applying every
     /// event (exclusive lock held).
     pub(super) fn drain<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
+        // `&mut State` is the proof; this says it where the lock is marked.
+        debug_assert!(super::generation::held_by_this_thread(), "a drain without the cache lock exclusive");
         let source = shared.source.get();
         if shared.queue.is_empty() && source.is_none() {
             return;

@@ -444,22 +444,23 @@ impl<R: Registrar> Lanes<R> {
                 if p == fresh {
                     // SAFETY: installed; lives with the generation.
                     let lane = unsafe { &*p };
-                    self.remember(lane);
-                    return Some(lane);
+                    return self.remember(lane).then_some(lane);
                 }
             }
             // SAFETY: installed lanes live as long as `self`.
             let lane = unsafe { &*p };
             if lane.claim.taken.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                self.remember(lane);
-                return Some(lane);
+                return self.remember(lane).then_some(lane);
             }
         }
         None
     }
 
-    /// Called with `lane`'s claim just taken by this thread.
-    fn remember(&self, lane: &Lane<R>) {
+    /// Called with `lane`'s claim just taken by this thread. Returns whether
+    /// the thread keeps it: during its thread-locals' destruction it gives
+    /// the claim back at once, and then must not use the lane (another
+    /// thread may claim it and write its slots meanwhile).
+    fn remember(&self, lane: &Lane<R>) -> bool {
         debug_assert!(lane.claim.taken.load(Ordering::Relaxed), "remember without the claim");
         debug_assert_eq!(lane.claim.holder.load(Ordering::Relaxed), 0, "a claim just taken has no holder");
         let ptr = (lane as *const Lane<R>).cast::<()>();
@@ -468,15 +469,19 @@ impl<R: Registrar> Lanes<R> {
         // Before the claim goes on the list (whose eviction or destructor
         // clears it again), so that the list's release always follows it.
         claim.holder.store(token, Ordering::Relaxed);
-        let kept = CLAIMS.try_with(|c| c.add(self.uid, ptr, claim.clone())).is_ok();
+        let kept = CLAIMS.try_with(|c| c.add(self.uid, ptr, claim.clone())).unwrap_or(false);
         if !kept {
-            // Thread-locals are being destroyed: give the lane back at once.
+            // Thread-locals are being destroyed (or the list is busy): give
+            // the lane back at once.
             claim.release();
-        } else if token != 0 {
+            return false;
+        }
+        if token != 0 {
             // Release: a thread that reads the pointer reads the lane's
             // fields (made before `table` published it); pairs with `mine`.
             self.by_token[bucket(token, TOKEN_BUCKETS)].store(lane as *const Lane<R> as *mut Lane<R>, Ordering::Release);
         }
+        true
     }
 }
 
@@ -559,6 +564,14 @@ impl<R: Registrar> Lane<R> {
     pub(super) fn holds(&self, r: LaneRef<R>) -> bool {
         self.slots.as_ptr_range().contains(&r.slot.as_ptr().cast_const())
     }
+
+    /// Whether this thread holds the lane's claim, as far as a debug check
+    /// can tell: its thread token is the claim's holder (where there are no
+    /// tokens, as under loom, it cannot tell and says yes).
+    pub(super) fn held_by_this_thread(&self) -> bool {
+        let token = thread_token();
+        token == 0 || (self.claim.taken.load(Ordering::Relaxed) && self.claim.holder.load(Ordering::Relaxed) == token)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -588,6 +601,8 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     {
         return LaneHit::None;
     }
+    // Invariant: only the claim's holder writes `held` (module docs).
+    debug_assert!(lane.held_by_this_thread(), "LN1: `held` written by a thread without the lane's claim");
     let h = s.held.load(Ordering::Relaxed);
     plain_store(&s.held, h.wrapping_add(1));
     light_barrier();
@@ -649,6 +664,7 @@ pub(crate) fn memoize<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     if dry_skip(lane) {
         return;
     }
+    debug_assert!(lane.held_by_this_thread(), "LN2: a memo set by a thread without the lane's claim");
     let (_, s) = lane.slot(span, access);
     let current = s.ptr.load(Ordering::Relaxed);
     if !current.is_null() {
@@ -692,6 +708,8 @@ pub(crate) fn release<R: Registrar>(r: LaneRef<R>, e: *mut Entry<R>, owner: bool
     let s = unsafe { r.slot() };
     if owner {
         let h = s.held.load(Ordering::Relaxed);
+        // `held` counts this lease's own LN1 store: it never goes below 0.
+        debug_assert_ne!(h, 0, "LN3: an owner release with `held` 0");
         plain_store(&s.held, h.wrapping_sub(1));
     } else {
         s.remote.fetch_add(1, Ordering::SeqCst);
@@ -735,10 +753,11 @@ impl Claims {
         found
     }
 
-    fn add(&self, uid: u64, lane: *const (), claim: Arc<Claim>) {
+    /// Keeps the claim; `false` if it cannot (the list is borrowed, by a
+    /// re-entrant call): the caller then gives the claim back.
+    fn add(&self, uid: u64, lane: *const (), claim: Arc<Claim>) -> bool {
         let Ok(mut list) = self.list.try_borrow_mut() else {
-            claim.release();
-            return;
+            return false;
         };
         if list.len() >= MAX_CLAIMS {
             let (old_uid, _, old) = list.remove(0);
@@ -749,6 +768,7 @@ impl Claims {
         }
         list.push((uid, lane, claim));
         self.hint.set((uid, Some(lane)));
+        true
     }
 }
 
@@ -941,6 +961,7 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         let _g = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+        debug_assert!(super::generation::held_by_this_thread(), "LN5: a revoke without the cache lock exclusive");
         let mut nulled = Vec::new();
         for l in installed {
             let memos = l.memos.load(Ordering::Relaxed);
@@ -965,10 +986,14 @@ impl<R: Registrar> Cache<R> {
         for (s, p) in nulled {
             if s.count() != 0 {
                 debug_assert!(s.pin().load(Ordering::SeqCst).is_null(), "a memoized slot is never pinned");
-                s.pin().store(p, Ordering::SeqCst);
                 // SAFETY: from a slot's `ptr`; findable (revokes precede
-                // removal), lock held exclusive.
-                unsafe { EntryPtr::from_raw(p).get() }.state.acquire();
+                // removal), lock held exclusive. (LN4 reads the pin under
+                // the lanes mutex, held here: the two steps are one to it.)
+                let state = &unsafe { EntryPtr::from_raw(p).get() }.state;
+                s.pin().store(p, Ordering::SeqCst);
+                state.acquire();
+                // Invariant: a set pin is a lease on the entry's state word.
+                debug_assert!(state.leases() >= 1, "LN5: a pin without its lease");
             }
         }
     }

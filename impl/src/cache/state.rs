@@ -69,6 +69,8 @@ impl EntryState {
         // of this lease is program-ordered after it.
         let prev = self.word.fetch_add(1, Ordering::Relaxed);
         debug_assert_eq!(prev & Self::INVALID, 0, "lease taken on an invalidated entry");
+        // The count never wraps into the flag bits.
+        debug_assert!(prev & Self::COUNT_MASK < Self::COUNT_MASK, "lease count overflow");
     }
 
     //= spec.md#R1
