@@ -417,16 +417,24 @@ pub fn check(root: &Path) -> Result<Report, String> {
 /// checker's model and the real cache.
 pub const STEP_DIRS: [&str; 2] = ["checker/src", "impl/src"];
 
-/// For each of [`STEP_DIRS`] under `root`, the §A steps its `.rs` files do not
-/// tag; and how many steps §A has.
-pub fn check_steps(root: &Path) -> Result<(usize, Vec<(&'static str, Vec<String>)>), String> {
+/// What [`check_steps`] found.
+#[derive(Debug, Default)]
+pub struct Steps {
+    /// How many steps spec.md's §A table has.
+    pub count: usize,
+    /// For each of [`STEP_DIRS`], the steps its `.rs` files do not tag.
+    pub untagged: Vec<(&'static str, Vec<String>)>,
+}
+
+/// Whether every step of §A is tagged in each of [`STEP_DIRS`] under `root`.
+pub fn check_steps(root: &Path) -> Result<Steps, String> {
     let spec = std::fs::read_to_string(root.join("spec.md")).map_err(|e| format!("spec.md: {e}"))?;
-    let mut out = Vec::new();
+    let mut untagged = Vec::new();
     for dir in STEP_DIRS {
         let source = read_rust_sources(&root.join(dir)).map_err(|e| format!("{dir}: {e}"))?;
-        out.push((dir, missing_step_ids(&spec, &source)));
+        untagged.push((dir, missing_step_ids(&spec, &source)));
     }
-    Ok((step_ids_in_spec(&spec).len(), out))
+    Ok(Steps { count: step_ids_in_spec(&spec).len(), untagged })
 }
 
 /// The step IDs of the table in spec.md's "## A" section, in table order.

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")));
-    let (report, (steps, untagged)) = match check(&root).and_then(|r| Ok((r, check_steps(&root)?))) {
+    let (report, steps) = match check(&root).and_then(|r| Ok((r, check_steps(&root)?))) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mrcache-citations: {e}");
@@ -25,12 +25,13 @@ fn main() -> ExitCode {
         report.citations, report.quotes, report.items, report.exceptions, EXCEPTIONS_FILE
     );
     let mut problems: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
-    for (dir, missing) in &untagged {
+    for (dir, missing) in &steps.untagged {
         if !missing.is_empty() {
             problems.push(format!("{dir}: steps of spec.md §A not tagged: {missing:?}"));
         }
     }
-    println!("spec.md §A: {steps} steps, each tagged in {}", untagged.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(" and "));
+    let dirs: Vec<&str> = steps.untagged.iter().map(|(d, _)| *d).collect();
+    println!("spec.md §A: {} steps, each tagged in {}", steps.count, dirs.join(" and "));
     if problems.is_empty() {
         return ExitCode::SUCCESS;
     }
