@@ -132,6 +132,9 @@ pub struct mrcache_stats_t {
     pub size: u32,
     /// Out: `MRCACHE_ABI_VERSION` of the library.
     pub version: u32,
+    // The counters of mrcache_types::Stats, in the order of
+    // mrcache_types::for_each_stat: c_stats below names each of them, so a
+    // counter missing here (or one here that Stats lacks) does not compile.
     pub acquires: u64,
     pub hits: u64,
     pub misses: u64,
@@ -156,6 +159,17 @@ pub struct mrcache_stats_t {
     pub leases_held: u64,
 }
 
+macro_rules! c_stats {
+    ($($field:ident,)*) => {
+        /// `mrcache_stats_t` of `s` (every counter [`mrcache_types::Stats`]
+        /// has: [`mrcache_types::for_each_stat`]), of `size` bytes.
+        fn c_stats(s: mrcache_types::Stats, size: u32, leases_held: u64) -> mrcache_stats_t {
+            mrcache_stats_t { size, version: MRCACHE_ABI_VERSION, $($field: s.$field,)* leases_held }
+        }
+    };
+}
+mrcache_types::for_each_stat!(c_stats);
+
 /// A cache (opaque).
 pub struct mrcache_t {
     cache: Arc<Cache<CRegistrar>>,
@@ -176,6 +190,57 @@ unsafe fn handle<'a>(cache: *const mrcache_t) -> Result<&'a mrcache_t, Failure> 
     Ok(unsafe { &*cache })
 }
 
+/// An entry point's argument checks, stated in one line (as rustls-ffi's
+/// `try_ref_from_ptr!`), for a body run in [`guard`]: a failed check
+/// returns its `Err`. In the order written:
+/// - `non_null a, b`: each pointer is not NULL, else `MRCACHE_NULL_ARGUMENT`
+///   naming it (`"a is NULL"`);
+/// - `handle cache`: the handle behind `cache` ([`handle`]), the value of the
+///   macro; then `; non_null ...` or `; not_in_callback` (not inside a
+///   registrar callback of that cache, else `MRCACHE_BUSY`).
+macro_rules! check {
+    (non_null $($p:ident),+) => {
+        $(non_null($p, stringify!($p))?;)+
+    };
+    (handle $cache:ident) => {
+        // SAFETY: the caller passes NULL or a live handle (header).
+        unsafe { handle($cache) }?
+    };
+    (handle $cache:ident; non_null $($p:ident),+) => {{
+        let h = check!(handle $cache);
+        check!(non_null $($p),+);
+        h
+    }};
+    (handle $cache:ident; not_in_callback) => {{
+        let h = check!(handle $cache);
+        not_in_callback(h.cache.registrar())?;
+        h
+    }};
+}
+
+/// [`check!`] for the hit path's bodies, run in [`guard_status`]: a failed
+/// check returns its status ([`fail`], [`fail_null`]). `live cache`: `cache`
+/// was checked non-NULL already.
+macro_rules! check_or_return {
+    (non_null $($p:ident),+) => {
+        $(if $p.is_null() {
+            return fail_null(stringify!($p));
+        })+
+    };
+    (live $cache:ident; not_in_callback) => {{
+        // SAFETY: non-null, and the caller passes a live handle (header).
+        let h = unsafe { &*$cache };
+        if let Err(f) = not_in_callback(h.cache.registrar()) {
+            return fail(f);
+        }
+        h
+    }};
+    (handle $cache:ident; not_in_callback) => {{
+        check_or_return!(non_null $cache);
+        check_or_return!(live $cache; not_in_callback)
+    }};
+}
+
 #[cold]
 fn bad_access(bits: u32) -> Failure {
     Failure::new(MRCACHE_INVALID_ARGUMENT, format!("access {bits:#x} has bits other than MRCACHE_ACCESS_* (0xf)"))
@@ -192,7 +257,7 @@ const CONFIG_V1_SIZE: u32 = std::mem::size_of::<mrcache_config_t>() as u32;
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_config_init(config: *mut mrcache_config_t) -> mrcache_status_t {
     guard(|| {
-        non_null(config, "config")?;
+        check!(non_null config);
         let defaults = mrcache_config_t {
             size: CONFIG_V1_SIZE,
             overlap: mrcache_overlap_t::MRCACHE_OVERLAP_INDEPENDENT as u32,
@@ -261,9 +326,7 @@ pub unsafe extern "C" fn mrcache_create(
     cache_out: *mut *mut mrcache_t,
 ) -> mrcache_status_t {
     guard(|| {
-        non_null(config, "config")?;
-        non_null(registrar, "registrar")?;
-        non_null(cache_out, "cache_out")?;
+        check!(non_null config, registrar, cache_out);
         // SAFETY: non-null; the caller passes an initialised config. Only its
         // first 4 bytes (`size`) are read before the size is known to match.
         let size = unsafe { std::ptr::addr_of!((*config).size).read() };
@@ -298,9 +361,7 @@ pub unsafe extern "C" fn mrcache_create(
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        not_in_callback(h.cache.registrar())?;
+        let h = check!(handle cache; not_in_callback);
         let held = h.leases.held();
         if held > 0 {
             return Err(Failure::new(MRCACHE_BUSY, format!("{held} leases are still held: release them first")));
@@ -330,23 +391,12 @@ pub unsafe extern "C" fn mrcache_acquire(
     // The hit path: a `move` body (its arguments are copied, not
     // referenced), failures reported off the path by `fail`.
     guard_status(move || {
-        if cache.is_null() {
-            return fail_null("cache");
-        }
-        if lease.is_null() {
-            return fail_null("lease");
-        }
+        check_or_return!(non_null cache, lease);
         // Every failure leaves the all-zero lease, which is never valid.
         // SAFETY: non-null and writable (header).
         unsafe { lease.write(mrcache_lease_t { opaque: 0 }) };
-        if addr.is_null() {
-            return fail_null("addr");
-        }
-        // SAFETY: non-null, and the caller passes a live handle (header).
-        let h = unsafe { &*cache };
-        if let Err(f) = not_in_callback(h.cache.registrar()) {
-            return fail(f);
-        }
+        check_or_return!(non_null addr);
+        let h = check_or_return!(live cache; not_in_callback);
         let Some(access) = u8::try_from(access).ok().and_then(Access::from_bits) else {
             return fail(bad_access(access));
         };
@@ -395,14 +445,7 @@ fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: 
 #[inline(never)]
 pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
     guard_status(move || {
-        if cache.is_null() {
-            return fail_null("cache");
-        }
-        // SAFETY: non-null, and the caller passes a live handle (header).
-        let h = unsafe { &*cache };
-        if let Err(f) = not_in_callback(h.cache.registrar()) {
-            return fail(f);
-        }
+        let h = check_or_return!(handle cache; not_in_callback);
         match h.leases.take(lease) {
             Some(l) => {
                 l.release();
@@ -426,10 +469,7 @@ pub unsafe extern "C" fn mrcache_lease_keys(
     rkey: *mut u32,
 ) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(lkey, "lkey")?;
-        non_null(rkey, "rkey")?;
+        let h = check!(handle cache; non_null lkey, rkey);
         let (keys, _) = h.leases.read(lease)?;
         // SAFETY: both non-null and writable (header).
         unsafe {
@@ -448,9 +488,7 @@ pub unsafe extern "C" fn mrcache_lease_view(
     view: *mut mrcache_view_t,
 ) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(view, "view")?;
+        let h = check!(handle cache; non_null view);
         let (_, v) = h.leases.read(lease)?;
         let out = mrcache_view_t {
             id: v.id,
@@ -470,9 +508,7 @@ pub unsafe extern "C" fn mrcache_lease_view(
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(addr, "addr")?;
+        let h = check!(handle cache; non_null addr);
         h.cache.invalidate(addr as u64, len as u64, ReleaseKind::Munmap).map_err(Failure::from)
     })
 }
@@ -491,9 +527,7 @@ pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const 
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(addr, "addr")?;
+        let h = check!(handle cache; non_null addr);
         h.cache.release_begin(addr as u64, len as u64).map_err(Failure::from)
     })
 }
@@ -504,9 +538,7 @@ pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *con
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(addr, "addr")?;
+        let h = check!(handle cache; non_null addr);
         h.cache.release_end(addr as u64, len as u64).map_err(Failure::from)
     })
 }
@@ -516,9 +548,7 @@ pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        not_in_callback(h.cache.registrar())?;
+        let h = check!(handle cache; not_in_callback);
         h.cache.flush();
         Ok(())
     })
@@ -528,9 +558,7 @@ pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        not_in_callback(h.cache.registrar())?;
+        let h = check!(handle cache; not_in_callback);
         h.cache.trim();
         Ok(())
     })
@@ -540,9 +568,7 @@ pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_stats(cache: *const mrcache_t, stats: *mut mrcache_stats_t) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        non_null(stats, "stats")?;
+        let h = check!(handle cache; non_null stats);
         // SAFETY: non-null; `size` is the first field of any version.
         let size = unsafe { std::ptr::addr_of!((*stats).size).read() } as usize;
         let ours = std::mem::size_of::<mrcache_stats_t>();
@@ -552,33 +578,8 @@ pub unsafe extern "C" fn mrcache_stats(cache: *const mrcache_t, stats: *mut mrca
                 format!("stats->size is {size}: set it to sizeof(mrcache_stats_t) ({ours})"),
             ));
         }
-        let s = h.cache.stats();
         let n = size.min(ours);
-        let out = mrcache_stats_t {
-            size: n as u32,
-            version: MRCACHE_ABI_VERSION,
-            acquires: s.acquires,
-            hits: s.hits,
-            misses: s.misses,
-            errors: s.errors,
-            releases: s.releases,
-            release_events: s.release_events,
-            registrations: s.registrations,
-            deregistrations: s.deregistrations,
-            bytes_registered: s.bytes_registered,
-            pinned_bytes: s.pinned_bytes,
-            peak_pinned_bytes: s.peak_pinned_bytes,
-            cached_entries: s.cached_entries,
-            invalidations: s.invalidations,
-            leased_invalidations: s.leased_invalidations,
-            deferred_deregistrations: s.deferred_deregistrations,
-            merges: s.merges,
-            uncached: s.uncached,
-            evictions: s.evictions,
-            pressure_evictions: s.pressure_evictions,
-            forgotten: s.forgotten,
-            leases_held: h.leases.held(),
-        };
+        let out = c_stats(h.cache.stats(), n as u32, h.leases.held());
         // SAFETY: the caller's struct has `size` >= n bytes; ours has n.
         unsafe { std::ptr::copy_nonoverlapping(&out as *const _ as *const u8, stats as *mut u8, n) };
         Ok(())
@@ -601,9 +602,7 @@ pub unsafe extern "C" fn mrcache_last_error(errno_out: *mut c_int) -> *const c_c
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        // SAFETY: the caller passes NULL or a live handle.
-        let h = unsafe { handle(cache) }?;
-        not_in_callback(h.cache.registrar())?;
+        let h = check!(handle cache; not_in_callback);
         let mut slot = h.monitor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match MonitorThread::start(&h.cache) {
             Ok(m) => {
@@ -638,8 +637,7 @@ fn monitor_failure(e: mrcache_impl::monitor::uffd::UffdError) -> Failure {
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_registrar_verbs(pd: *mut c_void, out: *mut mrcache_registrar_t) -> mrcache_status_t {
     guard(|| {
-        non_null(pd, "pd")?;
-        non_null(out, "out")?;
+        check!(non_null pd, out);
         #[cfg(feature = "verbs")]
         {
             let r = mrcache_registrar_t { ctx: pd, reg: Some(registrar::verbs::reg), dereg: Some(registrar::verbs::dereg) };

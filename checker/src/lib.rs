@@ -172,9 +172,9 @@
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
-//! [`stepids`] checks the spec citations of the whole repository (quotes
-//! verbatim, every numbered item cited by code and a test) and that every
-//! §A step is tagged in both encodings; [`explore`] serves stateright's Explorer.
+//! [`explore`] serves stateright's Explorer. (The spec-citation linter,
+//! which also checks that every §A step is tagged here and in impl/src, is
+//! tools/citations.)
 
 #![forbid(unsafe_code)]
 
@@ -186,7 +186,6 @@ pub mod props;
 pub mod report;
 pub mod run;
 pub mod state;
-pub mod stepids;
 
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
 pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
@@ -195,4 +194,3 @@ pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
-pub use stepids::{missing_step_ids, read_rust_sources, step_ids_in_spec};

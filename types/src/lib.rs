@@ -525,34 +525,54 @@ impl fmt::Display for Ret {
     }
 }
 
-//= spec.md#S8
-/// Counters shared by the model, the impl and replay. Same schema everywhere,
-/// so a sequential replay through the model and through the impl can be
-/// compared field by field.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-//= spec.md#S8
-pub struct Stats {
-    pub acquires: u64,
-    pub hits: u64,
-    pub misses: u64,
-    pub errors: u64,
-    pub releases: u64,
-    pub release_events: u64,
-    pub registrations: u64,
-    pub deregistrations: u64,
-    pub bytes_registered: u64,
-    pub pinned_bytes: u64,
-    pub peak_pinned_bytes: u64,
-    pub cached_entries: u64,
-    pub invalidations: u64,
-    pub leased_invalidations: u64,
-    pub deferred_deregistrations: u64,
-    pub merges: u64,
-    pub uncached: u64,
-    pub evictions: u64,
-    pub pressure_evictions: u64,
-    pub forgotten: u64,
+/// Calls `$callback!` with the field names of [`Stats`], in order: the one
+/// list of the counters. [`Stats`] is declared from it, and so is the C
+/// API's copy into `mrcache_stats_t` (capi/src/lib.rs), which therefore names
+/// every counter `Stats` has (a counter added here and missing there, or the
+/// other way round, does not compile).
+#[macro_export]
+macro_rules! for_each_stat {
+    ($callback:ident) => {
+        $callback! {
+            acquires,
+            hits,
+            misses,
+            errors,
+            releases,
+            release_events,
+            registrations,
+            deregistrations,
+            bytes_registered,
+            pinned_bytes,
+            peak_pinned_bytes,
+            cached_entries,
+            invalidations,
+            leased_invalidations,
+            deferred_deregistrations,
+            merges,
+            uncached,
+            evictions,
+            pressure_evictions,
+            forgotten,
+        }
+    };
 }
+
+macro_rules! declare_stats {
+    ($($field:ident,)*) => {
+        //= spec.md#S8
+        /// Counters shared by the model, the impl and replay. Same schema everywhere,
+        /// so a sequential replay through the model and through the impl can be
+        /// compared field by field. The fields: [`for_each_stat`].
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        //= spec.md#S8
+        pub struct Stats {
+            $(pub $field: u64,)*
+        }
+    };
+}
+
+for_each_stat!(declare_stats);
 
 /// Addresses are written as `"0x..."` strings in traces; numbers are accepted
 /// too, for lengths and hand-written files.

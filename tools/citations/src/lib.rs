@@ -17,7 +17,11 @@
 //! A citation counts for a test if it is in a test file (a `tests` directory
 //! or `tests.rs`) or after the file's `#[cfg(test)]`; for code otherwise.
 //! Every step of the §A table is also cited by both encodings of §A
-//! ([`missing_step_ids`], in checker/src and impl/src).
+//! ([`missing_step_ids`], in [`STEP_DIRS`]).
+//!
+//! The binary, `cargo run -q -p mrcache-citations [-- ROOT]`, runs both on
+//! the repository (ROOT: the workspace this crate is in), prints the counts
+//! of citations and exceptions, and exits non-zero on any problem.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -407,6 +411,30 @@ pub fn check(root: &Path) -> Result<Report, String> {
         citations.extend(citations_in(&rel, &source));
     }
     Ok(check_citations(&spec_items(&spec), &citations, &exceptions))
+}
+
+/// The sources that encode §A and so must tag each of its steps: the
+/// checker's model and the real cache.
+pub const STEP_DIRS: [&str; 2] = ["checker/src", "impl/src"];
+
+/// What [`check_steps`] found.
+#[derive(Debug, Default)]
+pub struct Steps {
+    /// How many steps spec.md's §A table has.
+    pub count: usize,
+    /// For each of [`STEP_DIRS`], the steps its `.rs` files do not tag.
+    pub untagged: Vec<(&'static str, Vec<String>)>,
+}
+
+/// Whether every step of §A is tagged in each of [`STEP_DIRS`] under `root`.
+pub fn check_steps(root: &Path) -> Result<Steps, String> {
+    let spec = std::fs::read_to_string(root.join("spec.md")).map_err(|e| format!("spec.md: {e}"))?;
+    let mut untagged = Vec::new();
+    for dir in STEP_DIRS {
+        let source = read_rust_sources(&root.join(dir)).map_err(|e| format!("{dir}: {e}"))?;
+        untagged.push((dir, missing_step_ids(&spec, &source)));
+    }
+    Ok(Steps { count: step_ids_in_spec(&spec).len(), untagged })
 }
 
 /// The step IDs of the table in spec.md's "## A" section, in table order.
