@@ -5,8 +5,9 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 # Tests run with the optimised [profile.test] (model checks live in them).
 cargo test --workspace --no-fail-fast
-# The spec citation check again, to show its count of exceptions.
-cargo test -q -p mrcache-checker --test step_ids -- --nocapture citations_are
+# The spec citation check (tools/citations): quotes verbatim, every numbered
+# item cited, every §A step tagged in the checker and the cache; prints counts.
+cargo run -q -p mrcache-citations
 # Lints: every target, warnings are errors (impl/ also denies unsafe code
 # without a SAFETY comment, Cargo.toml [lints]).
 cargo clippy -q --workspace --all-targets -- -D warnings
