@@ -62,9 +62,11 @@ fn load(path: &Path) -> Trace {
     Trace::parse(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Replays each trace; returns the failures, and the cache's stats of each
-/// trace that replayed.
-fn replay_all(paths: &[PathBuf]) -> (Vec<String>, Vec<(PathBuf, Stats)>) {
+/// The failures, and the cache's stats of each trace that replayed.
+type Replayed = (Vec<String>, Vec<(PathBuf, Stats)>);
+
+/// Replays each trace.
+fn replay_all(paths: &[PathBuf]) -> Replayed {
     let mut failures = Vec::new();
     let mut stats = Vec::new();
     for path in paths {
@@ -130,10 +132,11 @@ fn recorded_traces_replay_through_the_cache() {
     for (i, p) in paths.iter().enumerate() {
         chunks[i % threads].push(p.clone());
     }
-    let (failures, stats): (Vec<Vec<String>>, Vec<Vec<(PathBuf, Stats)>>) = std::thread::scope(|s| {
+    let replayed: Vec<Replayed> = std::thread::scope(|s| {
         let hs: Vec<_> = chunks.iter().map(|c| s.spawn(|| replay_all(c))).collect();
-        hs.into_iter().map(|h| h.join().expect("replay thread")).unzip()
+        hs.into_iter().map(|h| h.join().expect("replay thread")).collect()
     });
+    let (failures, stats): (Vec<_>, Vec<_>) = replayed.into_iter().unzip();
     let failures = failures.concat();
     assert!(failures.is_empty(), "{} of {} traces fail:\n{}", failures.len(), paths.len(), failures.join("\n"));
     let rank0: Vec<_> = stats.concat().into_iter().filter(|(p, _)| p.ends_with("rank-0.jsonl.gz")).collect();
