@@ -46,15 +46,28 @@ step_loom() {
     cargo test -q --profile test -p mrcache --test loom
 }
 step_valgrind() { bash ci/c-tests.sh; }
-# --workspace: the workspace's features, so the test build of ci/test.sh is reused.
+# Every test marked #[ignore = "full tier: ci/full.sh"], found in the
+# sources. `--workspace --tests`: the features of ci/test.sh's build, which is
+# reused (selecting a few test targets would resolve other features and
+# rebuild everything).
 step_ignored() {
-  cargo test --workspace --no-fail-fast --test record --test explorer_browser --test conformance_peers -- --ignored
+  local names
+  names=$(grep -rh -A1 --include='*.rs' '#\[ignore = "full tier: ci/full.sh"\]' tests impl capi checker model types src \
+    | sed -n 's/^ *fn \([a-z0-9_]*\).*/\1/p')
+  [ -n "$names" ] || { echo "ci/full.sh: no full-tier test found" >&2; return 1; }
+  echo "full-tier tests:" $names
+  # shellcheck disable=SC2086
+  cargo test --workspace --tests --no-fail-fast -- --ignored --exact $names
 }
 step_reproducers() { bash conformance/reproducers/run.sh; }
-step_stale_dma() { cargo run -q --profile test -p mrcache --example stale_dma; }
+step_stale_dma() {
+  local exe
+  exe=$(bash ci/test-binary.sh impl/examples/stale_dma.rs) || return 1
+  "$exe"
+}
 step_contention() {
   local concurrent
-  concurrent=$(bash ci/test-binary.sh concurrent) || return 1
+  concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs) || return 1
   MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" \
     --name full -- "$concurrent" --exact four_threads_with_limits
 }

@@ -40,7 +40,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc -q -p mrcache --no-deps
 # per CPU beside two busy loops on each (where the old P2 oracle failed 3
 # runs in 386), for CONTENTION_SECONDS (default 20).
 step "contention smoke"
-concurrent=$(bash ci/test-binary.sh concurrent)
+concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs)
 MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-20}" --name smoke -- \
   "$concurrent" --exact four_threads_with_limits
 # The C library: the installed prefix above, the C examples and tests built
