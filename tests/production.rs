@@ -1,7 +1,7 @@
 #![cfg(feature = "testkit")]
-//! The production artifact: `cargo build --release -p mrcache`, no features.
-//! (Cargo merges features across a workspace build, so a workspace build is
-//! not it.) It contains no fault switch, and a crate outside the workspace
+//! The production artifact: `cargo build --release -p mrcache`, no features,
+//! built alone by ci/test.sh before the tests run. (Cargo merges features
+//! across a workspace build, so a workspace build is not it.) It contains no fault switch, and a crate outside the workspace
 //! that depends on `mrcache` gets neither the reference model nor stateright.
 
 use mrcache_types::mutants::FAULT_SWITCHES;
@@ -18,20 +18,33 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Builds the production rlib in its own target directory (the outer `cargo
-/// test` holds the workspace's).
-fn production_rlib() -> PathBuf {
-    let target = root().join("target/production");
-    run(Command::new(env!("CARGO"))
-        .args(["build", "--release", "--quiet", "-p", "mrcache"])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(root()));
-    target.join("release/libmrcache.rlib")
+/// The production rlib that ci/test.sh built (`cargo build --release -p
+/// mrcache`, alone, in a target directory of its own), named by
+/// `MRCACHE_PRODUCTION_RLIB`. Without it (a plain `cargo test`) the test says
+/// why and checks nothing, unless `MRCACHE_REQUIRE_ARTEFACTS` is set (ci/test.sh
+/// sets it): then it fails.
+fn production_rlib() -> Option<PathBuf> {
+    let Some(rlib) = std::env::var_os("MRCACHE_PRODUCTION_RLIB") else {
+        assert!(
+            std::env::var_os("MRCACHE_REQUIRE_ARTEFACTS").is_none(),
+            "MRCACHE_REQUIRE_ARTEFACTS is set but MRCACHE_PRODUCTION_RLIB is not (ci/test.sh sets both)"
+        );
+        eprintln!(
+            "production: MRCACHE_PRODUCTION_RLIB is not set, nothing checked. To check it: \
+             CARGO_TARGET_DIR=target/capi-install cargo build --release -p mrcache, then \
+             MRCACHE_PRODUCTION_RLIB=target/capi-install/release/libmrcache.rlib cargo test --test production \
+             (ci/test.sh does)"
+        );
+        return None;
+    };
+    let rlib = PathBuf::from(rlib);
+    assert!(rlib.is_file(), "MRCACHE_PRODUCTION_RLIB={}: no such file", rlib.display());
+    Some(rlib)
 }
 
 #[test]
 fn the_production_build_has_no_fault_switch() {
-    let rlib = production_rlib();
+    let Some(rlib) = production_rlib() else { return };
     let symbols = run(Command::new("nm").args(["-C", "--defined-only"]).arg(&rlib));
     assert!(symbols.contains("mrcache::"), "nm lists no symbol of mrcache: {symbols}");
     let bytes = std::fs::read(&rlib).unwrap();

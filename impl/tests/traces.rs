@@ -10,6 +10,10 @@
 //! registrar effects, stats and L1 checked after every op, and the end state
 //! verified both ways.
 //!
+//! This is the one replay of the traces through the cache with the counting
+//! registrar (tests/replay_traces.rs replays the hand-written ones again with
+//! real pinning, io_uring, and the userfaultfd monitor).
+//!
 //! Expectations (`expect`): for sequential traces the cache's outcome must
 //! equal each one, except where the trace expects an outcome the contract
 //! allows but does not prefer (the judge accepts it) and the cache gives the
@@ -21,6 +25,7 @@
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::testkit::env::{config_from_trace, replay_trace, Expectations};
 use mrcache::types::trace::Trace;
+use mrcache::types::Stats;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -57,9 +62,13 @@ fn load(path: &Path) -> Trace {
     Trace::parse(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Replays each trace; returns the failures.
-fn replay_all(paths: &[PathBuf]) -> Vec<String> {
+/// The failures, and the cache's stats of each trace that replayed.
+type Replayed = (Vec<String>, Vec<(PathBuf, Stats)>);
+
+/// Replays each trace.
+fn replay_all(paths: &[PathBuf]) -> Replayed {
     let mut failures = Vec::new();
+    let mut stats = Vec::new();
     for path in paths {
         let t0 = std::time::Instant::now();
         let trace = load(path);
@@ -71,17 +80,20 @@ fn replay_all(paths: &[PathBuf]) -> Vec<String> {
             }
         };
         match replay_trace(CountingRegistrar::default(), &trace, config, Expectations::Exact) {
-            Ok(s) => eprintln!(
-                "{}: {} ops, {} registrations, judged in {:.2} s",
-                path.display(),
-                s.ops,
-                s.stats.registrations,
-                t0.elapsed().as_secs_f64()
-            ),
+            Ok(s) => {
+                eprintln!(
+                    "{}: {} ops, {} registrations, judged in {:.2} s",
+                    path.display(),
+                    s.ops,
+                    s.stats.registrations,
+                    t0.elapsed().as_secs_f64()
+                );
+                stats.push((path.clone(), s.stats));
+            }
             Err(d) => failures.push(format!("{}: {d}", path.display())),
         }
     }
-    failures
+    (failures, stats)
 }
 
 fn traces_where(keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
@@ -101,11 +113,13 @@ fn is_recorded(p: &Path) -> bool {
 fn scenario_regression_and_checker_traces_replay_through_the_cache() {
     let paths = traces_where(|p| !is_recorded(p));
     assert!(paths.len() >= 8, "the hand-written traces are found: {paths:?}");
-    let failures = replay_all(&paths);
+    let (failures, _) = replay_all(&paths);
     assert!(failures.is_empty(), "{} of {} traces fail:\n{}", failures.len(), paths.len(), failures.join("\n"));
 }
 
-/// The recorded MPI runs (`traces/real/`, if present): judged op by op.
+/// The recorded MPI runs (`traces/real/`, if present): judged op by op, and
+/// each run's rank 0 has hits and invalidations (the stats equal the model's:
+/// the environment compares them after every op).
 #[test]
 fn recorded_traces_replay_through_the_cache() {
     let paths = traces_where(is_recorded);
@@ -118,11 +132,20 @@ fn recorded_traces_replay_through_the_cache() {
     for (i, p) in paths.iter().enumerate() {
         chunks[i % threads].push(p.clone());
     }
-    let failures: Vec<String> = std::thread::scope(|s| {
+    let replayed: Vec<Replayed> = std::thread::scope(|s| {
         let hs: Vec<_> = chunks.iter().map(|c| s.spawn(|| replay_all(c))).collect();
-        hs.into_iter().flat_map(|h| h.join().expect("replay thread")).collect()
+        hs.into_iter().map(|h| h.join().expect("replay thread")).collect()
     });
+    let (failures, stats): (Vec<_>, Vec<_>) = replayed.into_iter().unzip();
+    let failures = failures.concat();
     assert!(failures.is_empty(), "{} of {} traces fail:\n{}", failures.len(), paths.len(), failures.join("\n"));
+    let rank0: Vec<_> = stats.concat().into_iter().filter(|(p, _)| p.ends_with("rank-0.jsonl.gz")).collect();
+    for (path, s) in &rank0 {
+        assert!(s.hits > 0 && s.invalidations > 0, "{}: {s:?}", path.display());
+    }
+    if !paths.is_empty() {
+        assert_eq!(rank0.len(), 5, "LAMMPS, hpcc, mpi4py-fft x2, NetPIPE");
+    }
 }
 
 #[test]

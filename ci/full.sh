@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The full tier (README, "Tests in two tiers"): ci/test.sh first, then
+# everything that is not in it. Run it before changing the concurrent core,
+# the C API, the peers or the conformance suite, and before a release.
+#
+#   bash ci/full.sh                 # ci/test.sh, then every step below
+#   bash ci/full.sh --no-fast       # every step below (ci/test.sh just passed)
+#   bash ci/full.sh STEP...         # the steps named, e.g. `loom valgrind`
+#
+# Steps (in this order; the last takes well over an hour):
+#   fast         bash ci/test.sh
+#   verbs        the verbs registrar builds (feature `verbs`) and its
+#                device-free tests run
+#   loom         loom: the lease handoff, the invalidation queue, the
+#                sequence retry
+#   valgrind     ci/c-tests.sh: the C examples and tests natively and under
+#                valgrind (memory errors and leaks fail)
+#   ignored      the tests marked #[ignore = "full tier: ci/full.sh"]:
+#                tests/record.rs (mpirun under `mrcache record`),
+#                tests/explorer_browser.rs (headless Chromium),
+#                tests/conformance_peers.rs (UCX, Open MPI, libfabric against
+#                CONFORMANCE.md's verdict table)
+#   reproducers  conformance/reproducers/run.sh: each peer safety failure as a
+#                standalone program fails on its peer, its libmrcache twin
+#                passes (a missing peer is skipped with a message)
+#   stale_dma    a real stale DMA without a monitor, made correct by uffd
+#   contention   the contention run of ci/test.sh for CONTENTION_SECONDS
+#                (default 120; ci/test.sh: 20) beside busy loops (the hours
+#                long runs: `bash ci/stress.sh contention`)
+#   large        ci/check-large.sh: the 3 threads x 3 ops model checks
+# Every step runs; a summary lists each with its time, and the exit status is
+# non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+all=(fast verbs loom valgrind ignored reproducers stale_dma contention large)
+case ${1:-} in
+  "") steps=("${all[@]}") ;;
+  --no-fast) steps=("${all[@]:1}") ;;
+  *) steps=("$@") ;;
+esac
+
+step_fast() { bash ci/test.sh; }
+step_verbs() { cargo test -p mrcache --features verbs --lib registrar::verbs; }
+step_loom() {
+  RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -q --profile test -p mrcache --test loom
+}
+step_valgrind() { bash ci/c-tests.sh; }
+# Every test marked #[ignore = "full tier: ci/full.sh"], found in the
+# sources. `--workspace --tests`: the features of ci/test.sh's build, which is
+# reused (selecting a few test targets would resolve other features and
+# rebuild everything).
+step_ignored() {
+  local names
+  names=$(grep -rh -A1 --include='*.rs' '#\[ignore = "full tier: ci/full.sh"\]' tests impl capi checker model types src \
+    | sed -n 's/^ *fn \([a-z0-9_]*\).*/\1/p')
+  [ -n "$names" ] || { echo "ci/full.sh: no full-tier test found" >&2; return 1; }
+  echo "full-tier tests:" $names
+  # shellcheck disable=SC2086
+  cargo test --workspace --tests --no-fail-fast -- --ignored --exact $names
+}
+step_reproducers() { bash conformance/reproducers/run.sh; }
+step_stale_dma() {
+  local exe
+  exe=$(bash ci/test-binary.sh impl/examples/stale_dma.rs) || return 1
+  "$exe"
+}
+step_contention() {
+  local concurrent
+  concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs) || return 1
+  MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" \
+    --name full -- "$concurrent" --exact four_threads_with_limits
+}
+step_large() { bash ci/check-large.sh; }
+
+for s in "${steps[@]}"; do
+  declare -F "step_$s" >/dev/null || { echo "ci/full.sh: unknown step $s (steps: ${all[*]})" >&2; exit 2; }
+done
+bash ci/setup.sh
+summary=()
+failed=0
+start=$SECONDS
+for s in "${steps[@]}"; do
+  echo "== ci/full.sh: $s"
+  t0=$SECONDS
+  if "step_$s"; then
+    summary+=("$(printf '%-12s passed in %d s' "$s" $((SECONDS - t0)))")
+  else
+    failed=1
+    summary+=("$(printf '%-12s FAILED after %d s' "$s" $((SECONDS - t0)))")
+  fi
+done
+echo "== ci/full.sh: summary ($((SECONDS - start)) s)"
+printf '   %s\n' "${summary[@]}"
+exit $failed
