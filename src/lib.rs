@@ -19,6 +19,3 @@ pub mod record;
 pub mod replay;
 pub mod report;
 
-/// [`replay::cache`] under its former name (`src/replay_impl.rs` before
-/// issue 26): the cache engine, judged op by op by the model.
-pub use replay::cache as replay_impl;

@@ -108,7 +108,7 @@ fn cli_prints_stats_and_json() {
 /// op.)
 #[test]
 fn impl_replay_matches_the_model_on_every_shipped_trace() {
-    use mrcache_cli::replay_impl::{self, MonitorKind, RegistrarKind};
+    use mrcache_cli::replay::cache::{self as replay_cache, MonitorKind, RegistrarKind};
     for entry in std::fs::read_dir(traces_dir()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|x| x != "jsonl") {
@@ -120,7 +120,7 @@ fn impl_replay_matches_the_model_on_every_shipped_trace() {
         let model = replay::replay_model(&name, &trace, config, true).unwrap().stats;
         // Real pinning and real releases: judged op by op.
         for monitor in [MonitorKind::Explicit, MonitorKind::Uffd] {
-            let s = replay_impl::replay(&trace, &name, config, RegistrarKind::Uring, monitor)
+            let s = replay_cache::replay(&trace, &name, config, RegistrarKind::Uring, monitor)
                 .unwrap_or_else(|e| panic!("{name} uring/{monitor:?}: {e}"));
             assert_eq!((s.hits, s.misses, s.invalidations), (model.hits, model.misses, model.invalidations), "{name} {monitor:?}");
         }
@@ -152,7 +152,7 @@ impl Args {
 /// reproduces them.
 #[test]
 fn issue_10_regression_traces_are_legal_histories() {
-    use mrcache_cli::replay_impl::{self, MonitorKind, RegistrarKind};
+    use mrcache_cli::replay::cache::{self as replay_cache, MonitorKind, RegistrarKind};
     for name in ["regressions/issue-10-stale-lease-oracle.jsonl", "regressions/issue-10-leak-oracle.jsonl"] {
         let r = run(name, None);
         assert_eq!(r.expectations_checked, r.records - count_unexpected(name), "{name}: every asserted record checked");
@@ -160,7 +160,7 @@ fn issue_10_regression_traces_are_legal_histories() {
         let path = traces_dir().join(name);
         let trace = replay::load(&path).unwrap();
         let config = Args::for_trace(&path).config_for(&trace).unwrap();
-        let cache = replay_impl::replay(&trace, name, config, RegistrarKind::Counting, MonitorKind::Explicit).unwrap();
+        let cache = replay_cache::replay(&trace, name, config, RegistrarKind::Counting, MonitorKind::Explicit).unwrap();
         assert_eq!(cache, r.stats, "{name}");
     }
 }

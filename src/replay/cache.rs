@@ -13,8 +13,7 @@
 //! passed to the cache); with the explicit monitor the replayer also calls
 //! `Cache::invalidate`, like an application that knows when it frees.
 //!
-//! Imports no other part of `replay`; `mrcache_cli::replay_impl` is this
-//! module under its former name.
+//! Imports no other part of `replay`.
 
 use anyhow::{anyhow, bail, Result};
 use mrcache::registrar::counting::CountingRegistrar;

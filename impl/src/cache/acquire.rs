@@ -588,6 +588,6 @@ impl<R: Registrar> Cache<R> {
         //# A4 marks its in-flight record *windowed* if an open window overlaps
         //# it
         let windowed = shared.windows.overlaps(span);
-        st.add_inflight(span, windowed)
+        st.push_inflight(span, windowed)
     }
 }

@@ -84,7 +84,9 @@ impl<R: Registrar> State<R> {
         }
     }
 
-    pub(super) fn add_inflight(&mut self, span: PageSpan, windowed: bool) -> u64 {
+    /// Appends an in-flight record and returns its token (the record only;
+    /// A4's bookkeeping around it is `Cache::add_inflight`).
+    pub(super) fn push_inflight(&mut self, span: PageSpan, windowed: bool) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
         self.inflight.push(InFlight { token, span, stale: false, windowed });
