@@ -154,7 +154,7 @@ impl<R: Registrar> Cache<R> {
                 //# exclusive and drain
                 if !shared.queue.is_empty() {
                     // A hook's try-lock failed against our shared lock.
-                    drop(DeregList::new(self, shared));
+                    DeregList::new(self, shared).finish();
                 }
                 self.hot.bump(Hot::Hits);
                 return Ok(Lease::new(self, shared, e, true, false));
@@ -178,6 +178,24 @@ impl<R: Registrar> Cache<R> {
         let first_shared: *const Shared<R> = shared;
         let shared = self.shared_slow();
         let mut deregs = DeregList::new(self, shared);
+        let leased = self.acquire_exclusive(first_shared, shared, range, span, access, a1_missed_at, &mut deregs);
+        deregs.finish();
+        leased
+    }
+
+    /// A2 onwards, every exit with its lock released; the caller finishes
+    /// `deregs` (A11's post-unlock drain).
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_exclusive<'c>(
+        &'c self,
+        first_shared: *const Shared<R>,
+        shared: &'c Shared<R>,
+        range: Range,
+        span: PageSpan,
+        access: Access,
+        a1_missed_at: Option<u64>,
+        deregs: &mut DeregList<'c, R>,
+    ) -> Result<Lease<'c, R>, Error> {
         let mut pressure_used = false;
         let mut attempts = 0u32;
         loop {
@@ -185,7 +203,7 @@ impl<R: Registrar> Cache<R> {
             //= spec.md#A2
             //# slow path: take the lock exclusive; drain (A-D).
             let mut st = self.write(shared);
-            self.drain(shared, &mut st, &mut deregs);
+            self.drain(shared, &mut st, deregs);
             //= spec.md#A3
             //# look up again; on a hit, lease it, unlock, perform the dereg list, return.
             // Skipped when nothing was inserted since A1 missed (the drain
@@ -232,7 +250,7 @@ impl<R: Registrar> Cache<R> {
                     Ok(Watched::Yes) => {}
                     Ok(Watched::Not) => unwatched = true,
                     Err(detail) => {
-                        self.abandon_inflight(shared, token, &mut deregs);
+                        self.abandon_inflight(shared, token, deregs);
                         return Err(self.fail(Error::Watch { range: plan.range, detail }));
                     }
                 }
@@ -246,7 +264,7 @@ impl<R: Registrar> Cache<R> {
                         && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
                 {
                     pressure_used = true;
-                    unwatched |= self.pressure_trim(shared, &mut deregs, range, span, access, &mut plan, &mut token)?;
+                    unwatched |= self.pressure_trim(shared, deregs, range, span, access, &mut plan, &mut token)?;
                     match self.registrar.register(plan.range, plan.access) {
                         Ok(h) => h,
                         Err(source) => return self.registration_failed(shared, token, deregs, span, access, true, source),
@@ -270,7 +288,7 @@ impl<R: Registrar> Cache<R> {
             } else {
                 Noted::default()
             };
-            self.drain(shared, &mut st, &mut deregs);
+            self.drain(shared, &mut st, deregs);
             let record = st.take_inflight(token);
             debug_assert!(record.is_some(), "in-flight record vanished");
             //= spec.md#A8
@@ -322,7 +340,7 @@ impl<R: Registrar> Cache<R> {
             //# lease count 1 and the next id, displace what S6.1 gives *now*,
             //# recomputed under the lock (unleased → dereg list; leased → set
             //# INVALID, deregistered at last release).
-            let (e, id) = self.insert(shared, &mut st, plan, handle, &mut deregs);
+            let (e, id) = self.insert(shared, &mut st, plan, handle, deregs);
             inc(&self.counters.misses);
             //= spec.md#F1
             //# until a monitor runs in the child, a miss's registration is not
@@ -337,12 +355,12 @@ impl<R: Registrar> Cache<R> {
                 if unwatched {
                     inc(&self.counters.unwatched_uncached);
                 }
-                self.uncache(shared, &mut st, plan.span.first, id, &mut deregs, false);
+                self.uncache(shared, &mut st, plan.span.first, id, deregs, false);
             }
             //= spec.md#A10
             //# evict per S6.4 into the dereg list, choosing victims only among
             //# the entries A6 noted unleased that are still findable
-            self.enforce_limits(shared, &mut st, &mut deregs, &noted);
+            self.enforce_limits(shared, &mut st, deregs, &noted);
             //= spec.md#A11
             //# unlock; perform the dereg list
             drop(st);
@@ -417,14 +435,14 @@ impl<R: Registrar> Cache<R> {
         &'c self,
         shared: &'c Shared<R>,
         token: u64,
-        mut deregs: DeregList<'c, R>,
+        deregs: &mut DeregList<'c, R>,
         span: PageSpan,
         access: Access,
         pressure: bool,
         source: crate::registrar::RegistrarError,
     ) -> Result<Lease<'c, R>, Error> {
         let mut st = self.write(shared);
-        self.drain(shared, &mut st, &mut deregs);
+        self.drain(shared, &mut st, deregs);
         st.take_inflight(token);
         let covering = st.index.covering(span, access).map(|slot| {
             let entry = indexed(slot);

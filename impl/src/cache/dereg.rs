@@ -19,6 +19,11 @@ pub(super) enum Dereg<R: Registrar> {
 }
 
 /// Deregistrations collected under the lock, performed after it (spec.md#A11).
+///
+/// The operation that made the list ends it with [`DeregList::finish`], after
+/// unlocking. Dropping an unfinished list is a bug (a debug assertion), except
+/// while unwinding; in a release build the drop then finishes it, so that no
+/// deregistration is lost.
 pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
     pub(super) shared: &'c Shared<R>,
@@ -26,11 +31,38 @@ pub(crate) struct DeregList<'c, R: Registrar> {
     /// Hit memo tables A9 replaced under the lock (their pages given back
     /// here, after it).
     pub(super) retired_memos: Vec<RetiredMemo>,
+    /// [`DeregList::finish`] ran.
+    finished: bool,
 }
 
 impl<'c, R: Registrar> DeregList<'c, R> {
     pub(super) fn new(cache: &'c Cache<R>, shared: &'c Shared<R>) -> Self {
-        DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new() }
+        DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new(), finished: false }
+    }
+
+    /// Ends the operation that owns the list, after its lock is released:
+    /// performs the deregistrations, then drains what hooks queued while the
+    /// lock was held (their try-lock failed against ours).
+    pub(super) fn finish(mut self) {
+        self.finish_in_place();
+    }
+
+    fn finish_in_place(&mut self) {
+        self.finished = true;
+        self.perform();
+        //= spec.md#A11
+        //# after unlocking, if the queue is non-empty, try the lock exclusive
+        //# and drain (H2)
+        // Bounded: a hook that keeps pushing is drained by the next operation.
+        for _ in 0..POST_UNLOCK_DRAINS {
+            if held_by_this_thread() || self.shared.queue.is_empty() {
+                break;
+            }
+            let Some(mut st) = self.cache.try_write(self.shared) else { break };
+            self.cache.drain(self.shared, &mut st, self);
+            drop(st);
+            self.perform();
+        }
     }
 
     /// Performs every collected deregistration. Call with the lock released.
@@ -62,23 +94,11 @@ impl<'c, R: Registrar> DeregList<'c, R> {
 }
 
 impl<R: Registrar> Drop for DeregList<'_, R> {
-    /// Runs when the operation that owns the list ends, after its lock is
-    /// released: performs the deregistrations, then drains what hooks queued
-    /// while the lock was held (their try-lock failed against ours).
+    /// Only checks that [`DeregList::finish`] ran (type docs).
     fn drop(&mut self) {
-        self.perform();
-        //= spec.md#A11
-        //# after unlocking, if the queue is non-empty, try the lock exclusive
-        //# and drain (H2)
-        // Bounded: a hook that keeps pushing is drained by the next operation.
-        for _ in 0..POST_UNLOCK_DRAINS {
-            if held_by_this_thread() || self.shared.queue.is_empty() {
-                break;
-            }
-            let Some(mut st) = self.cache.try_write(self.shared) else { break };
-            self.cache.drain(self.shared, &mut st, self);
-            drop(st);
-            self.perform();
+        if !self.finished {
+            debug_assert!(std::thread::panicking(), "a dereg list dropped without finish()");
+            self.finish_in_place();
         }
     }
 }

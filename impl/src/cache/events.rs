@@ -322,7 +322,7 @@ impl<R: Registrar> Cache<R> {
                 let mut deregs = DeregList::new(self, shared);
                 self.drain(shared, &mut st, &mut deregs);
                 drop(st);
-                deregs.perform();
+                deregs.finish();
             }
         }
     }
@@ -428,7 +428,7 @@ impl<R: Registrar> Cache<R> {
         let deregs = DeregList::new(self, shared);
         let st = self.write(shared);
         let draining = Draining::new(shared);
-        RoundLock { draining: Some(draining), st: Some(st), deregs, cache: self, shared }
+        RoundLock { draining: Some(draining), st: Some(st), deregs: Some(deregs), cache: self, shared }
     }
 
     //= spec.md#M1
@@ -449,18 +449,30 @@ impl<R: Registrar> Cache<R> {
 }
 
 /// One cache locked for a monitor round (spec.md#M2, M5): see
-/// [`Cache::lock_for_round`]. Dropping it unlocks and then performs the
-/// deregistrations; [`RoundLock::unlock`] unlocks and hands them back, so a
-/// shared monitor performs them only once every cache is unlocked
-/// (nothing deregisters with a cache lock held, A11).
+/// [`Cache::lock_for_round`]. [`RoundLock::unlock`] unlocks and hands the
+/// deregistrations back, so a shared monitor performs them only once every
+/// cache is unlocked (nothing deregisters with a cache lock held, A11).
+/// Dropped without `unlock` (an early return, a panic), it unlocks and then
+/// performs them itself.
 pub struct RoundLock<'c, R: Registrar> {
-    // Field order is drop order: the draining count falls before the unlock
-    // (as in a drain), the deregistrations come after it.
     draining: Option<Draining<'c>>,
     st: Option<WriteGuard<'c, R>>,
-    deregs: DeregList<'c, R>,
+    /// `None` once [`RoundLock::unlock`] handed it back.
+    deregs: Option<DeregList<'c, R>>,
     cache: &'c Cache<R>,
     shared: &'c Shared<R>,
+}
+
+impl<R: Registrar> Drop for RoundLock<'_, R> {
+    fn drop(&mut self) {
+        // The draining count falls before the unlock (as in a drain), the
+        // deregistrations come after it.
+        self.draining = None;
+        self.st = None;
+        if let Some(deregs) = self.deregs.take() {
+            deregs.finish();
+        }
+    }
 }
 
 /// Deregistrations a [`RoundLock`] collected, to perform after unlocking
@@ -471,7 +483,7 @@ impl<R: Registrar> RoundDeregs<'_, R> {
     /// Performs the deregistrations, then drains what hooks queued meanwhile
     /// (A11). Call with no cache lock held.
     pub fn perform(self) {
-        drop(self.0);
+        self.0.finish();
     }
 }
 
@@ -484,19 +496,19 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     /// opened: each is owed an M4.
     pub fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
         let (cache, shared) = (self.cache, self.shared);
-        let Some(st) = self.st.as_mut() else { return Vec::new() };
+        let (Some(st), Some(deregs)) = (self.st.as_mut(), self.deregs.as_mut()) else { return Vec::new() };
         add(&cache.counters.release_events, events.len() as u64);
         let opened = match shared.source.get() {
-            Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, &mut self.deregs),
+            Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, deregs),
             None if !fault!(cache.config, monitor_off) => {
                 for ev in events {
-                    cache.apply_event(shared, st, ev.range.pages(cache.page_size), &mut self.deregs);
+                    cache.apply_event(shared, st, ev.range.pages(cache.page_size), deregs);
                 }
                 Vec::new()
             }
             None => Vec::new(),
         };
-        cache.drain(shared, st, &mut self.deregs);
+        cache.drain(shared, st, deregs);
         opened
     }
 
@@ -505,7 +517,7 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     pub fn unlock(mut self) -> RoundDeregs<'c, R> {
         self.draining = None;
         self.st = None;
-        let deregs = std::mem::replace(&mut self.deregs, DeregList::new(self.cache, self.shared));
+        let deregs = self.deregs.take().unwrap_or_else(|| DeregList::new(self.cache, self.shared));
         RoundDeregs(deregs)
     }
 }

@@ -420,7 +420,7 @@ impl<R: Registrar> Cache<R> {
         st.noted.clear();
         shared.over_limit.store(false, Ordering::SeqCst);
         drop(st);
-        deregs.perform();
+        deregs.finish();
     }
 
     //= spec.md#S2.8
@@ -435,7 +435,7 @@ impl<R: Registrar> Cache<R> {
         self.drain(shared, &mut st, &mut deregs);
         self.evict_all_unleased(shared, &mut st, &mut deregs, &noted);
         drop(st);
-        deregs.perform();
+        deregs.finish();
     }
 }
 

@@ -96,6 +96,6 @@ impl<R: Registrar> Cache<R> {
         self.drain(shared, &mut st, &mut deregs);
         self.enforce_limits(shared, &mut st, &mut deregs, &noted);
         drop(st);
-        deregs.perform();
+        deregs.finish();
     }
 }
