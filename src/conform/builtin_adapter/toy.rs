@@ -89,6 +89,16 @@ struct ToySt {
     owed: Vec<u64>,
 }
 
+impl ToySt {
+    /// The first findable entry covering `span` with enough access (any
+    /// access under `AccessIgnored`): the hit of A1 and the recheck of A8.
+    fn covering_mut(&mut self, span: PageSpan, access: Access, ignore_access: bool) -> Option<&mut ToyEntry> {
+        self.entries
+            .iter_mut()
+            .find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
+    }
+}
+
 impl Toy {
     /// A toy breaking each of `brk`, widening registrations to `chunk_pages`.
     pub(super) fn new(brk: Vec<ToyBreak>, chunk_pages: u64, limits: Limits) -> Toy {
@@ -181,11 +191,7 @@ impl Backend for Toy {
             st.clock += 1;
             let now = st.clock;
             let ignore_access = self.is(ToyBreak::AccessIgnored);
-            if let Some(e) = st
-                .entries
-                .iter_mut()
-                .find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
-            {
+            if let Some(e) = st.covering_mut(span, access, ignore_access) {
                 e.leases += 1;
                 e.last_use = now;
                 let id = e.id;
@@ -205,11 +211,7 @@ impl Backend for Toy {
             // A8: another thread cached a covering entry meanwhile: use it.
             let now = st.clock + 1;
             if !self.is(ToyBreak::NoRecheck) {
-                if let Some(e) = st
-                    .entries
-                    .iter_mut()
-                    .find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
-                {
+                if let Some(e) = st.covering_mut(span, access, ignore_access) {
                     e.leases += 1;
                     e.last_use = now;
                     let hit = e.id;
