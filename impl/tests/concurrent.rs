@@ -107,7 +107,7 @@ fn smoke_with(cache_config: CacheConfig, ops: usize) {
                 let addr = rng.below(PAGES) * P;
                 let bumped = pages.bump(addr, P);
                 cache.drain_with(|evs| {
-                    evs.push(ReleaseEvent { kind: ReleaseKind::MadviseDontneed, range: Range::new(addr, P).unwrap() })
+                    evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(addr, P).unwrap()))
                 });
                 pages.complete(&bumped);
                 std::thread::yield_now();

@@ -30,7 +30,7 @@ use mrcache::cache::{EntryState, Invalidated, InvalidationQueue, Released};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::sync::{model, thread, Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock};
-use mrcache::types::{Access, PageSpan, Range, ReleaseKind};
+use mrcache::types::{Access, Range, ReleaseEvent, ReleaseKind};
 use mrcache::{Cache, CacheConfig};
 
 const P: u64 = 4096;
@@ -118,23 +118,24 @@ fn handoff_through_the_cache() {
 
 /// What the cache lock protects, reduced to the events applied so far.
 struct Sim {
-    lock: RwLock<Vec<PageSpan>>,
+    lock: RwLock<Vec<ReleaseEvent>>,
     queue: InvalidationQueue,
 }
 
-fn ev(page: u64) -> PageSpan {
-    PageSpan { first: page, end: page + 1 }
+/// A munmap of page `page`.
+fn ev(page: u64) -> ReleaseEvent {
+    ReleaseEvent::of(ReleaseKind::Munmap, Range { addr: page * P, len: P })
 }
 
-fn covered(applied: &[PageSpan], page: u64) -> bool {
-    applied.iter().any(|s| s.contains(&ev(page)))
+fn covered(applied: &[ReleaseEvent], page: u64) -> bool {
+    applied.iter().any(|s| s.range.contains(&ev(page).range))
 }
 
 impl Sim {
     fn new(capacity: usize) -> Arc<Sim> {
         Arc::new(Sim { lock: RwLock::new(Vec::new()), queue: InvalidationQueue::with_capacity(capacity) })
     }
-    fn drain(&self, applied: &mut Vec<PageSpan>) {
+    fn drain(&self, applied: &mut Vec<ReleaseEvent>) {
         self.queue.take_all(applied);
     }
     /// H1 + H2.
@@ -150,7 +151,7 @@ impl Sim {
         self.drain(&mut g);
     }
     /// A1 then A2/A3: the events a lookup sees as applied.
-    fn lookup(&self) -> Vec<PageSpan> {
+    fn lookup(&self) -> Vec<ReleaseEvent> {
         if self.queue.is_empty() {
             return self.lock.read().unwrap().clone();
         }

@@ -149,7 +149,7 @@ fn leak_alarm_was_a_check_beside_a_running_monitor_round() {
         let cache = cache.clone();
         move || {
             cache.drain_with(|evs| {
-                evs.push(ReleaseEvent { kind: ReleaseKind::MadviseDontneed, range: Range::new(0x1000, P).unwrap() })
+                evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(0x1000, P).unwrap()))
             })
         }
     });

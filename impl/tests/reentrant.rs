@@ -9,7 +9,7 @@ mod common;
 
 use common::{GenRegistrar, Pages};
 use mrcache::types::{Access, OpError, Range, ReleaseKind};
-use mrcache::{Cache, CacheConfig, Config, Faults, ReleaseEvent};
+use mrcache::{Cache, CacheConfig, Config, EventSource, Faults, ReleaseEvent};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -137,7 +137,7 @@ fn hook_while_holding_the_lock_does_not_block() {
     // invalidation from this thread (e.g. a free inside the lock) is queued.
     cache.drain_with(|events| {
         cache.invalidate(0, P, ReleaseKind::MadviseDontneed).unwrap();
-        events.push(ReleaseEvent { kind: ReleaseKind::Munmap, range: Range::new(8 * P, P).unwrap() });
+        events.push(ReleaseEvent::of(ReleaseKind::Munmap, Range::new(8 * P, P).unwrap()));
     });
     let s = cache.stats();
     assert_eq!(s.release_events, 2);
@@ -149,6 +149,38 @@ fn hook_while_holding_the_lock_does_not_block() {
     assert_eq!(cache.stats().invalidations, 2);
     assert_eq!(cache.diagnostics().queued_events, 0);
     drop(l);
+    cache.flush();
+    assert_eq!(cache.registrar().live(), 0);
+}
+
+/// An event source that counts its reads.
+struct CountedSource {
+    reads: Arc<AtomicU32>,
+    pending: std::sync::Mutex<Vec<ReleaseEvent>>,
+}
+
+impl EventSource for CountedSource {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        out.append(&mut self.pending.lock().unwrap());
+    }
+}
+
+#[test]
+fn a_monitor_round_reads_its_source_once() {
+    let pages = Arc::new(Pages::new(64, P));
+    let cache = Cache::new(GenRegistrar::new(pages.clone()), CacheConfig::explicit());
+    drop(cache.acquire(0, P, RR).unwrap());
+    let reads = Arc::new(AtomicU32::new(0));
+    let ev = ReleaseEvent::of(ReleaseKind::Munmap, Range::new(0, P).unwrap());
+    let source = CountedSource { reads: reads.clone(), pending: std::sync::Mutex::new(vec![ev]) };
+    assert!(cache.set_event_source(Box::new(source)).is_ok());
+    assert!(cache.monitor_round());
+    // The round's drain reads the source; the round itself reads nothing
+    // more (it used to read the fd once more, before its drain).
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    let s = cache.stats();
+    assert_eq!((s.release_events, s.invalidations), (1, 1));
     cache.flush();
     assert_eq!(cache.registrar().live(), 0);
 }

@@ -297,6 +297,61 @@ impl ReleaseKind {
     ];
 }
 
+/// A release event (spec.md S2.3): the frames of `range` are no longer
+/// mapped. The one shape a release has in the cache, from where it is
+/// reported to where it is applied: a monitor reads it (userfaultfd, M2,
+/// M5), a hook queues it (H1, W1), a drain applies it (A-D).
+///
+/// `kind` is the release that raised it, when that is known: `None` for
+/// W1's event (a hook *before* the release names no kind) and for the one
+/// event a full queue collapses into (L2) when its events were of several
+/// kinds. The cache applies every kind the same way (S2.3); the kind is
+/// kept for what reports it, and M3 opens a window for a REMOVE a monitor
+/// read.
+///
+/// [`Op::ReleaseEvent`] is its trace form, whose range is unchecked (a trace
+/// may hold a bad one, E1/E2): [`Op::release_event`] checks it, and
+/// [`ReleaseEvent::op`] gives it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReleaseEvent {
+    pub kind: Option<ReleaseKind>,
+    pub range: Range,
+}
+
+impl ReleaseEvent {
+    /// A release of kind `kind` on `range`.
+    pub const fn of(kind: ReleaseKind, range: Range) -> Self {
+        ReleaseEvent { kind: Some(kind), range }
+    }
+
+    /// A release of kind `kind` on `[addr, addr+len)`, checked (E1, E2).
+    pub fn new(kind: ReleaseKind, addr: u64, len: u64) -> Result<Self, RangeError> {
+        Ok(ReleaseEvent::of(kind, Range::new(addr, len)?))
+    }
+
+    /// Its pages (spec.md S1.2): what A-D applies.
+    #[inline]
+    pub fn pages(&self, page_size: u64) -> PageSpan {
+        self.range.pages(page_size)
+    }
+
+    /// One event covering this one and `other` (L2's hull): the hull of the
+    /// two ranges, whose pages are the union of theirs (the byte hull rounds
+    /// outwards to the same pages), and their kind if they agree.
+    pub fn hull(&self, other: &ReleaseEvent) -> ReleaseEvent {
+        let addr = self.range.addr.min(other.range.addr);
+        let end = self.range.end().max(other.range.end());
+        let kind = if self.kind == other.kind { self.kind } else { None };
+        // Both ranges end at or below ADDRESS_LIMIT, and so does the hull.
+        ReleaseEvent { kind, range: Range { addr, len: end - addr } }
+    }
+
+    /// Its trace form, if its kind is known.
+    pub fn op(&self) -> Option<Op> {
+        self.kind.map(|kind| Op::ReleaseEvent { kind, addr: self.range.addr, len: self.range.len })
+    }
+}
+
 //= spec.md#S2
 /// One operation on a registration cache. This single enum drives the spec,
 /// the model, the checker, the impl harness, traces and conformance.
@@ -366,6 +421,15 @@ pub enum Op {
 }
 
 impl Op {
+    /// A `ReleaseEvent` op as the cache's [`ReleaseEvent`], its range
+    /// checked (E1, E2); `None` for any other op.
+    pub fn release_event(&self) -> Option<Result<ReleaseEvent, RangeError>> {
+        match *self {
+            Op::ReleaseEvent { kind, addr, len } => Some(ReleaseEvent::new(kind, addr, len)),
+            _ => None,
+        }
+    }
+
     /// The op's byte range, checked against S2.1's preconditions, if it has one.
     pub fn range(&self) -> Option<Result<Range, RangeError>> {
         match *self {
@@ -611,6 +675,35 @@ pub mod hex_u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_events_hull_covers_the_union_of_its_pages_and_keeps_a_common_kind() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..100_000 {
+            let page = 1u64 << (next() % 21);
+            let ev = |a: u64, l: u64, k: ReleaseKind| ReleaseEvent::new(k, a, l.max(1)).unwrap();
+            let (a, b) = (next() >> 2, next() >> 2);
+            let (ka, kb) = (ReleaseKind::ALL[(next() % 9) as usize], ReleaseKind::ALL[(next() % 9) as usize]);
+            let e = ev(a, next() >> (2 + next() % 62), ka);
+            let f = ev(b, next() >> (2 + next() % 62), kb);
+            let h = e.hull(&f);
+            assert_eq!(h.pages(page), e.pages(page).union(&f.pages(page)), "{e:?} {f:?}");
+            assert_eq!(h.kind, if ka == kb { Some(ka) } else { None });
+            assert_eq!(h.op().is_some(), ka == kb);
+        }
+        let op = Op::ReleaseEvent { kind: ReleaseKind::Shmdt, addr: 0x3000, len: 0x10 };
+        let ev = op.release_event().unwrap().unwrap();
+        assert_eq!((ev.kind, ev.range), (Some(ReleaseKind::Shmdt), Range { addr: 0x3000, len: 0x10 }));
+        assert_eq!(ev.op(), Some(op));
+        assert!(Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: 0x3000, len: 0 }.release_event().unwrap().is_err());
+        assert_eq!(Op::Flush.release_event(), None);
+    }
 
     #[test]
     fn align_by_masks_equals_align_by_division() {

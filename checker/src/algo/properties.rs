@@ -12,12 +12,45 @@ use stateright::{Model, Property};
 /// under `merge`, the uncache goal only under `no-merge-uncache-contained`;
 /// the read-not-applied goal only with the async monitor, the deferred-hook
 /// goal only with the sync one.
+///
+/// Each property cites (`type=test`) the steps of spec.md §A whose breakage
+/// it catches, as the mutants show (`Mutant::caught_by`): every pinned
+/// configuration (tests/pinned.rs) checks them.
 pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     let mut v = vec![
+        // The lookups' access rule (hit-ignores-access).
+        //= spec.md#A1 type=test
+        //= spec.md#A3 type=test
+        //= spec.md#A8 type=test
         Property::always(P1, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P1)),
+        // A-D and what orders it before the release returns: A2's drain,
+        // A5's watch, A7's recheck (no-seq-recheck), the monitor's reads
+        // (M1, M2, S3.8: async-apply-outside-lock,
+        // async-blocking-read-outside-lock), the windows (W1-W3, M3, M4:
+        // begin-keeps-entries, end-closes-oldest, windowed-cached,
+        // remove-without-window).
+        //= spec.md#A2 type=test
+        //= spec.md#A5 type=test
+        //= spec.md#A7 type=test
+        //= spec.md#A-D type=test
+        //= spec.md#M1 type=test
+        //= spec.md#M2 type=test
+        //= spec.md#M3 type=test
+        //= spec.md#M4 type=test
+        //= spec.md#S3.8 type=test
+        //= spec.md#W1 type=test
+        //= spec.md#W2 type=test
+        //= spec.md#W3 type=test
         Property::always(P2, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P2)),
         // P3. With lanes, a lane lease counts: it is on no state word until a
-        // revoke pins it.
+        // revoke pins it. A9's displacement (merge-drops-leased) and the lane
+        // protocol (lane-no-recheck, lane-reuse-busy-slot, lane-revoke-no-pin,
+        // lane-no-heavy-barrier).
+        //= spec.md#A9 type=test
+        //= spec.md#LN1 type=test
+        //= spec.md#LN2 type=test
+        //= spec.md#LN5 type=test
+        //= spec.md#LN6 type=test
         Property::always(P3, |m: &AlgoModel, s: &State| {
             !s.regs
                 .iter()
@@ -26,20 +59,36 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
                 // The other caches on the monitor (M5; no lanes there).
                 && !s.others.iter().any(|o| o.regs.iter().any(|r| r.deregs > 0 && r.leases > 0))
         }),
+        // The handoff's one atomic step (handoff-toctou).
+        //= spec.md#A-H type=test
         Property::always(P4, |_: &AlgoModel, s: &State| {
             s.regs.iter().chain(s.others.iter().flat_map(|o| o.regs.iter())).all(|r| r.deregs <= 1)
         }),
     ];
     if m.cfg.has_limits() {
+        // The note, the eviction and the releases that evict (note-one-short,
+        // over-limit-flag-late, no-release-eviction; a lane release runs R2).
+        //= spec.md#A6 type=test
+        //= spec.md#A10 type=test
+        //= spec.md#R2 type=test
+        //= spec.md#LN3 type=test
         v.push(Property::always(P5, |m: &AlgoModel, s: &State| !s.quiescent() || !m.over_limits_with_victim(s)));
     }
     // Each cache's history against its own sequential model (M5: a release
-    // is in every cache's history).
+    // is in every cache's history). R1's LRU touch (release-no-lru-touch,
+    // release-touch-after-decrement).
+    //= spec.md#R1 type=test
     v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| {
         !s.quiescent() || (s.lin.serialized_history().is_some() && s.others.iter().all(|o| o.lin.serialized_history().is_some()))
     }));
     //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
+    // Deferred events are drained (queue-never-drained, holder-skips-drain,
+    // reader-skips-drain) and lane pins returned (lane-detached-no-mutex).
+    //= spec.md#A11 type=test
+    //= spec.md#H1 type=test
+    //= spec.md#S3.9 type=test
+    //= spec.md#LN4 type=test
     v.push(Property::always(L1, |m: &AlgoModel, s: &State| !m.is_terminal(s) || m.l1_failure(s).is_none()));
     // The goals on registrations: in any cache (M5).
     v.push(Property::sometimes(S_LEASED_INVALIDATED, |_: &AlgoModel, s: &State| {
@@ -72,6 +121,8 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
             })
         }));
     }
+    // A4's in-flight record made stale by an event.
+    //= spec.md#A4 type=test
     v.push(Property::sometimes(S_EVENT_DURING_REGISTRATION, |_: &AlgoModel, s: &State| {
         s.threads.iter().any(|t| t.inflight.is_some_and(|i| i.stale))
     }));
@@ -125,7 +176,9 @@ impl AlgoModel {
     /// Why the state is a deadlock (P6), if it is: an actor that holds the lock
     /// exclusively cannot take its next step (it waits for itself, or for
     /// something only a lock holder could do), or nobody can move although a
-    /// script is unfinished.
+    /// script is unfinished. H2 only tries the lock (blocking-hook).
+    //= spec.md#P6 type=test
+    //= spec.md#H2 type=test
     pub fn deadlock(&self, s: &State) -> Option<String> {
         if let Lock::Exclusive(a) = s.lock {
             let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) };

@@ -14,15 +14,11 @@ use crate::error::Error;
 use crate::index::Slot;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicU64, Ordering};
-use mrcache_types::{PageSpan, Range, ReleaseKind};
-use serde::{Deserialize, Serialize};
+use mrcache_types::{Range, ReleaseKind};
 
-/// A release event (spec.md#S2.3), as a monitor reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ReleaseEvent {
-    pub kind: ReleaseKind,
-    pub range: Range,
-}
+/// A release event (spec.md#S2.3) with its kind: what a monitor reads, a
+/// hook queues and a drain applies (one type, from the types crate).
+pub use mrcache_types::ReleaseEvent;
 
 /// What [`EventSource::watch`] did with a range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,22 +183,22 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         let _draining = Draining::new(shared);
-        let mut spans = Vec::new();
-        shared.queue.take_all(&mut spans);
+        let mut queued = Vec::new();
+        shared.queue.take_all(&mut queued);
+        // The source's events are read once, here, and applied after the
+        // queued ones, in this critical section.
+        let mut read = Vec::new();
         if let Some(src) = source {
             //= spec.md#M2
             //# A2 and A6 also read pending events, from a monitor that serves their cache alone
-            let mut events = Vec::new();
-            src.read_pending(&mut events);
-            add(&self.counters.release_events, events.len() as u64);
-            for span in spans.drain(..) {
-                self.apply_event(shared, st, span, deregs);
-            }
-            self.apply_source_events(shared, st, src.as_ref(), &events, deregs);
-            return;
+            src.read_pending(&mut read);
+            add(&self.counters.release_events, read.len() as u64);
         }
-        for span in spans {
-            self.apply_event(shared, st, span, deregs);
+        for ev in queued {
+            self.apply_event(shared, st, ev, deregs);
+        }
+        if let Some(src) = source {
+            self.apply_source_events(shared, st, src.as_ref(), &read, deregs);
         }
     }
 
@@ -221,14 +217,13 @@ impl<R: Registrar> Cache<R> {
             return opened;
         }
         let windows = src.proves_removes() && !fault!(self.config, remove_without_window);
-        for ev in events {
-            let span = ev.range.pages(self.page_size);
-            self.apply_event(shared, st, span, deregs);
+        for &ev in events {
+            self.apply_event(shared, st, ev, deregs);
             //= spec.md#M3
             //# after applying it (A-D), in the same critical section, open a
             //# window on its pages
-            if windows && ev.kind == ReleaseKind::MadviseDontneed {
-                shared.windows.open(span);
+            if windows && ev.kind == Some(ReleaseKind::MadviseDontneed) {
+                shared.windows.open(ev.pages(self.page_size));
                 inc(&self.counters.remove_windows);
                 //= spec.md#M3
                 //# The window is handed to the monitor thread for M4 only once it is open.
@@ -258,13 +253,16 @@ impl<R: Registrar> Cache<R> {
     //# for each queued or read event, bump nothing but apply S2.3: findable
     //# entries overlapping it leave the index (unleased → dereg list, leased →
     //# set INVALID); in-flight records overlapping it become stale
+    /// Every kind is applied the same way (S2.3): the kind of `ev` changes
+    /// nothing here.
     pub(super) fn apply_event<'c>(
         &'c self,
         shared: &'c Shared<R>,
         st: &mut State<R>,
-        span: PageSpan,
+        ev: ReleaseEvent,
         deregs: &mut DeregList<'c, R>,
     ) {
+        let span = ev.pages(self.page_size);
         for r in st.inflight.iter_mut() {
             if r.span.overlaps(&span) {
                 r.stale = true;
@@ -297,23 +295,22 @@ impl<R: Registrar> Cache<R> {
     /// Call it *after* the release (spec.md#S1.8). A hook that runs before
     /// the release uses [`Cache::release_begin`] and [`Cache::release_end`].
     pub fn invalidate(&self, addr: u64, len: u64, kind: ReleaseKind) -> Result<(), Error> {
-        let _ = kind; // recorded for reports only (S2.3)
         let shared = self.shared_slow();
         inc(&self.counters.release_events);
-        let range = Range::new(addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
+        let ev = ReleaseEvent::new(kind, addr, len).map_err(|e| self.fail(Error::from_range(e)))?;
         if fault!(self.config, monitor_off) {
             return Ok(());
         }
-        self.hook_event(shared, range.pages(self.page_size));
+        self.hook_event(shared, ev);
         Ok(())
     }
 
-    /// H1 and H2 for `span`: queue it, then drain if the lock is free.
-    fn hook_event(&self, shared: &Shared<R>, span: PageSpan) {
+    /// H1 and H2 for `ev`: queue it, then drain if the lock is free.
+    fn hook_event(&self, shared: &Shared<R>, ev: ReleaseEvent) {
         let held = held_by_this_thread();
         //= spec.md#H1
         //# sync hook / explicit invalidate: push the event on the queue (wakes nobody).
-        shared.queue.push(span);
+        shared.queue.push(ev);
         //= spec.md#H2
         //# try the lock exclusive: if acquired, drain, unlock, perform the dereg
         //# list; if not, return: the holder drains after its unlock (A1, A11).
@@ -364,7 +361,8 @@ impl<R: Registrar> Cache<R> {
         // registration planned between the drain and the opening would be
         // neither, and could pin the frames about to go and be cached.
         shared.windows.open(span);
-        self.hook_event(shared, span);
+        // A hook before the release names no kind.
+        self.hook_event(shared, ReleaseEvent { kind: None, range });
         Ok(())
     }
 
@@ -406,10 +404,12 @@ impl<R: Registrar> Cache<R> {
     //# wakes the releasing threads) and apply each (A-D), all in the same
     //# critical section; unlock; perform the dereg list.
     /// The monitor round (M2): `read` runs under the exclusive lock and appends
-    /// the events it reads (non-blocking); they and every queued event are
-    /// applied in the same critical section; deregistrations follow the unlock.
-    /// `read` must not block, free monitored memory, or call into the cache
-    /// other than [`Cache::invalidate`] (which then only queues).
+    /// the events it reads (non-blocking); they, every queued event and the
+    /// installed [`EventSource`]'s pending events (read once, by the drain)
+    /// are applied in the same critical section; deregistrations follow the
+    /// unlock. `read` must not block, free monitored memory, read the
+    /// installed source, or call into the cache other than
+    /// [`Cache::invalidate`] (which then only queues).
     pub fn drain_with(&self, read: impl FnOnce(&mut Vec<ReleaseEvent>)) {
         let mut round = self.lock_for_round();
         let mut events = Vec::new();
@@ -439,8 +439,10 @@ impl<R: Registrar> Cache<R> {
     /// lock. Returns `false` if no source is installed.
     pub fn monitor_round(&self) -> bool {
         match self.shared_slow().source.get() {
-            Some(src) => {
-                self.drain_with(|events| src.read_pending(events));
+            Some(_) => {
+                // The round's drain (RoundLock::apply) reads the source, once
+                // and under the lock; `read` reads nothing more.
+                self.drain_with(|_| {});
                 true
             }
             None => false,
@@ -490,10 +492,11 @@ impl<R: Registrar> RoundDeregs<'_, R> {
 impl<'c, R: Registrar> RoundLock<'c, R> {
     //= spec.md#M5
     //# apply each to every attached cache (A-D, and M3 for a REMOVE)
-    /// Applies `events`, read while this lock was held, and every queued
-    /// hook event (A-D; a REMOVE opens its window, M3, if the installed
-    /// source proves madvise returns). Returns the ranges of the windows it
-    /// opened: each is owed an M4.
+    /// Applies `events`, read while this lock was held, every queued hook
+    /// event and the installed source's pending events (the drain reads it,
+    /// once: `events` must not come from it) (A-D; a REMOVE opens its
+    /// window, M3, if the installed source proves madvise returns). Returns
+    /// the ranges of the windows `events` opened: each is owed an M4.
     pub fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
         let (cache, shared) = (self.cache, self.shared);
         let (Some(st), Some(deregs)) = (self.st.as_mut(), self.deregs.as_mut()) else { return Vec::new() };
@@ -501,8 +504,8 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
         let opened = match shared.source.get() {
             Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, deregs),
             None if !fault!(cache.config, monitor_off) => {
-                for ev in events {
-                    cache.apply_event(shared, st, ev.range.pages(cache.page_size), deregs);
+                for &ev in events {
+                    cache.apply_event(shared, st, ev, deregs);
                 }
                 Vec::new()
             }

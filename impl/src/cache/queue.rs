@@ -1,6 +1,6 @@
 //! The invalidation queue (spec.md#H1, H2, S3.9, L2).
 //!
-//! A bounded buffer of page spans behind a *leaf* mutex, plus an atomic
+//! A bounded buffer of release events (with their kinds) behind a *leaf* mutex, plus an atomic
 //! length that the hit path reads without any lock (spec.md#A1: the fast path
 //! is taken only when the queue is empty).
 //!
@@ -12,7 +12,8 @@
 //!   inside it and re-enter the queue on the same thread (spec.md#P6, S7.2).
 //!   A hook waits at most for another thread's push or take to finish.
 //! - **Bounded** (spec.md#L2). A push that finds the buffer full replaces its
-//!   contents by one event covering their hull and the new span:
+//!   contents by one event covering their hull and the new event
+//!   ([`ReleaseEvent::hull`]: their kind if they all agree, else none):
 //!   conservative (it may invalidate more, never less) and non-blocking. The
 //!   hull of the buffered events is kept as they are pushed, so that
 //!   collapse costs `O(1)`, not a pass over the buffer.
@@ -28,10 +29,10 @@
 //! `take_all` returns them oldest first anyway.
 
 use crate::sync::{AtomicUsize, Mutex, Ordering};
-use mrcache_types::PageSpan;
+use mrcache_types::ReleaseEvent;
 use std::sync::PoisonError;
 
-/// Largest buffer a queue preallocates (16 B per event: 1 MiB). A larger
+/// Largest buffer a queue preallocates (24 B per event: 1.5 MiB). A larger
 /// `max_unreleased` is clamped to it.
 pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 
@@ -40,17 +41,17 @@ pub const MAX_QUEUE_CAPACITY: usize = 1 << 16;
 pub enum Pushed {
     /// Appended; the queue now holds this many events.
     Queued(usize),
-    /// The queue was full: its contents and the new span became one hull event.
+    /// The queue was full: its contents and the new event became one hull event.
     Merged,
 }
 
 /// The buffered events and their hull (`None` when empty).
 struct Buffered {
-    events: Vec<PageSpan>,
-    hull: Option<PageSpan>,
+    events: Vec<ReleaseEvent>,
+    hull: Option<ReleaseEvent>,
 }
 
-/// The bounded queue of pending release events (as page spans).
+/// The bounded queue of pending release events.
 pub struct InvalidationQueue {
     events: Mutex<Buffered>,
     len: AtomicUsize,
@@ -82,12 +83,12 @@ impl InvalidationQueue {
     //= spec.md#H1
     //= spec.md#L2
     /// Queues an event; never waits for the cache lock and never allocates.
-    pub fn push(&self, span: PageSpan) -> Pushed {
+    pub fn push(&self, event: ReleaseEvent) -> Pushed {
         let mut q = self.events.lock().unwrap_or_else(PoisonError::into_inner);
-        let hull = q.hull.map_or(span, |h| h.union(&span));
+        let hull = q.hull.map_or(event, |h| h.hull(&event));
         q.hull = Some(hull);
         let pushed = if q.events.len() < self.cap {
-            q.events.push(span); // within the reserved capacity: no reallocation
+            q.events.push(event); // within the reserved capacity: no reallocation
             Pushed::Queued(q.events.len())
         } else {
             // O(1): the hull is kept as events are pushed.
@@ -113,7 +114,7 @@ impl InvalidationQueue {
     //= spec.md#A-D
     /// Takes every queued event, oldest first, appending to `out`. Called by
     /// the holder of the exclusive cache lock. Returns how many were taken.
-    pub fn take_all(&self, out: &mut Vec<PageSpan>) -> usize {
+    pub fn take_all(&self, out: &mut Vec<ReleaseEvent>) -> usize {
         if self.is_empty() {
             return 0;
         }
@@ -132,9 +133,13 @@ impl InvalidationQueue {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use mrcache_types::{PageSpan, ReleaseKind};
 
-    fn sp(first: u64, end: u64) -> PageSpan {
-        PageSpan { first, end }
+    const P: u64 = 4096;
+
+    /// A munmap of pages `[first, end)`.
+    fn sp(first: u64, end: u64) -> ReleaseEvent {
+        ReleaseEvent::new(ReleaseKind::Munmap, first * P, (end - first) * P).unwrap()
     }
 
     #[test]
@@ -155,6 +160,19 @@ mod tests {
         q.take_all(&mut out);
         assert_eq!(out, vec![sp(7, 8)]);
         assert_eq!(InvalidationQueue::with_capacity(0).capacity(), 1);
+        // A collapse keeps the kind its events agree on, and only that.
+        let q = InvalidationQueue::with_capacity(1);
+        let dontneed = |page| ReleaseEvent::new(ReleaseKind::MadviseDontneed, page * P, P).unwrap();
+        q.push(dontneed(1));
+        assert_eq!(q.push(dontneed(3)), Pushed::Merged);
+        let mut out = Vec::new();
+        q.take_all(&mut out);
+        assert_eq!(out, vec![ReleaseEvent::new(ReleaseKind::MadviseDontneed, P, 3 * P).unwrap()]);
+        q.push(dontneed(1));
+        q.push(sp(3, 4));
+        out.clear();
+        q.take_all(&mut out);
+        assert_eq!((out[0].kind, out[0].pages(P)), (None, PageSpan { first: 1, end: 4 }));
         assert_eq!(InvalidationQueue::with_capacity(usize::MAX).capacity(), MAX_QUEUE_CAPACITY);
     }
 
@@ -183,7 +201,7 @@ mod tests {
         let mut all = taken.lock().unwrap().clone();
         q.take_all(&mut all);
         for p in 0..4000 {
-            assert!(all.iter().any(|s| s.contains(&sp(p, p + 1))), "event {p} lost");
+            assert!(all.iter().any(|s| s.pages(P).contains(&PageSpan { first: p, end: p + 1 })), "event {p} lost");
         }
     }
 }

@@ -139,12 +139,11 @@ impl Hub {
     fn round(&self) -> Vec<(Range, Vec<u64>)> {
         let members = lock(&self.members);
         let mut locked: Vec<Box<dyn LockedMember<'_>>> = members.iter().map(|(_, m)| m.lock()).collect();
-        let mut read = Vec::new();
-        if self.monitor.read_pending(&mut read, READ_BATCH).is_err() {
+        let mut events = Vec::new();
+        if self.monitor.read_pending(&mut events, READ_BATCH).is_err() {
             // Retried next round: the fd stays readable.
             self.read_errors.fetch_add(1, Ordering::Relaxed);
         }
-        let events: Vec<ReleaseEvent> = read.iter().map(|e| ReleaseEvent { kind: e.kind, range: e.range }).collect();
         let mut opened: Vec<(Range, Vec<u64>)> = Vec::new();
         for (member, (id, _)) in locked.iter_mut().zip(members.iter()) {
             for range in member.apply(&events) {

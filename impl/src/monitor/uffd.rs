@@ -3,7 +3,7 @@
 //! [`UffdMonitor`] owns one userfaultfd. [`UffdMonitor::watch`] registers page
 //! ranges in write-protect (WP) mode; the kernel then queues an event on the fd
 //! whenever the process stops mapping frames inside a watched range, and
-//! [`UffdMonitor::read_pending`] turns those events into [`MonitorEvent`]s.
+//! [`UffdMonitor::read_pending`] turns those events into [`ReleaseEvent`]s.
 //!
 //! # Why WP mode, and why nothing is ever trapped
 //!
@@ -19,7 +19,7 @@
 //!
 //! # Events (measured on Linux 6.18; see the tests)
 //!
-//! | release                          | kernel message(s)                      | [`MonitorEvent`]                       |
+//! | release                          | kernel message(s)                      | [`ReleaseEvent`]                       |
 //! |----------------------------------|----------------------------------------|----------------------------------------|
 //! | `munmap(a, n)`                   | `UNMAP [a, a+n)`                       | `Munmap [a, a+n)`                      |
 //! | `madvise(DONTNEED / FREE)`       | `REMOVE [a, a+n)` (clipped per VMA)    | `MadviseDontneed [a, a+n)`             |
@@ -72,7 +72,7 @@
 //! `UFFD_FEATURE_EVENT_FORK`, which would also need `CAP_SYS_PTRACE`): it must
 //! open its own monitor.
 
-use mrcache_types::{Range, ReleaseKind};
+use mrcache_types::{Range, ReleaseEvent, ReleaseKind};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -184,14 +184,6 @@ pub enum UffdError {
         if *.taken { "already has a handler or is ignored in this process" } else { "is not a usable real-time signal" }
     )]
     ProofSignal { signal: i32, taken: bool },
-}
-
-/// A release the kernel reported: the process stopped mapping the frames of
-/// `range` (spec.md#S2.3). `range` is page aligned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct MonitorEvent {
-    pub kind: ReleaseKind,
-    pub range: Range,
 }
 
 /// Counters of messages that were not release events.
@@ -465,7 +457,7 @@ impl UffdMonitor {
     ///
     /// An error is returned only when the first `read()` fails; a later
     /// failure ends the call with the events already appended.
-    pub fn read_pending(&self, out: &mut Vec<MonitorEvent>, max: usize) -> Result<usize, UffdError> {
+    pub fn read_pending(&self, out: &mut Vec<ReleaseEvent>, max: usize) -> Result<usize, UffdError> {
         let mut buf = [sys::UffdMsg::default(); BATCH];
         let mut read_msgs = 0usize;
         let mut appended = 0usize;
@@ -502,18 +494,18 @@ impl UffdMonitor {
     }
 
     //= spec.md#S7.1
-    fn convert(&self, msg: &sys::UffdMsg) -> Option<MonitorEvent> {
+    fn convert(&self, msg: &sys::UffdMsg) -> Option<ReleaseEvent> {
         let [a0, a1, a2] = msg.arg;
         let span = |start: u64, end: u64| (end > start).then(|| Range { addr: start, len: end - start });
         match msg.event {
-            sys::UFFD_EVENT_UNMAP => span(a0, a1).map(|range| MonitorEvent { kind: ReleaseKind::Munmap, range }),
+            sys::UFFD_EVENT_UNMAP => span(a0, a1).map(|range| ReleaseEvent::of(ReleaseKind::Munmap, range)),
             // DONTNEED, FREE and REMOVE are indistinguishable here.
             sys::UFFD_EVENT_REMOVE => {
-                span(a0, a1).map(|range| MonitorEvent { kind: ReleaseKind::MadviseDontneed, range })
+                span(a0, a1).map(|range| ReleaseEvent::of(ReleaseKind::MadviseDontneed, range))
             }
             // from = a0, to = a1, len = a2: the old range no longer maps those frames.
             sys::UFFD_EVENT_REMAP => {
-                span(a0, a0.checked_add(a2)?).map(|range| MonitorEvent { kind: ReleaseKind::MremapSource, range })
+                span(a0, a0.checked_add(a2)?).map(|range| ReleaseEvent::of(ReleaseKind::MremapSource, range))
             }
             sys::UFFD_EVENT_PAGEFAULT => {
                 self.resolve_fault(a0, a1);

@@ -10,7 +10,7 @@
 //! adapter). Applications use [`super::MonitorThread`], the process's one
 //! monitor (S7.6), which proves madvise returns (M3, M4).
 
-use super::uffd::{MonitorEvent, UffdError, UffdMonitor};
+use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{EventSource, ReleaseEvent, Watched};
 use mrcache_types::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,13 +38,11 @@ impl UffdEvents {
 
 impl EventSource for UffdEvents {
     fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
-        let mut events: Vec<MonitorEvent> = Vec::new();
         // Bounded: each call reads at most READ_BATCH messages and stops when
         // the kernel has none left (EAGAIN), so the lock is held briefly.
-        if self.monitor.read_pending(&mut events, READ_BATCH).is_err() {
+        if self.monitor.read_pending(out, READ_BATCH).is_err() {
             self.read_errors.fetch_add(1, Ordering::Relaxed);
         }
-        out.extend(events.into_iter().map(|e| ReleaseEvent { kind: e.kind, range: e.range }));
     }
 
     fn watch(&self, range: Range) -> Result<Watched, String> {

@@ -15,7 +15,10 @@
 //!   without its own reason.
 //!
 //! A citation counts for a test if it is in a test file (a `tests` directory
-//! or `tests.rs`) or after the file's `#[cfg(test)]`; for code otherwise.
+//! or `tests.rs`), after the file's `#[cfg(test)]`, or marked `type=test`
+//! after its ID (`//= spec.md#<ID> type=test`, as duvet's `//= type=test`:
+//! a check outside a test file, such as a property of the model checker
+//! that its tests evaluate); for code otherwise.
 //! Every step of the §A table is also cited by both encodings of §A
 //! ([`missing_step_ids`], in [`STEP_DIRS`]).
 //!
@@ -232,8 +235,10 @@ pub fn citations_in(file: &str, source: &str) -> Vec<Citation> {
         if t.starts_with("#[cfg(test)]") {
             in_tests = true;
         }
-        let Some(id) = t.strip_prefix("//= spec.md#") else { continue };
-        let id = id.split_whitespace().next().unwrap_or("").to_string();
+        let Some(rest) = t.strip_prefix("//= spec.md#") else { continue };
+        let mut words = rest.split_whitespace();
+        let id = words.next().unwrap_or("").to_string();
+        let marked_test = words.any(|w| w == "type=test");
         let quote: Vec<&str> = lines[i + 1..]
             .iter()
             .map(|l| l.trim_start())
@@ -241,7 +246,7 @@ pub fn citations_in(file: &str, source: &str) -> Vec<Citation> {
             .map(|l| l.trim_start_matches("//#").trim())
             .collect();
         let quote = (!quote.is_empty()).then(|| quote.join(" "));
-        out.push(Citation { file: file.to_string(), line: i + 1, id, quote, test: test_file || in_tests });
+        out.push(Citation { file: file.to_string(), line: i + 1, id, quote, test: test_file || in_tests || marked_test });
     }
     out
 }
@@ -559,6 +564,15 @@ mod tests {
         let no_t1: String = ALL.iter().filter(|i| **i != "S8" && **i != "T1").map(|i| tag(i)).collect();
         let code_no_t1: String = ALL.iter().filter(|i| **i != "T1").map(|i| tag(i)).collect();
         assert_eq!(run(&code_no_t1, &no_t1, two).problems.len(), 1);
+    }
+
+    #[test]
+    fn a_citation_marked_type_test_counts_for_tests() {
+        let src = tag("P1").replace('\n', " type=test\n") + "//# A granted lease's registration covers\n" + &tag("C1");
+        let c = citations_in("checker/src/x.rs", &src);
+        let got: Vec<_> = c.iter().map(|c| (c.id.as_str(), c.test, c.quote.is_some())).collect();
+        assert_eq!(got, [("P1", true, true), ("C1", false, false)]);
+        assert!(has_tag(&src, "P1"), "still a tag of its step");
     }
 
     #[test]

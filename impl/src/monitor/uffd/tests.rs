@@ -20,8 +20,8 @@ fn range(addr: u64, len: u64) -> Range {
     Range::new(addr, len).unwrap()
 }
 
-fn ev(kind: ReleaseKind, addr: u64, len: u64) -> MonitorEvent {
-    MonitorEvent { kind, range: range(addr, len) }
+fn ev(kind: ReleaseKind, addr: u64, len: u64) -> ReleaseEvent {
+    ReleaseEvent::of(kind, range(addr, len))
 }
 
 /// Maps `pages` anonymous pages (`flags`: `MAP_PRIVATE` or `MAP_SHARED`,
@@ -94,7 +94,7 @@ fn release_in_thread(f: impl FnOnce() -> i64 + Send + 'static) -> Releaser {
 /// Reads events until the releasing thread has finished (it cannot finish
 /// before all its events are read), then joins it. Returns its result and
 /// every event read. Panics after TIMEOUT.
-fn finish(mon: &UffdMonitor, rel: Releaser) -> (i64, Vec<MonitorEvent>) {
+fn finish(mon: &UffdMonitor, rel: Releaser) -> (i64, Vec<ReleaseEvent>) {
     let deadline = Instant::now() + TIMEOUT;
     let mut events = Vec::new();
     while !rel.done.load(Ordering::SeqCst) {
@@ -110,18 +110,18 @@ fn finish(mon: &UffdMonitor, rel: Releaser) -> (i64, Vec<MonitorEvent>) {
 }
 
 /// Runs a release in a thread while reading; returns the events.
-fn release(mon: &UffdMonitor, f: impl FnOnce() -> i64 + Send + 'static) -> Vec<MonitorEvent> {
+fn release(mon: &UffdMonitor, f: impl FnOnce() -> i64 + Send + 'static) -> Vec<ReleaseEvent> {
     let (rc, events) = finish(mon, release_in_thread(f));
     assert_eq!(rc, 0, "release call failed");
     events
 }
 
-fn munmap_in(mon: &UffdMonitor, addr: u64, len: u64) -> Vec<MonitorEvent> {
+fn munmap_in(mon: &UffdMonitor, addr: u64, len: u64) -> Vec<ReleaseEvent> {
     // SAFETY: the tests only unmap mappings they created and no longer use.
     release(mon, move || unsafe { libc::munmap(addr as *mut libc::c_void, len as usize) } as i64)
 }
 
-fn madvise_in(mon: &UffdMonitor, addr: u64, len: u64, advice: libc::c_int) -> Vec<MonitorEvent> {
+fn madvise_in(mon: &UffdMonitor, addr: u64, len: u64, advice: libc::c_int) -> Vec<ReleaseEvent> {
     // SAFETY: the tests only discard pages of mappings they own and do not
     // hold references into.
     release(mon, move || unsafe { libc::madvise(addr as *mut libc::c_void, len as usize, advice) } as i64)
@@ -497,7 +497,7 @@ fn free_of_an_mmap_served_malloc_chunk_emits_unmap_of_the_whole_chunk() {
     });
     assert_eq!(events.len(), 1, "{events:?}");
     let e = events[0];
-    assert_eq!(e.kind, ReleaseKind::Munmap);
+    assert_eq!(e.kind, Some(ReleaseKind::Munmap));
     assert!(e.range.contains(&range(m, size)), "{} does not cover the chunk [{m:#x}+{size:#x})", e.range);
     assert!(e.range.contains(&interior));
     assert_eq!(e.range.addr % p, 0);
