@@ -1,16 +1,16 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
 
-use super::entry::{answered, indexed};
+use super::entry::indexed;
 use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::{Entry, EntryPtr};
 use super::events::Watched;
 use super::evict::Noted;
-use super::generation::{Shared, State};
+use super::generation::{answered, Shared, State};
 use super::lease::Lease;
 use super::state::EntryState;
-use super::stats::{Hot, inc};
+use super::counters::{Hot, inc};
 use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;

@@ -9,7 +9,7 @@ use super::generation::{Shared, State, WriteGuard, held_by_this_thread};
 #[cfg(any(test, feature = "testkit"))]
 use super::state::EntryState;
 use super::state::Invalidated;
-use super::stats::{add, inc};
+use super::counters::{add, inc};
 use crate::error::Error;
 use crate::index::Slot;
 use crate::registrar::Registrar;

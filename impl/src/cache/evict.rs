@@ -20,7 +20,7 @@ use super::entry::Entry;
 use super::Cache;
 use super::dereg::DeregList;
 use super::generation::{Shared, State};
-use super::stats::inc;
+use super::counters::inc;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use super::entry::EntryPtr;

@@ -1,11 +1,12 @@
 //! One generation of the cache's shared state (see "Fork" in the module
 //! docs) and its lock.
 
-use super::lanes;
 use super::Cache;
-use super::entry::EntryPtr;
-use super::queue::InvalidationQueue;
+use super::entry::{Entry, EntryPtr};
 use super::events::EventSource;
+use super::evict_order::{Candidate, EvictionOrder};
+use super::lanes;
+use super::queue::InvalidationQueue;
 use super::window::Windows;
 use crate::hit_memo::{HitMemo, MemoHint};
 use crate::index::IntervalIndex;
@@ -39,15 +40,15 @@ pub(crate) struct State<R: Registrar> {
     /// Bytes of findable entries (max_pinned_bytes, S6.4).
     pub(super) cached_bytes: u64,
     /// Victim candidates in policy order (A10, R2), kept only with limits.
-    pub(super) order: super::evict_order::EvictionOrder,
+    pub(super) order: EvictionOrder,
     /// The last note's number (A6, R2, trim; 0: none yet).
     pub(super) note_epoch: u64,
     /// The candidates the last A6 / R2 note took out of `order`, in policy
     /// order, until its A10 (or the next note) puts them back.
-    pub(super) noted: Vec<super::evict_order::Candidate>,
+    pub(super) noted: Vec<Candidate>,
     /// Scratch for the note: leased candidates passed over (kept for its
     /// allocation).
-    pub(super) passed: Vec<super::evict_order::Candidate>,
+    pub(super) passed: Vec<Candidate>,
     /// Debug builds: the ids the full note would have noted (A10's check).
     #[cfg(debug_assertions)]
     pub(super) full_note: Vec<u64>,
@@ -99,6 +100,21 @@ impl<R: Registrar> State<R> {
     }
 }
 
+/// The entry the hit memo answered, alive while the state is borrowed (the
+/// lock held, at least shared).
+///
+/// # Safety
+/// `e` must be the memo's answer at the index's current answers version
+/// (`crate::hit_memo`): such an answer is findable, since every removal
+/// moves the version, and a findable entry is freed only after it left the
+/// index under the lock exclusive, which the borrow of `st` excludes.
+#[inline]
+pub(super) unsafe fn answered<R: Registrar>(st: &State<R>, e: EntryPtr<R>) -> &Entry<R> {
+    let _ = st;
+    // SAFETY: per the contract above.
+    unsafe { e.get() }
+}
+
 /// One generation of the cache (see "Fork" in the module docs).
 pub(crate) struct Shared<R: Registrar> {
     pub(super) lock: RwLock<State<R>>,
@@ -118,7 +134,7 @@ pub(crate) struct Shared<R: Registrar> {
     pub(super) lanes: lanes::Lanes<R>,
     /// The generation this one replaced (fork, `simulate_fork`), or null. Set
     /// before this one is published, then never changed: the last
-    /// [`super::SharedCache`] handle walks the chain to count the owned
+    /// [`crate::SharedCache`] handle walks the chain to count the owned
     /// leases still out in every generation (older ones live as long as the
     /// cache).
     pub(super) older: plain::AtomicPtr<Shared<R>>,

@@ -39,17 +39,28 @@
 //! stale read (which leaks, never frees early), so a sum of 0 means every
 //! lease taken has done its last access, and the cache can go.
 
+use super::Cache;
+use super::config::CacheConfig;
+use super::counters::add;
+use super::entry::{Entry, EntryPtr};
+use super::generation::Shared;
 use super::lanes::{Lane, LaneRef};
-use super::entry::leased;
-use super::{Cache, EntryPtr, Shared};
 use crate::registrar::{Keys, Registrar};
-use super::CacheConfig;
 use mrcache_types::{Access, Range, RegView};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// The entry a lease keeps alive, for as long as the lease is borrowed.
+#[inline]
+pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> {
+    // SAFETY: the lease keeps the entry alive (A-H: nobody frees an entry
+    // with leases; forgotten generations are freed, if ever, only in the
+    // cache's `Drop`, which no lease outlives).
+    unsafe { lease.entry.get() }
+}
 
 /// A lease on a registration. Dropping it releases it (spec.md#S2.2, R1,
 /// R2). While it lives, its registration stays registered (P3), even if a
@@ -112,7 +123,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
     }
 
     #[inline]
-    fn entry(&self) -> &super::Entry<R> {
+    fn entry(&self) -> &Entry<R> {
         leased(self)
     }
 
@@ -350,7 +361,7 @@ impl<R: Registrar + 'static> Drop for SharedCache<R> {
             // instead means each lease's return, its last access to the
             // cache, was read with `Acquire`, so the whole release happens
             // before this drop: the cache can go.
-            super::stats::add(&cache.counters.leaked_for_owned_leases, 1);
+            add(&cache.counters.leaked_for_owned_leases, 1);
             let _leaked: &mut Cache<R> = Box::leak(cache);
         }
     }
