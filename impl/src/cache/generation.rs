@@ -2,6 +2,7 @@
 //! docs) and its lock.
 
 use super::Cache;
+use super::counters::get;
 use super::entry::{Entry, EntryPtr};
 use super::events::EventSource;
 use super::evict_order::{Candidate, EvictionOrder};
@@ -11,7 +12,7 @@ use super::window::Windows;
 use crate::hit_memo::{HitMemo, MemoHint};
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
-use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard, plain, thread_local};
 use mrcache_types::PageSpan;
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
@@ -255,6 +256,28 @@ impl<R: Registrar> Drop for WriteGuard<'_, R> {
 }
 
 impl<R: Registrar> Cache<R> {
+    /// Lane hits and owner lane releases: the current generation's lanes plus
+    /// those of forgotten generations (folded in at the fork).
+    pub(super) fn lane_counts(&self, shared: &Shared<R>) -> (u64, u64) {
+        let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
+        (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
+    }
+
+    /// Owned leases counted on lanes and not yet returned, over every lane
+    /// of every generation (see "Owned leases" in [`super::lease`]).
+    pub(super) fn owned_outstanding(&self) -> u64 {
+        let mut g = self.shared.load(Ordering::Acquire);
+        let mut n = 0u64;
+        while !g.is_null() {
+            // SAFETY: the current generation, or one it (transitively)
+            // replaced: generations are freed only in the cache's `Drop`.
+            let s = unsafe { &*g };
+            n = s.lanes.installed().fold(n, |n, l| n.wrapping_add(l.owned_outstanding()));
+            g = s.older.load(Ordering::Acquire);
+        }
+        n
+    }
+
     pub(super) fn write<'a>(&self, shared: &'a Shared<R>) -> WriteGuard<'a, R> {
         WriteGuard::new(shared.lock.write().unwrap_or_else(PoisonError::into_inner))
     }

@@ -91,7 +91,7 @@
 //! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
 //! | 3. the generation | `generation` | `Shared` (one generation) and `State` (its locked part), the write guard, `answered` |
 //! | | `fork` | the cache's fork check (F1) and the installing of a fresh generation (S2.6) |
-//! | | `Cache` (this file) | the cache's fields, construction and `Drop` |
+//! | | `Cache` (this file) | the cache's fields, construction, `Drop`, and the error and hot-path counts |
 //! | 4. leases and deregistration | `lease` | [`Lease`], [`OwnedLease`], [`SharedCache`], `leased` |
 //! | | `dereg` | the dereg list (A11) and the freeing of an entry (A-H) |
 //! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps`, `harness` | A1–A11; R1, R2; H1, H2, M2, W1–W3; A6, A10, flush, trim; LN1, LN3–LN5; `Op` replay |
@@ -152,6 +152,7 @@ pub(crate) use generation::Shared;
 use self::counters::{Counters, HotCounters};
 use crate::error::Error;
 use crate::registrar::Registrar;
+use self::counters::{inc, Hot};
 use crate::sync::{Ordering, plain};
 
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
@@ -273,6 +274,37 @@ impl<R: Registrar> Cache<R> {
 
     pub fn registrar(&self) -> &R {
         &self.registrar
+    }
+
+    /// Counts a failed operation and passes its error through.
+    pub(super) fn fail(&self, e: Error) -> Error {
+        inc(&self.counters.errors);
+        e
+    }
+
+    /// Counts a failed op the harness rejects itself (E3, E4).
+    pub(crate) fn count_error(&self) {
+        let _ = self.shared();
+        inc(&self.counters.errors);
+    }
+
+    pub(crate) fn count_release(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Releases);
+    }
+
+    /// Counts a release of a lease that is not held: E4, which changes nothing
+    /// but the counters (spec.md#S2: a release call and an error). The typed
+    /// Rust API cannot express it; a handle-based one (the C API's stale or
+    /// double-released handles) can.
+    pub fn count_unknown_release(&self) {
+        self.count_release();
+        self.count_error();
+    }
+
+    pub(crate) fn count_acquire(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Acquires);
     }
 
     /// Installs the asynchronous monitor that A2, A6 and [`Cache::drain_with`]

@@ -3,11 +3,9 @@
 //! the counters of `counters.rs`.
 
 use super::Cache;
-use super::counters::{get, inc, Hot};
+use super::counters::{get, Hot};
 use super::entry::indexed;
-use super::generation::Shared;
 use super::lanes;
-use crate::error::Error;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use mrcache_types::{RegView, Stats};
@@ -64,12 +62,6 @@ pub struct Diagnostics {
 }
 
 impl<R: Registrar> Cache<R> {
-    /// Counts a failed operation and passes its error through.
-    pub(super) fn fail(&self, e: Error) -> Error {
-        inc(&self.counters.errors);
-        e
-    }
-
     /// Counters in the shared schema (spec.md#S8). Exact when no operation is
     /// in flight.
     ///
@@ -111,28 +103,6 @@ impl<R: Registrar> Cache<R> {
             pressure_evictions: get(&c.pressure_evictions),
             forgotten: get(&c.forgotten),
         }
-    }
-
-    /// Lane hits and owner lane releases: the current generation's lanes plus
-    /// those of forgotten generations (folded in at the fork).
-    pub(super) fn lane_counts(&self, shared: &Shared<R>) -> (u64, u64) {
-        let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
-        (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
-    }
-
-    /// Owned leases counted on lanes and not yet returned, over every lane
-    /// of every generation (see "Owned leases" in [`super::lease`]).
-    pub(super) fn owned_outstanding(&self) -> u64 {
-        let mut g = self.shared.load(Ordering::Acquire);
-        let mut n = 0u64;
-        while !g.is_null() {
-            // SAFETY: the current generation, or one it (transitively)
-            // replaced: generations are freed only in the cache's `Drop`.
-            let s = unsafe { &*g };
-            n = s.lanes.installed().fold(n, |n, l| n.wrapping_add(l.owned_outstanding()));
-            g = s.older.load(Ordering::Acquire);
-        }
-        n
     }
 
     /// Internal counters outside the shared schema.
@@ -177,30 +147,6 @@ impl<R: Registrar> Cache<R> {
         v
     }
 
-    /// Counts a failed op the harness rejects itself (E3, E4).
-    pub(crate) fn count_error(&self) {
-        let _ = self.shared();
-        inc(&self.counters.errors);
-    }
-
-    pub(crate) fn count_release(&self) {
-        let _ = self.shared();
-        self.hot.bump(Hot::Releases);
-    }
-
-    /// Counts a release of a lease that is not held: E4, which changes nothing
-    /// but the counters (spec.md#S2: a release call and an error). The typed
-    /// Rust API cannot express it; a handle-based one (the C API's stale or
-    /// double-released handles) can.
-    pub fn count_unknown_release(&self) {
-        self.count_release();
-        self.count_error();
-    }
-
-    pub(crate) fn count_acquire(&self) {
-        let _ = self.shared();
-        self.hot.bump(Hot::Acquires);
-    }
 }
 
 #[cfg(all(test, not(loom)))]
