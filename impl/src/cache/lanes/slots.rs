@@ -67,6 +67,7 @@ impl<R: Registrar> LaneSlot<R> {
     }
 }
 
+#[inline]
 pub(super) fn key_rest(span: PageSpan, access: Access) -> u64 {
     (span.end << 8) | u64::from(access.bits())
 }
