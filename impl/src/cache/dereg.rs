@@ -4,7 +4,7 @@
 use super::Cache;
 use super::counters::inc;
 use super::entry::{Entry, EntryPtr};
-use super::generation::{Shared, held_by_this_thread};
+use super::generation::{Generation, held_by_this_thread};
 use crate::hit_memo::RetiredMemo;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
@@ -28,7 +28,7 @@ pub(super) enum Dereg<R: Registrar> {
 /// deregistration is lost.
 pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
-    pub(super) shared: &'c Shared<R>,
+    pub(super) shared: &'c Generation<R>,
     pub(super) items: Vec<Dereg<R>>,
     /// Hit memo tables A9 replaced under the lock (their pages given back
     /// here, after it).
@@ -38,7 +38,7 @@ pub(crate) struct DeregList<'c, R: Registrar> {
 }
 
 impl<'c, R: Registrar> DeregList<'c, R> {
-    pub(super) fn new(cache: &'c Cache<R>, shared: &'c Shared<R>) -> Self {
+    pub(super) fn new(cache: &'c Cache<R>, shared: &'c Generation<R>) -> Self {
         DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new(), finished: false }
     }
 
@@ -107,7 +107,7 @@ impl<R: Registrar> Drop for DeregList<'_, R> {
 
 impl<R: Registrar> Cache<R> {
     /// Deregisters and frees an entry this thread owns (A-H).
-    pub(super) fn deregister_entry(&self, shared: &Shared<R>, e: EntryPtr<R>, handle_gone: bool) {
+    pub(super) fn deregister_entry(&self, shared: &Generation<R>, e: EntryPtr<R>, handle_gone: bool) {
         // SAFETY: the handoff made us the only owner; created by Box::leak.
         let boxed = unsafe { Box::from_raw(e.as_ptr()) };
         let Entry { handle, view, .. } = *boxed;
@@ -130,7 +130,7 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
-    pub(super) fn count_dereg(&self, shared: &Shared<R>, bytes: u64) {
+    pub(super) fn count_dereg(&self, shared: &Generation<R>, bytes: u64) {
         inc(&self.counters.deregistrations);
         shared.live_regs.fetch_sub(1, Ordering::Relaxed);
         shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);

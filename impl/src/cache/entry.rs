@@ -1,7 +1,7 @@
 //! Entries and their ownership (spec.md#A-H): the one place that turns an
 //! entry pointer into a reference.
 
-use super::state::EntryState;
+use super::entry_state::EntryState;
 use crate::index::Slot;
 use crate::registrar::{Keys, Registrar};
 use crate::sync::plain;

@@ -5,7 +5,7 @@
 use super::Cache;
 use super::counters::add;
 use super::events::{EventSource, ReleaseEvent, Watched};
-use super::generation::Shared;
+use super::generation::Generation;
 use super::os::{fork_generation, wipe_check};
 use crate::registrar::Registrar;
 use crate::sync::{plain, Ordering};
@@ -15,7 +15,7 @@ impl<R: Registrar> Cache<R> {
     /// The current generation, after the fork check every operation starts
     /// with (fork generation only: two relaxed loads).
     #[inline]
-    pub(super) fn shared(&self) -> &Shared<R> {
+    pub(super) fn shared(&self) -> &Generation<R> {
         if fork_generation() != self.forks_seen.load(Ordering::Acquire) {
             self.after_fork();
         }
@@ -29,7 +29,7 @@ impl<R: Registrar> Cache<R> {
     /// touch a lock a vanished thread holds): the wipe-on-fork word (one
     /// load), or the pid (a system call) where the kernel has no
     /// `MADV_WIPEONFORK`.
-    pub(super) fn shared_slow(&self) -> &Shared<R> {
+    pub(super) fn shared_slow(&self) -> &Generation<R> {
         if wipe_check().is_none() && std::process::id() != self.pid.load(Ordering::Acquire) {
             self.after_fork();
         }
@@ -74,15 +74,15 @@ impl<R: Registrar> Cache<R> {
     pub(super) fn forget_generation(&self, keep_monitor: bool) -> usize {
         // SAFETY: never null; generations are freed only in `Drop`.
         let current = unsafe { &*self.shared.load(Ordering::Acquire) };
-        let mut fresh = Box::new(Shared::<R>::new(self.queue_capacity, self.config.lane_slots, false));
+        let mut fresh = Box::new(Generation::<R>::new(self.queue_capacity, self.config.lane_slots, false));
         if keep_monitor {
-            let current: *const Shared<R> = current;
+            let current: *const Generation<R> = current;
             // SAFETY: `current` becomes an old generation, which is not
             // freed while the cache lives (a replayed fork's are freed in
             // `Drop`, newest first, so after the generation reading this
             // one's source; a generation's source is only read through the
             // cache).
-            let current: &'static Shared<R> = unsafe { &*current };
+            let current: &'static Generation<R> = unsafe { &*current };
             fresh.monitor_required = current.monitor_required;
             if let Some(src) = current.source.get() {
                 let _ = fresh.source.set(Box::new(KeptMonitor(&**src)));
@@ -90,7 +90,7 @@ impl<R: Registrar> Cache<R> {
         } else {
             fresh.monitor_required = current.monitor_required || current.source.get().is_some();
         }
-        fresh.older = plain::AtomicPtr::new((current as *const Shared<R>).cast_mut());
+        fresh.older = plain::AtomicPtr::new((current as *const Generation<R>).cast_mut());
         let old_ptr = self.shared.swap(Box::into_raw(fresh), Ordering::AcqRel);
         // SAFETY: never null; leaked from here on (freed only by `Drop`, and
         // only if a replayed fork replaced it).

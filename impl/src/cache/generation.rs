@@ -32,7 +32,7 @@ pub(super) struct InFlight {
 }
 
 /// What the cache lock protects.
-pub(crate) struct State<R: Registrar> {
+pub(crate) struct Locked<R: Registrar> {
     pub(super) index: IntervalIndex<EntryPtr<R>>,
     /// A1's answers, valid while the index's answers version holds.
     pub(super) memo: HitMemo,
@@ -55,7 +55,7 @@ pub(crate) struct State<R: Registrar> {
     pub(super) full_note: Vec<u64>,
 }
 
-impl<R: Registrar> State<R> {
+impl<R: Registrar> Locked<R> {
     /// Adds `n` to a counter that only a holder of the lock exclusive
     /// writes (the `&mut self` is the proof), returning the value before:
     /// a load and a store instead of a locked read-modify-write, a full
@@ -70,7 +70,7 @@ impl<R: Registrar> State<R> {
     }
 
     /// Takes `n` from a counter written only under the lock exclusive
-    /// ([`State::add_exclusive`]).
+    /// ([`Locked::add_exclusive`]).
     #[inline]
     pub(super) fn sub_exclusive(&mut self, counter: &plain::AtomicU64, n: u64) {
         let before = counter.load(std::sync::atomic::Ordering::Relaxed);
@@ -110,15 +110,15 @@ impl<R: Registrar> State<R> {
 /// moves the version, and a findable entry is freed only after it left the
 /// index under the lock exclusive, which the borrow of `st` excludes.
 #[inline]
-pub(super) unsafe fn answered<R: Registrar>(st: &State<R>, e: EntryPtr<R>) -> &Entry<R> {
+pub(super) unsafe fn answered<R: Registrar>(st: &Locked<R>, e: EntryPtr<R>) -> &Entry<R> {
     let _ = st;
     // SAFETY: per the contract above.
     unsafe { e.get() }
 }
 
 /// One generation of the cache (see "Fork" in the module docs).
-pub(crate) struct Shared<R: Registrar> {
-    pub(super) lock: RwLock<State<R>>,
+pub(crate) struct Generation<R: Registrar> {
+    pub(super) lock: RwLock<Locked<R>>,
     /// Where the lock's hit memo is, for A1's prefetch before the lock.
     pub(super) memo_hint: MemoHint,
     pub(super) queue: InvalidationQueue,
@@ -138,7 +138,7 @@ pub(crate) struct Shared<R: Registrar> {
     /// [`crate::SharedCache`] handle walks the chain to count the owned
     /// leases still out in every generation (older ones live as long as the
     /// cache).
-    pub(super) older: plain::AtomicPtr<Shared<R>>,
+    pub(super) older: plain::AtomicPtr<Generation<R>>,
     /// Drains in progress (LN1): raised before events are taken off the queue
     /// or read from the monitor, lowered once they are applied, so a lane hit
     /// never runs between an event's removal and its revokes.
@@ -157,14 +157,14 @@ pub(crate) struct Shared<R: Registrar> {
     pub(super) windows: Windows,
 }
 
-impl<R: Registrar> Shared<R> {
+impl<R: Registrar> Generation<R> {
     pub(super) fn new(queue_capacity: usize, lane_slots: u32, monitor_required: bool) -> Self {
         let memo = HitMemo::new();
-        Shared {
+        Generation {
             // SAFETY: `memo` moves into this generation's state, which lives
             // as long as the hint beside it, and is the one memo it names.
             memo_hint: unsafe { MemoHint::new(&memo) },
-            lock: RwLock::new(State {
+            lock: RwLock::new(Locked {
                 index: IntervalIndex::new(),
                 memo,
                 inflight: Vec::new(),
@@ -220,25 +220,25 @@ pub(super) fn held_by_this_thread() -> bool {
 /// The exclusive lock, marked in [`HELD`]; refreshes the index's search tree
 /// before unlocking.
 pub(crate) struct WriteGuard<'a, R: Registrar> {
-    pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, State<R>>>,
+    pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, Locked<R>>>,
 }
 
 impl<'a, R: Registrar> WriteGuard<'a, R> {
-    pub(super) fn new(guard: RwLockWriteGuard<'a, State<R>>) -> Self {
+    pub(super) fn new(guard: RwLockWriteGuard<'a, Locked<R>>) -> Self {
         HELD.with(|h| h.set(h.get() + 1));
         WriteGuard { guard: ManuallyDrop::new(guard) }
     }
 }
 
 impl<R: Registrar> Deref for WriteGuard<'_, R> {
-    type Target = State<R>;
-    fn deref(&self) -> &State<R> {
+    type Target = Locked<R>;
+    fn deref(&self) -> &Locked<R> {
         &self.guard
     }
 }
 
 impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
-    fn deref_mut(&mut self) -> &mut State<R> {
+    fn deref_mut(&mut self) -> &mut Locked<R> {
         &mut self.guard
     }
 }
@@ -258,7 +258,7 @@ impl<R: Registrar> Drop for WriteGuard<'_, R> {
 impl<R: Registrar> Cache<R> {
     /// Lane hits and owner lane releases: the current generation's lanes plus
     /// those of forgotten generations (folded in at the fork).
-    pub(super) fn lane_counts(&self, shared: &Shared<R>) -> (u64, u64) {
+    pub(super) fn lane_counts(&self, shared: &Generation<R>) -> (u64, u64) {
         let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
         (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
     }
@@ -278,11 +278,11 @@ impl<R: Registrar> Cache<R> {
         n
     }
 
-    pub(super) fn write<'a>(&self, shared: &'a Shared<R>) -> WriteGuard<'a, R> {
+    pub(super) fn write<'a>(&self, shared: &'a Generation<R>) -> WriteGuard<'a, R> {
         WriteGuard::new(shared.lock.write().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub(super) fn try_write<'a>(&self, shared: &'a Shared<R>) -> Option<WriteGuard<'a, R>> {
+    pub(super) fn try_write<'a>(&self, shared: &'a Generation<R>) -> Option<WriteGuard<'a, R>> {
         match shared.lock.try_write() {
             Ok(g) => Some(WriteGuard::new(g)),
             Err(TryLockError::Poisoned(p)) => Some(WriteGuard::new(p.into_inner())),

@@ -4,11 +4,11 @@
 
 use super::Cache;
 use super::entry::{Entry, EntryPtr};
-use super::generation::{held_by_this_thread, Shared};
+use super::generation::{held_by_this_thread, Generation};
 use super::lanes::{heavy_barrier, null_ptr, owns, release, try_hit, worth_probing, Lane, LaneHit, LaneRef, LaneReleased};
 use super::lease::{leased, Lease};
 use super::os::fork_generation;
-use super::state::Released;
+use super::entry_state::Released;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use mrcache_types::{Access, Range};
@@ -17,14 +17,14 @@ use std::sync::PoisonError;
 impl<R: Registrar> Cache<R> {
     /// LN1, before A1: a hit on a memo of this thread's lane, if any.
     #[inline(always)]
-    pub(super) fn lane_hit<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<Lease<'c, R>> {
+    pub(super) fn lane_hit<'c>(&'c self, shared: &'c Generation<R>, range: Range, access: Access) -> Option<Lease<'c, R>> {
         self.lane_hit_mine(shared, range, access).map(|(lease, _)| lease)
     }
 
     /// [`Self::lane_hit`], with this thread's lane that served it (for an
     /// owned lease, counted there without a second lookup).
     #[inline(always)]
-    pub(super) fn lane_hit_mine<'c>(&'c self, shared: &'c Shared<R>, range: Range, access: Access) -> Option<(Lease<'c, R>, &'c Lane<R>)> {
+    pub(super) fn lane_hit_mine<'c>(&'c self, shared: &'c Generation<R>, range: Range, access: Access) -> Option<(Lease<'c, R>, &'c Lane<R>)> {
         //= spec.md#LN1
         //# lane hit (before A1): if the queue is empty, the draining count is 0,
         //# and a slot of this thread's lane has exactly the request's key
@@ -57,7 +57,7 @@ impl<R: Registrar> Cache<R> {
     /// LN3 on this thread's own lane without limits: the whole release.
     /// Returns `false` if the release needs [`Self::release_slow`].
     #[inline(always)]
-    pub(super) fn release_on_own_lane(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>) -> bool {
+    pub(super) fn release_on_own_lane(&self, shared: &Generation<R>, e: EntryPtr<R>, r: LaneRef<R>) -> bool {
         if !self.limits_active
             && fork_generation() == self.forks_seen.load(Ordering::Relaxed)
             && std::ptr::eq(self.shared.load(Ordering::Relaxed), shared)
@@ -83,7 +83,7 @@ impl<R: Registrar> Cache<R> {
     /// [`Self::release_on_own_lane`] where the caller knows that `mine` is
     /// this thread's lane (an owned lease's release, which looked it up).
     #[inline(always)]
-    pub(super) fn release_on_lane(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>, mine: &Lane<R>) -> bool {
+    pub(super) fn release_on_lane(&self, shared: &Generation<R>, e: EntryPtr<R>, r: LaneRef<R>, mine: &Lane<R>) -> bool {
         if !self.limits_active
             && fork_generation() == self.forks_seen.load(Ordering::Relaxed)
             && std::ptr::eq(self.shared.load(Ordering::Relaxed), shared)
@@ -102,7 +102,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// LN3 (any thread, or with limits): the lane release, then R2 or LN4.
-    pub(super) fn lane_release(&self, shared: &Shared<R>, e: EntryPtr<R>, r: LaneRef<R>) {
+    pub(super) fn lane_release(&self, shared: &Generation<R>, e: EntryPtr<R>, r: LaneRef<R>) {
         //= spec.md#LN3
         //# if it is still the lease's entry, read the over-limit flag and
         //# run R2 if it is set; else run LN4.
@@ -120,7 +120,7 @@ impl<R: Registrar> Cache<R> {
     //# detached release: take the lanes mutex; if the slot's count is 0 and its
     //# pin is the lease's entry, clear the pin and release the pin as R1
     #[cold]
-    pub(super) fn lane_detached(&self, shared: &Shared<R>, r: LaneRef<R>, p: *mut Entry<R>) {
+    pub(super) fn lane_detached(&self, shared: &Generation<R>, r: LaneRef<R>, p: *mut Entry<R>) {
         // SAFETY: `shared` is alive, so its lanes are.
         let slot = unsafe { r.slot() };
         let unpinned = {
@@ -155,7 +155,7 @@ impl<R: Registrar> Cache<R> {
     //# revoked; if any, heavy barrier; then for each such slot whose count (read
     //# `remote`, then `held`) is above 0, pin it
     /// Revokes the lane memos of the entries `which` selects (lock exclusive).
-    pub(super) fn revoke(&self, shared: &Shared<R>, which: impl Fn(*mut Entry<R>) -> bool) {
+    pub(super) fn revoke(&self, shared: &Generation<R>, which: impl Fn(*mut Entry<R>) -> bool) {
         self.revoke_where(shared, false, which)
     }
 
@@ -163,7 +163,7 @@ impl<R: Registrar> Cache<R> {
     /// lease on them (debug builds' full note; lock exclusive held, so no
     /// slot gains an entry meanwhile). One pass over the lanes.
     #[cfg(debug_assertions)]
-    pub(super) fn lane_leased(&self, shared: &Shared<R>) -> std::collections::HashSet<*mut Entry<R>> {
+    pub(super) fn lane_leased(&self, shared: &Generation<R>) -> std::collections::HashSet<*mut Entry<R>> {
         shared
             .lanes
             .installed()
@@ -175,13 +175,13 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// Revokes every slot's memo (trim, before it notes).
-    pub(super) fn revoke_all(&self, shared: &Shared<R>) {
+    pub(super) fn revoke_all(&self, shared: &Generation<R>) {
         self.revoke_where(shared, true, |_| true)
     }
 
     /// `every`: `which` selects every entry (so a lane whose memos are all
     /// revoked already can be skipped).
-    fn revoke_where(&self, shared: &Shared<R>, every: bool, which: impl Fn(*mut Entry<R>) -> bool) {
+    fn revoke_where(&self, shared: &Generation<R>, every: bool, which: impl Fn(*mut Entry<R>) -> bool) {
         let mut installed = shared.lanes.installed().peekable();
         if installed.peek().is_none() {
             return;

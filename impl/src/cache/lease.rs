@@ -43,7 +43,7 @@ use super::Cache;
 use super::config::CacheConfig;
 use super::counters::add;
 use super::entry::{Entry, EntryPtr};
-use super::generation::Shared;
+use super::generation::Generation;
 use super::lanes::{Lane, LaneRef};
 use crate::registrar::{Keys, Registrar};
 use mrcache_types::{Access, Range, RegView};
@@ -88,7 +88,7 @@ pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> 
 pub struct Lease<'c, R: Registrar> {
     cache: &'c Cache<R>,
     /// The generation the entry belongs to (see "Fork" in the cache docs).
-    pub(super) shared: &'c Shared<R>,
+    pub(super) shared: &'c Generation<R>,
     pub(super) entry: EntryPtr<R>,
     /// The lane slot whose count holds this lease (LN1), or `None` for a
     /// state-word lease.
@@ -108,7 +108,7 @@ unsafe impl<R: Registrar> Sync for Lease<'_, R> {}
 impl<'c, R: Registrar> Lease<'c, R> {
     pub(crate) fn new(
         cache: &'c Cache<R>,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         entry: EntryPtr<R>,
         hit: bool,
         pressure: bool,
@@ -118,7 +118,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
 
     /// A lane hit (spec.md#LN1).
     #[inline(always)]
-    pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Shared<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
+    pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Generation<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
         Lease { cache, shared, entry, lane: Some(lane), hit: true, pressure: false }
     }
 
@@ -191,7 +191,7 @@ impl<'c, R: Registrar + 'static> Lease<'c, R> {
     pub unsafe fn erase_borrow(self) -> Lease<'static, R> {
         let this = std::mem::ManuallyDrop::new(self);
         let cache: *const Cache<R> = this.cache;
-        let shared: *const Shared<R> = this.shared;
+        let shared: *const Generation<R> = this.shared;
         Lease {
             // SAFETY: the caller keeps the cache alive as long as the lease.
             cache: unsafe { &*cache },

@@ -2,7 +2,7 @@
 //!
 //! # Shared state (spec.md#A)
 //!
-//! - the cache **lock**: a reader-writer lock over `State` (the index of
+//! - the cache **lock**: a reader-writer lock over `Locked` (the index of
 //!   findable entries, the in-flight records, the bytes of findable entries).
 //!   Shared for the hit path (A1), exclusive for everything that changes the
 //!   index (A2–A11, R2, H2, M2, flush);
@@ -53,7 +53,7 @@
 //! # Fork (spec.md#F1, S2.6)
 //!
 //! Everything an operation touches besides the registrar and the counters
-//! lives in a `Shared` *generation* behind an atomic pointer. Each
+//! lives in a `Generation` *generation* behind an atomic pointer. Each
 //! operation first compares the process's fork generation (bumped by a
 //! `pthread_atfork` child handler that only increments an atomic: it takes no
 //! lock and does no work) and, on slow paths, the pid, with the cache's. In a
@@ -65,7 +65,7 @@
 //! again. Leases from the old generation are released as no-ops. The event
 //! source (the monitor) belongs to a generation too: the old one's watches
 //! the parent's memory and stays with it, and a child whose parent read a
-//! monitor caches nothing until it installs its own (`Shared::caching`).
+//! monitor caches nothing until it installs its own (`Generation::caching`).
 //! [`Cache::simulate_fork`] does the same on request, for replaying `Op::Fork`.
 //!
 //! # Layers
@@ -79,7 +79,7 @@
 //!
 //! | Layer | Modules | What each owns |
 //! |---|---|---|
-//! | 1. plain data | `state` | [`EntryState`]: an entry's lease count and INVALID flag |
+//! | 1. plain data | `entry_state` | [`EntryState`]: an entry's lease count and INVALID flag |
 //! | | `entry` | `Entry`, `EntryPtr`: the one conversion of an entry pointer into a reference (`indexed`) |
 //! | | `queue` | [`InvalidationQueue`] (H1, H2) |
 //! | | `window` | the release windows (W1–W3) |
@@ -89,7 +89,7 @@
 //! | | the event source | [`EventSource`], [`ReleaseEvent`], [`Watched`] (still in `events.rs`; the test counts these three items as layer 1) |
 //! | 2. lanes and the OS | `os` | the system calls: `membarrier`, `pthread_atfork` and the `MADV_WIPEONFORK` page, the fork generation |
 //! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
-//! | 3. the generation | `generation` | `Shared` (one generation) and `State` (its locked part), the write guard, `answered` |
+//! | 3. the generation | `generation` | `Generation` (one generation) and `Locked` (its locked part), the write guard, `answered` |
 //! | | `fork` | the cache's fork check (F1) and the installing of a fresh generation (S2.6) |
 //! | | `Cache` (this file) | the cache's fields, construction, `Drop`, and the error and hot-path counts |
 //! | 4. leases and deregistration | `lease` | [`Lease`], [`OwnedLease`], [`SharedCache`], `leased` |
@@ -116,7 +116,7 @@ mod counters;
 mod entry;
 mod evict_order;
 mod queue;
-mod state;
+mod entry_state;
 mod window;
 // Layer 2: lane slots and claims, the system calls.
 mod lanes;
@@ -145,9 +145,9 @@ pub use os::fork_generation;
 pub use lanes::{uses_membarrier, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
-pub use state::{EntryState, Invalidated, Released};
+pub use entry_state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;
-pub(crate) use generation::Shared;
+pub(crate) use generation::Generation;
 
 use self::counters::{Counters, HotCounters};
 use crate::error::Error;
@@ -192,7 +192,7 @@ pub struct Cache<R: Registrar> {
     /// spec.md#L2 bound on the invalidation queue.
     queue_capacity: usize,
     /// The current generation; never null; freed in `Drop` (old ones leak).
-    shared: plain::AtomicPtr<Shared<R>>,
+    shared: plain::AtomicPtr<Generation<R>>,
     forks_seen: plain::AtomicU64,
     pid: plain::AtomicU32,
     forgetting: plain::AtomicBool,
@@ -253,7 +253,7 @@ impl<R: Registrar> Cache<R> {
             lanes_on: config.lanes,
             queue_capacity,
             config,
-            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity, config.lane_slots, false)))),
+            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Generation::new(queue_capacity, config.lane_slots, false)))),
             forks_seen: plain::AtomicU64::new(os::fork_generation()),
             pid: plain::AtomicU32::new(std::process::id()),
             forgetting: plain::AtomicBool::new(false),
@@ -335,7 +335,7 @@ impl<R: Registrar> Drop for Cache<R> {
             for g in replayed.into_iter().rev() {
                 // SAFETY: created by Box::into_raw, swapped out by
                 // `simulate_fork` and referred to by nothing any more.
-                drop(unsafe { Box::from_raw(g as *mut Shared<R>) });
+                drop(unsafe { Box::from_raw(g as *mut Generation<R>) });
             }
         }
     }
@@ -351,7 +351,7 @@ mod layers {
     /// Each module's layer (a file under `lanes/` belongs to `lanes`).
     /// `Cache` is defined in `mod.rs`.
     const LAYERS: &[(&str, u8)] = &[
-        ("state", 1),
+        ("entry_state", 1),
         ("entry", 1),
         ("queue", 1),
         ("window", 1),
@@ -558,20 +558,20 @@ mod layers {
         let names = reexports("pub use lease::{Lease, OwnedLease};\npub use os::fork_generation as fork_gen;\n");
         for (module, nested, text) in [
             ("entry", false, "use super::lease::Lease;\n"),
-            ("entry", false, "use super::{state::EntryState, lease};\n"),
+            ("entry", false, "use super::{entry_state::EntryState, lease};\n"),
             ("entry", false, "use super::Lease;\n"),
             ("entry", false, "fn f() { super::generation::held_by_this_thread(); }\n"),
             ("lanes", true, "use super::super::Cache;\n"),
-            ("lanes", true, "use crate::cache::generation::{Shared, State};\n"),
+            ("lanes", true, "use crate::cache::generation::{Generation, Locked};\n"),
             ("generation", false, "use super::events::Draining;\n"),
-            ("state", false, "use super::fork_gen;\n"),
+            ("entry_state", false, "use super::fork_gen;\n"),
         ] {
             assert!(!violations(module, nested, text, &names).is_empty(), "not caught in `{module}`: {text}");
         }
         for (module, nested, text) in [
             ("generation", false, "use super::events::EventSource;\n"),
             ("lanes", true, "use super::slots::Lane;\nuse crate::cache::entry::Entry;\n"),
-            ("entry", false, "// use super::lease::Lease;\nuse super::state::EntryState;\n"),
+            ("entry", false, "// use super::lease::Lease;\nuse super::entry_state::EntryState;\n"),
             ("acquire", false, "use super::{Cache, lease::Lease};\n"),
         ] {
             assert_eq!(violations(module, nested, text, &names), Vec::<String>::new(), "in `{module}`: {text}");

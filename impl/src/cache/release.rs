@@ -4,8 +4,8 @@ use super::lanes::Lane;
 use super::lease::{leased, Lease};
 use super::Cache;
 use super::dereg::DeregList;
-use super::generation::Shared;
-use super::state::Released;
+use super::generation::Generation;
+use super::entry_state::Released;
 use super::counters::Hot;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
@@ -84,7 +84,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     #[cold]
-    pub(super) fn release_over_limit(&self, shared: &Shared<R>) {
+    pub(super) fn release_over_limit(&self, shared: &Generation<R>) {
         if !std::ptr::eq(self.shared_slow(), shared) {
             return;
         }
