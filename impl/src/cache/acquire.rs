@@ -1,16 +1,16 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
 
-use super::entry::{answered, indexed};
+use super::entry::indexed;
 use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::{Entry, EntryPtr};
 use super::events::Watched;
 use super::evict::Noted;
-use super::generation::{Shared, State};
+use super::generation::{answered, Generation, Locked};
 use super::lease::Lease;
-use super::state::EntryState;
-use super::stats::{Hot, inc};
+use super::entry_state::EntryState;
+use super::counters::{Hot, inc};
 use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
@@ -33,7 +33,7 @@ pub(super) struct Plan {
 /// memoized if the request is its key). The same answer either way: the
 /// canonical covering entry (debug builds check it against the index).
 #[inline(always)]
-fn covering_answer<R: Registrar>(st: &State<R>, span: PageSpan, access: Access) -> Option<(EntryPtr<R>, &Entry<R>)> {
+fn covering_answer<R: Registrar>(st: &Locked<R>, span: PageSpan, access: Access) -> Option<(EntryPtr<R>, &Entry<R>)> {
     let version = st.index.answers_version();
     if let Some(bits) = st.memo.get(version, span.first) {
         // SAFETY: the memo holds only `memo_bits` of index answers.
@@ -112,7 +112,7 @@ impl<R: Registrar> Cache<R> {
     #[inline(never)]
     pub(super) fn acquire_locked<'c>(
         &'c self,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         range: Result<Range, RangeError>,
         access: Access,
     ) -> Result<Lease<'c, R>, Error> {
@@ -167,7 +167,7 @@ impl<R: Registrar> Cache<R> {
     #[inline(never)]
     pub(super) fn acquire_slow<'c>(
         &'c self,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         range: Range,
         span: PageSpan,
         access: Access,
@@ -175,7 +175,7 @@ impl<R: Registrar> Cache<R> {
     ) -> Result<Lease<'c, R>, Error> {
         // F1 with the pid: we are about to take the exclusive lock. (Same
         // generation as the fast path's unless a fork just happened.)
-        let first_shared: *const Shared<R> = shared;
+        let first_shared: *const Generation<R> = shared;
         let shared = self.shared_slow();
         let mut deregs = DeregList::new(self, shared);
         let leased = self.acquire_exclusive(first_shared, shared, range, span, access, a1_missed_at, &mut deregs);
@@ -188,8 +188,8 @@ impl<R: Registrar> Cache<R> {
     #[allow(clippy::too_many_arguments)]
     fn acquire_exclusive<'c>(
         &'c self,
-        first_shared: *const Shared<R>,
-        shared: &'c Shared<R>,
+        first_shared: *const Generation<R>,
+        shared: &'c Generation<R>,
         range: Range,
         span: PageSpan,
         access: Access,
@@ -384,7 +384,7 @@ impl<R: Registrar> Cache<R> {
     #[allow(clippy::too_many_arguments)]
     fn pressure_trim<'c>(
         &'c self,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         deregs: &mut DeregList<'c, R>,
         range: Range,
         span: PageSpan,
@@ -433,7 +433,7 @@ impl<R: Registrar> Cache<R> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn registration_failed<'c>(
         &'c self,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         token: u64,
         deregs: &mut DeregList<'c, R>,
         span: PageSpan,
@@ -464,7 +464,7 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
-    pub(super) fn abandon_inflight<'c>(&'c self, shared: &'c Shared<R>, token: u64, deregs: &mut DeregList<'c, R>) {
+    pub(super) fn abandon_inflight<'c>(&'c self, shared: &'c Generation<R>, token: u64, deregs: &mut DeregList<'c, R>) {
         let mut st = self.write(shared);
         self.drain(shared, &mut st, deregs);
         st.take_inflight(token);
@@ -514,8 +514,8 @@ impl<R: Registrar> Cache<R> {
     /// Returns the entry and its id.
     pub(super) fn insert<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         plan: Plan,
         handle: R::Handle,
         deregs: &mut DeregList<'c, R>,
@@ -558,7 +558,7 @@ impl<R: Registrar> Cache<R> {
         // Memo tables grow with the index; the old one's pages are given
         // back after unlocking.
         if let Some(old) = st.memo.grow_for(st.index.len()) {
-            // SAFETY: the memo the hint was made from (`Shared::new`).
+            // SAFETY: the memo the hint was made from (`Generation::new`).
             unsafe { shared.memo_hint.set(&st.memo) };
             deregs.retired_memos.push(old);
         }
@@ -592,7 +592,7 @@ impl<R: Registrar> Cache<R> {
     /// while a window overlaps it, A7 retries it once none does. (One
     /// planned before the window's W1 event was drained is marked stale by
     /// that drain.)
-    pub(super) fn add_inflight(&self, shared: &Shared<R>, st: &mut State<R>, span: PageSpan) -> u64 {
+    pub(super) fn add_inflight(&self, shared: &Generation<R>, st: &mut Locked<R>, span: PageSpan) -> u64 {
         // Written only when it grows: a hull already holding the span was
         // read as such by any event that read it since (it only grows), so
         // skipping the write changes nothing `may_hold` can answer.

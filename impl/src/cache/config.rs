@@ -1,13 +1,18 @@
 //! The cache's configuration: the contract's policy plus implementation
 //! parameters and the test-only fault switches.
 
-use super::lanes::LANE_SLOTS;
 use crate::error::Error;
 use mrcache_types::config::{Config, OverlapPolicy};
 use serde::{Deserialize, Serialize};
 
 /// Default bound on attempts of one miss (spec.md#S3.7).
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
+
+/// Default memo slots per lane ([`crate::CacheConfig::lane_slots`]).
+#[cfg(not(loom))]
+pub const LANE_SLOTS: u32 = 1024;
+#[cfg(loom)]
+pub const LANE_SLOTS: u32 = 2;
 /// Default bound on the invalidation queue (spec.md#L2).
 pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_types::config::Limits::DEFAULT_MAX_UNRELEASED;
 

@@ -2,11 +2,13 @@
 //! it (spec.md#A11).
 
 use super::Cache;
-use super::entry::EntryPtr;
-use super::generation::{Shared, held_by_this_thread};
-use super::stats::inc;
+use super::counters::inc;
+use super::entry::{Entry, EntryPtr};
+use super::generation::{Generation, held_by_this_thread};
 use crate::hit_memo::RetiredMemo;
 use crate::registrar::Registrar;
+use crate::sync::Ordering;
+use std::mem::ManuallyDrop;
 
 pub(super) enum Dereg<R: Registrar> {
     /// A cached entry this operation owns: deregister and free it.
@@ -26,7 +28,7 @@ pub(super) enum Dereg<R: Registrar> {
 /// deregistration is lost.
 pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
-    pub(super) shared: &'c Shared<R>,
+    pub(super) shared: &'c Generation<R>,
     pub(super) items: Vec<Dereg<R>>,
     /// Hit memo tables A9 replaced under the lock (their pages given back
     /// here, after it).
@@ -36,7 +38,7 @@ pub(crate) struct DeregList<'c, R: Registrar> {
 }
 
 impl<'c, R: Registrar> DeregList<'c, R> {
-    pub(super) fn new(cache: &'c Cache<R>, shared: &'c Shared<R>) -> Self {
+    pub(super) fn new(cache: &'c Cache<R>, shared: &'c Generation<R>) -> Self {
         DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new(), finished: false }
     }
 
@@ -100,6 +102,38 @@ impl<R: Registrar> Drop for DeregList<'_, R> {
             debug_assert!(std::thread::panicking(), "a dereg list dropped without finish()");
             self.finish_in_place();
         }
+    }
+}
+
+impl<R: Registrar> Cache<R> {
+    /// Deregisters and frees an entry this thread owns (A-H).
+    pub(super) fn deregister_entry(&self, shared: &Generation<R>, e: EntryPtr<R>, handle_gone: bool) {
+        // SAFETY: the handoff made us the only owner; created by Box::leak.
+        let boxed = unsafe { Box::from_raw(e.as_ptr()) };
+        let Entry { handle, view, .. } = *boxed;
+        if fault!(self.config, leak_deregistration) {
+            // P4 fault: the registration is never deregistered.
+            std::mem::forget(ManuallyDrop::into_inner(handle));
+            return;
+        }
+        if handle_gone {
+            // Already deregistered (and counted) by the P3 fault.
+            return;
+        }
+        self.call_deregister(ManuallyDrop::into_inner(handle));
+        self.count_dereg(shared, view.len);
+    }
+
+    pub(super) fn call_deregister(&self, h: R::Handle) {
+        if self.registrar.deregister(h).is_err() {
+            inc(&self.counters.dereg_failures);
+        }
+    }
+
+    pub(super) fn count_dereg(&self, shared: &Generation<R>, bytes: u64) {
+        inc(&self.counters.deregistrations);
+        shared.live_regs.fetch_sub(1, Ordering::Relaxed);
+        shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 

@@ -1,14 +1,10 @@
 //! Entries and their ownership (spec.md#A-H): the one place that turns an
 //! entry pointer into a reference.
 
-use super::Cache;
-use super::generation::{Shared, State};
-use super::lease::Lease;
+use super::entry_state::EntryState;
 use crate::index::Slot;
-use super::state::EntryState;
-use super::stats::inc;
 use crate::registrar::{Keys, Registrar};
-use crate::sync::{Ordering, plain};
+use crate::sync::plain;
 use mrcache_types::{Access, PageSpan, RegView};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -79,9 +75,11 @@ unsafe impl<R: Registrar> Send for EntryPtr<R> {}
 // SAFETY: as for `Send` above.
 unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 
-// Every reference to an entry is made here, by one of three accessors whose
-// lifetime carries the reason the entry is alive (as crossbeam ties "alive
-// while guarded" to `Shared<'g, T>`), and by one for the hit memo:
+// Every reference to an entry is made through `EntryPtr` (here), by one of
+// three accessors whose lifetime carries the reason the entry is alive (as
+// crossbeam ties "alive while guarded" to `Shared<'g, T>`), and by one for the
+// hit memo (`answered` lives beside the state it borrows, in `generation.rs`,
+// and `leased` beside the lease, in `lease.rs`: this file is below both):
 // - [`indexed`]: an index slot, borrowed from the state behind the cache lock
 //   (A1–A11, A-D, the notes and evictions, flush): an entry leaves the index
 //   only under the lock exclusive, and is freed only after it left;
@@ -104,30 +102,6 @@ pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
     // the lock exclusive (A-H), which the borrow of the slot excludes (or,
     // for a slot just taken out, before the handoff of `retire`).
     unsafe { slot.value.0.as_ref() }
-}
-
-/// The entry the hit memo answered, alive while the state is borrowed (the
-/// lock held, at least shared).
-///
-/// # Safety
-/// `e` must be the memo's answer at the index's current answers version
-/// (`crate::hit_memo`): such an answer is findable, since every removal
-/// moves the version, and a findable entry is freed only after it left the
-/// index under the lock exclusive, which the borrow of `st` excludes.
-#[inline]
-pub(super) unsafe fn answered<R: Registrar>(st: &State<R>, e: EntryPtr<R>) -> &Entry<R> {
-    let _ = st;
-    // SAFETY: per the contract above.
-    unsafe { e.0.as_ref() }
-}
-
-/// The entry a lease keeps alive, for as long as the lease is borrowed.
-#[inline]
-pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> {
-    // SAFETY: the lease keeps the entry alive (A-H: nobody frees an entry
-    // with leases; forgotten generations are freed, if ever, only in the
-    // cache's `Drop`, which no lease outlives).
-    unsafe { lease.entry.0.as_ref() }
 }
 
 /// Where an entry's access bits sit in `key_end_access`: page numbers stay
@@ -189,42 +163,11 @@ impl<R: Registrar> EntryPtr<R> {
 
     /// # Safety
     /// The entry must be alive for `'a`: pinned by the caller (LN4), or
-    /// findable with the lock held exclusive (LN5).
+    /// findable with the lock held exclusive (LN5); or as `leased` and
+    /// `answered` (comment above) say.
     #[inline]
     pub(super) unsafe fn get<'a>(self) -> &'a Entry<R> {
         // SAFETY: per the contract above.
         unsafe { self.0.as_ref() }
-    }
-}
-
-impl<R: Registrar> Cache<R> {
-    /// Deregisters and frees an entry this thread owns (A-H).
-    pub(super) fn deregister_entry(&self, shared: &Shared<R>, e: EntryPtr<R>, handle_gone: bool) {
-        // SAFETY: the handoff made us the only owner; created by Box::leak.
-        let boxed = unsafe { Box::from_raw(e.0.as_ptr()) };
-        let Entry { handle, view, .. } = *boxed;
-        if fault!(self.config, leak_deregistration) {
-            // P4 fault: the registration is never deregistered.
-            std::mem::forget(ManuallyDrop::into_inner(handle));
-            return;
-        }
-        if handle_gone {
-            // Already deregistered (and counted) by the P3 fault.
-            return;
-        }
-        self.call_deregister(ManuallyDrop::into_inner(handle));
-        self.count_dereg(shared, view.len);
-    }
-
-    pub(super) fn call_deregister(&self, h: R::Handle) {
-        if self.registrar.deregister(h).is_err() {
-            inc(&self.counters.dereg_failures);
-        }
-    }
-
-    pub(super) fn count_dereg(&self, shared: &Shared<R>, bytes: u64) {
-        inc(&self.counters.deregistrations);
-        shared.live_regs.fetch_sub(1, Ordering::Relaxed);
-        shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 }

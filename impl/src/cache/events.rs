@@ -5,11 +5,11 @@ use super::entry::indexed;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::EntryPtr;
-use super::generation::{Shared, State, WriteGuard, held_by_this_thread};
+use super::generation::{Generation, Locked, WriteGuard, held_by_this_thread};
 #[cfg(any(test, feature = "testkit"))]
-use super::state::EntryState;
-use super::state::Invalidated;
-use super::stats::{add, inc};
+use super::entry_state::EntryState;
+use super::entry_state::Invalidated;
+use super::counters::{add, inc};
 use crate::error::Error;
 use crate::index::Slot;
 use crate::registrar::Registrar;
@@ -72,7 +72,7 @@ pub trait EventSource: Send + Sync + 'static {
 pub(super) struct Draining<'a>(pub(super) &'a AtomicU64);
 
 impl<'a> Draining<'a> {
-    pub(super) fn new<R: Registrar>(shared: &'a Shared<R>) -> Self {
+    pub(super) fn new<R: Registrar>(shared: &'a Generation<R>) -> Self {
         // SeqCst: raised before any event leaves the queue or the monitor. The
         // uffd read after it publishes nothing to LN1 by itself (the released
         // thread is woken by the kernel), so the raise is a full barrier.
@@ -95,8 +95,8 @@ impl<R: Registrar> Cache<R> {
     /// otherwise. Returns whether it was leased.
     pub(super) fn uncache<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         first: u64,
         id: u64,
         deregs: &mut DeregList<'c, R>,
@@ -112,8 +112,8 @@ impl<R: Registrar> Cache<R> {
     /// Bookkeeping and A-H handoff for an entry just taken out of the index.
     pub(super) fn retire<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         slot: Slot<EntryPtr<R>>,
         deregs: &mut DeregList<'c, R>,
         invalidation: bool,
@@ -175,8 +175,8 @@ impl<R: Registrar> Cache<R> {
     //= spec.md#A-D
     /// Drains the invalidation queue and the event source, applying every
     /// event (exclusive lock held).
-    pub(super) fn drain<'c>(&'c self, shared: &'c Shared<R>, st: &mut State<R>, deregs: &mut DeregList<'c, R>) {
-        // `&mut State` is the proof; this says it where the lock is marked.
+    pub(super) fn drain<'c>(&'c self, shared: &'c Generation<R>, st: &mut Locked<R>, deregs: &mut DeregList<'c, R>) {
+        // `&mut Locked` is the proof; this says it where the lock is marked.
         debug_assert!(super::generation::held_by_this_thread(), "a drain without the cache lock exclusive");
         let source = shared.source.get();
         if shared.queue.is_empty() && source.is_none() {
@@ -206,8 +206,8 @@ impl<R: Registrar> Cache<R> {
     /// each REMOVE of a source that proves its madvise returned (M3).
     fn apply_source_events<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         src: &dyn EventSource,
         events: &[ReleaseEvent],
         deregs: &mut DeregList<'c, R>,
@@ -257,8 +257,8 @@ impl<R: Registrar> Cache<R> {
     /// nothing here.
     pub(super) fn apply_event<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         ev: ReleaseEvent,
         deregs: &mut DeregList<'c, R>,
     ) {
@@ -306,7 +306,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// H1 and H2 for `ev`: queue it, then drain if the lock is free.
-    fn hook_event(&self, shared: &Shared<R>, ev: ReleaseEvent) {
+    fn hook_event(&self, shared: &Generation<R>, ev: ReleaseEvent) {
         let held = held_by_this_thread();
         //= spec.md#H1
         //# sync hook / explicit invalidate: push the event on the queue (wakes nobody).
@@ -462,7 +462,7 @@ pub struct RoundLock<'c, R: Registrar> {
     /// `None` once [`RoundLock::unlock`] handed it back.
     deregs: Option<DeregList<'c, R>>,
     cache: &'c Cache<R>,
-    shared: &'c Shared<R>,
+    shared: &'c Generation<R>,
 }
 
 impl<R: Registrar> Drop for RoundLock<'_, R> {

@@ -19,8 +19,8 @@ use super::entry::indexed;
 use super::entry::Entry;
 use super::Cache;
 use super::dereg::DeregList;
-use super::generation::{Shared, State};
-use super::stats::inc;
+use super::generation::{Generation, Locked};
+use super::counters::inc;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use super::entry::EntryPtr;
@@ -39,7 +39,7 @@ impl Noted {
 }
 
 impl<R: Registrar> Cache<R> {
-    pub(super) fn over_limits(&self, st: &State<R>) -> bool {
+    pub(super) fn over_limits(&self, st: &Locked<R>) -> bool {
         let l = &self.config.contract.limits;
         l.max_regions.is_some_and(|m| st.index.len() as u64 > m)
             || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes > m)
@@ -56,7 +56,7 @@ impl<R: Registrar> Cache<R> {
 
     /// A9: the new entry becomes a victim candidate (with limits only:
     /// nothing else evicts in policy order).
-    pub(super) fn add_candidate(&self, st: &mut State<R>, e: EntryPtr<R>, first: u64, id: u64) {
+    pub(super) fn add_candidate(&self, st: &mut Locked<R>, e: EntryPtr<R>, first: u64, id: u64) {
         if !self.limits_active {
             return;
         }
@@ -111,7 +111,7 @@ impl<R: Registrar> Cache<R> {
     ///
     /// Returns the note and whether it fell short of the excess (every
     /// unleased entry noted, and still less than the excess).
-    pub(super) fn note_victims(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> (Noted, bool) {
+    pub(super) fn note_victims(&self, shared: &Generation<R>, st: &mut Locked<R>, regions: u64, bytes: u64) -> (Noted, bool) {
         #[cfg(test)]
         let regions = if tests::SHORT_NOTE.with(std::cell::Cell::get) { regions.saturating_sub(1) } else { regions };
         let noted = self.next_note(st);
@@ -221,7 +221,7 @@ impl<R: Registrar> Cache<R> {
     /// and so evicts it (P5; `tests/over_limit_race.rs`). Drained here, an
     /// event queued after such a release may be ordered before this
     /// operation, whose insert comes after the drain.
-    pub(super) fn note_covering(&self, shared: &Shared<R>, st: &mut State<R>, regions: u64, bytes: u64) -> Noted {
+    pub(super) fn note_covering(&self, shared: &Generation<R>, st: &mut Locked<R>, regions: u64, bytes: u64) -> Noted {
         let (noted, short) = self.note_victims(shared, st, regions, bytes);
         // The fault switch (the checker's `over-limit-flag-late`) raises the
         // flag only in A10, after the notes.
@@ -234,14 +234,14 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// A new note number.
-    fn next_note(&self, st: &mut State<R>) -> Noted {
+    fn next_note(&self, st: &mut Locked<R>) -> Noted {
         st.note_epoch += 1;
         Noted(st.note_epoch)
     }
 
     /// S2.8 (trim): every findable entry unleased now, read (SeqCst) after
     /// revoking the lanes; before the drain, as in [`Self::note_victims`].
-    pub(super) fn note_all_unleased(&self, shared: &Shared<R>, st: &mut State<R>) -> Noted {
+    pub(super) fn note_all_unleased(&self, shared: &Generation<R>, st: &mut Locked<R>) -> Noted {
         //= spec.md#LN5
         //# Trim revokes every slot before it notes.
         self.revoke_all(shared);
@@ -256,7 +256,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// The excess A6 notes for: one more entry of `bytes`, per limit.
-    pub(super) fn insert_excess(&self, st: &State<R>, bytes: u64) -> (u64, u64) {
+    pub(super) fn insert_excess(&self, st: &Locked<R>, bytes: u64) -> (u64, u64) {
         let l = &self.config.contract.limits;
         (
             l.max_regions.map_or(0, |m| (st.index.len() as u64 + 1).saturating_sub(m)),
@@ -265,7 +265,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// The excess R2 notes for: the current one.
-    pub(super) fn current_excess(&self, st: &State<R>) -> (u64, u64) {
+    pub(super) fn current_excess(&self, st: &Locked<R>) -> (u64, u64) {
         let l = &self.config.contract.limits;
         (
             l.max_regions.map_or(0, |m| (st.index.len() as u64).saturating_sub(m)),
@@ -276,7 +276,7 @@ impl<R: Registrar> Cache<R> {
     /// Debug builds: the victim the full note would give (the least noted
     /// entry still findable and unleased), to check [`Self::enforce_limits`].
     #[cfg(debug_assertions)]
-    fn full_note_victim(&self, st: &State<R>) -> Option<u64> {
+    fn full_note_victim(&self, st: &Locked<R>) -> Option<u64> {
         st.index
             .iter()
             .filter(|(_, slot)| st.full_note.binary_search(&slot.id).is_ok() && indexed(slot).state.leases() == 0)
@@ -287,7 +287,7 @@ impl<R: Registrar> Cache<R> {
 
     /// Whether inserting one more entry of `bytes` could put the cache over a
     /// limit (A6): the entry count or the cached bytes after the insert.
-    pub(super) fn could_exceed_limits(&self, st: &State<R>, bytes: u64) -> bool {
+    pub(super) fn could_exceed_limits(&self, st: &Locked<R>, bytes: u64) -> bool {
         let l = &self.config.contract.limits;
         self.limits_active
             && (l.max_regions.is_some_and(|m| st.index.len() as u64 + 1 > m)
@@ -296,7 +296,7 @@ impl<R: Registrar> Cache<R> {
 
     /// Clears the over-limit flag when within limits (an exit that evicts
     /// nothing after [`Cache::note_victims`] raised it).
-    pub(super) fn settle_over_limit(&self, shared: &Shared<R>, st: &State<R>) {
+    pub(super) fn settle_over_limit(&self, shared: &Generation<R>, st: &Locked<R>) {
         if self.limits_active && !self.over_limits(st) {
             shared.over_limit.store(false, Ordering::SeqCst);
         }
@@ -310,8 +310,8 @@ impl<R: Registrar> Cache<R> {
     /// note: it stays raised, and a release after that note runs R2.
     pub(super) fn enforce_limits<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         deregs: &mut DeregList<'c, R>,
         noted: &Noted,
     ) {
@@ -369,8 +369,8 @@ impl<R: Registrar> Cache<R> {
     /// (pressure eviction).
     pub(super) fn evict_all_unleased<'c>(
         &'c self,
-        shared: &'c Shared<R>,
-        st: &mut State<R>,
+        shared: &'c Generation<R>,
+        st: &mut Locked<R>,
         deregs: &mut DeregList<'c, R>,
         noted: &Noted,
     ) {

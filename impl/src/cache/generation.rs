@@ -1,16 +1,18 @@
 //! One generation of the cache's shared state (see "Fork" in the module
 //! docs) and its lock.
 
-use super::lanes;
 use super::Cache;
-use super::entry::EntryPtr;
-use super::queue::InvalidationQueue;
+use super::counters::get;
+use super::entry::{Entry, EntryPtr};
 use super::events::EventSource;
+use super::evict_order::{Candidate, EvictionOrder};
+use super::lanes;
+use super::queue::InvalidationQueue;
 use super::window::Windows;
 use crate::hit_memo::{HitMemo, MemoHint};
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
-use crate::sync::{AtomicBool, AtomicU64, RwLock, RwLockWriteGuard, plain, thread_local};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard, plain, thread_local};
 use mrcache_types::PageSpan;
 use std::cell::Cell;
 use std::mem::ManuallyDrop;
@@ -30,7 +32,7 @@ pub(super) struct InFlight {
 }
 
 /// What the cache lock protects.
-pub(crate) struct State<R: Registrar> {
+pub(crate) struct Locked<R: Registrar> {
     pub(super) index: IntervalIndex<EntryPtr<R>>,
     /// A1's answers, valid while the index's answers version holds.
     pub(super) memo: HitMemo,
@@ -39,21 +41,21 @@ pub(crate) struct State<R: Registrar> {
     /// Bytes of findable entries (max_pinned_bytes, S6.4).
     pub(super) cached_bytes: u64,
     /// Victim candidates in policy order (A10, R2), kept only with limits.
-    pub(super) order: super::evict_order::EvictionOrder,
+    pub(super) order: EvictionOrder,
     /// The last note's number (A6, R2, trim; 0: none yet).
     pub(super) note_epoch: u64,
     /// The candidates the last A6 / R2 note took out of `order`, in policy
     /// order, until its A10 (or the next note) puts them back.
-    pub(super) noted: Vec<super::evict_order::Candidate>,
+    pub(super) noted: Vec<Candidate>,
     /// Scratch for the note: leased candidates passed over (kept for its
     /// allocation).
-    pub(super) passed: Vec<super::evict_order::Candidate>,
+    pub(super) passed: Vec<Candidate>,
     /// Debug builds: the ids the full note would have noted (A10's check).
     #[cfg(debug_assertions)]
     pub(super) full_note: Vec<u64>,
 }
 
-impl<R: Registrar> State<R> {
+impl<R: Registrar> Locked<R> {
     /// Adds `n` to a counter that only a holder of the lock exclusive
     /// writes (the `&mut self` is the proof), returning the value before:
     /// a load and a store instead of a locked read-modify-write, a full
@@ -68,7 +70,7 @@ impl<R: Registrar> State<R> {
     }
 
     /// Takes `n` from a counter written only under the lock exclusive
-    /// ([`State::add_exclusive`]).
+    /// ([`Locked::add_exclusive`]).
     #[inline]
     pub(super) fn sub_exclusive(&mut self, counter: &plain::AtomicU64, n: u64) {
         let before = counter.load(std::sync::atomic::Ordering::Relaxed);
@@ -99,9 +101,24 @@ impl<R: Registrar> State<R> {
     }
 }
 
+/// The entry the hit memo answered, alive while the state is borrowed (the
+/// lock held, at least shared).
+///
+/// # Safety
+/// `e` must be the memo's answer at the index's current answers version
+/// (`crate::hit_memo`): such an answer is findable, since every removal
+/// moves the version, and a findable entry is freed only after it left the
+/// index under the lock exclusive, which the borrow of `st` excludes.
+#[inline]
+pub(super) unsafe fn answered<R: Registrar>(st: &Locked<R>, e: EntryPtr<R>) -> &Entry<R> {
+    let _ = st;
+    // SAFETY: per the contract above.
+    unsafe { e.get() }
+}
+
 /// One generation of the cache (see "Fork" in the module docs).
-pub(crate) struct Shared<R: Registrar> {
-    pub(super) lock: RwLock<State<R>>,
+pub(crate) struct Generation<R: Registrar> {
+    pub(super) lock: RwLock<Locked<R>>,
     /// Where the lock's hit memo is, for A1's prefetch before the lock.
     pub(super) memo_hint: MemoHint,
     pub(super) queue: InvalidationQueue,
@@ -118,10 +135,10 @@ pub(crate) struct Shared<R: Registrar> {
     pub(super) lanes: lanes::Lanes<R>,
     /// The generation this one replaced (fork, `simulate_fork`), or null. Set
     /// before this one is published, then never changed: the last
-    /// [`super::SharedCache`] handle walks the chain to count the owned
+    /// [`crate::SharedCache`] handle walks the chain to count the owned
     /// leases still out in every generation (older ones live as long as the
     /// cache).
-    pub(super) older: plain::AtomicPtr<Shared<R>>,
+    pub(super) older: plain::AtomicPtr<Generation<R>>,
     /// Drains in progress (LN1): raised before events are taken off the queue
     /// or read from the monitor, lowered once they are applied, so a lane hit
     /// never runs between an event's removal and its revokes.
@@ -140,14 +157,14 @@ pub(crate) struct Shared<R: Registrar> {
     pub(super) windows: Windows,
 }
 
-impl<R: Registrar> Shared<R> {
+impl<R: Registrar> Generation<R> {
     pub(super) fn new(queue_capacity: usize, lane_slots: u32, monitor_required: bool) -> Self {
         let memo = HitMemo::new();
-        Shared {
+        Generation {
             // SAFETY: `memo` moves into this generation's state, which lives
             // as long as the hint beside it, and is the one memo it names.
             memo_hint: unsafe { MemoHint::new(&memo) },
-            lock: RwLock::new(State {
+            lock: RwLock::new(Locked {
                 index: IntervalIndex::new(),
                 memo,
                 inflight: Vec::new(),
@@ -203,25 +220,25 @@ pub(super) fn held_by_this_thread() -> bool {
 /// The exclusive lock, marked in [`HELD`]; refreshes the index's search tree
 /// before unlocking.
 pub(crate) struct WriteGuard<'a, R: Registrar> {
-    pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, State<R>>>,
+    pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, Locked<R>>>,
 }
 
 impl<'a, R: Registrar> WriteGuard<'a, R> {
-    pub(super) fn new(guard: RwLockWriteGuard<'a, State<R>>) -> Self {
+    pub(super) fn new(guard: RwLockWriteGuard<'a, Locked<R>>) -> Self {
         HELD.with(|h| h.set(h.get() + 1));
         WriteGuard { guard: ManuallyDrop::new(guard) }
     }
 }
 
 impl<R: Registrar> Deref for WriteGuard<'_, R> {
-    type Target = State<R>;
-    fn deref(&self) -> &State<R> {
+    type Target = Locked<R>;
+    fn deref(&self) -> &Locked<R> {
         &self.guard
     }
 }
 
 impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
-    fn deref_mut(&mut self) -> &mut State<R> {
+    fn deref_mut(&mut self) -> &mut Locked<R> {
         &mut self.guard
     }
 }
@@ -239,11 +256,33 @@ impl<R: Registrar> Drop for WriteGuard<'_, R> {
 }
 
 impl<R: Registrar> Cache<R> {
-    pub(super) fn write<'a>(&self, shared: &'a Shared<R>) -> WriteGuard<'a, R> {
+    /// Lane hits and owner lane releases: the current generation's lanes plus
+    /// those of forgotten generations (folded in at the fork).
+    pub(super) fn lane_counts(&self, shared: &Generation<R>) -> (u64, u64) {
+        let (h, r) = shared.lanes.installed().map(|l| l.counts()).fold((0, 0), |(a, b), (h, r)| (a + h, b + r));
+        (h + get(&self.counters.lane_hits_forgotten), r + get(&self.counters.lane_releases_forgotten))
+    }
+
+    /// Owned leases counted on lanes and not yet returned, over every lane
+    /// of every generation (see "Owned leases" in [`super::lease`]).
+    pub(super) fn owned_outstanding(&self) -> u64 {
+        let mut g = self.shared.load(Ordering::Acquire);
+        let mut n = 0u64;
+        while !g.is_null() {
+            // SAFETY: the current generation, or one it (transitively)
+            // replaced: generations are freed only in the cache's `Drop`.
+            let s = unsafe { &*g };
+            n = s.lanes.installed().fold(n, |n, l| n.wrapping_add(l.owned_outstanding()));
+            g = s.older.load(Ordering::Acquire);
+        }
+        n
+    }
+
+    pub(super) fn write<'a>(&self, shared: &'a Generation<R>) -> WriteGuard<'a, R> {
         WriteGuard::new(shared.lock.write().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub(super) fn try_write<'a>(&self, shared: &'a Shared<R>) -> Option<WriteGuard<'a, R>> {
+    pub(super) fn try_write<'a>(&self, shared: &'a Generation<R>) -> Option<WriteGuard<'a, R>> {
         match shared.lock.try_write() {
             Ok(g) => Some(WriteGuard::new(g)),
             Err(TryLockError::Poisoned(p)) => Some(WriteGuard::new(p.into_inner())),

@@ -39,17 +39,28 @@
 //! stale read (which leaks, never frees early), so a sum of 0 means every
 //! lease taken has done its last access, and the cache can go.
 
+use super::Cache;
+use super::config::CacheConfig;
+use super::counters::add;
+use super::entry::{Entry, EntryPtr};
+use super::generation::Generation;
 use super::lanes::{Lane, LaneRef};
-use super::entry::leased;
-use super::{Cache, EntryPtr, Shared};
 use crate::registrar::{Keys, Registrar};
-use super::CacheConfig;
 use mrcache_types::{Access, Range, RegView};
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// The entry a lease keeps alive, for as long as the lease is borrowed.
+#[inline]
+pub(super) fn leased<'l, R: Registrar>(lease: &'l Lease<'_, R>) -> &'l Entry<R> {
+    // SAFETY: the lease keeps the entry alive (A-H: nobody frees an entry
+    // with leases; forgotten generations are freed, if ever, only in the
+    // cache's `Drop`, which no lease outlives).
+    unsafe { lease.entry.get() }
+}
 
 /// A lease on a registration. Dropping it releases it (spec.md#S2.2, R1,
 /// R2). While it lives, its registration stays registered (P3), even if a
@@ -77,7 +88,7 @@ use std::sync::Arc;
 pub struct Lease<'c, R: Registrar> {
     cache: &'c Cache<R>,
     /// The generation the entry belongs to (see "Fork" in the cache docs).
-    pub(super) shared: &'c Shared<R>,
+    pub(super) shared: &'c Generation<R>,
     pub(super) entry: EntryPtr<R>,
     /// The lane slot whose count holds this lease (LN1), or `None` for a
     /// state-word lease.
@@ -97,7 +108,7 @@ unsafe impl<R: Registrar> Sync for Lease<'_, R> {}
 impl<'c, R: Registrar> Lease<'c, R> {
     pub(crate) fn new(
         cache: &'c Cache<R>,
-        shared: &'c Shared<R>,
+        shared: &'c Generation<R>,
         entry: EntryPtr<R>,
         hit: bool,
         pressure: bool,
@@ -107,12 +118,12 @@ impl<'c, R: Registrar> Lease<'c, R> {
 
     /// A lane hit (spec.md#LN1).
     #[inline(always)]
-    pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Shared<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
+    pub(crate) fn on_lane(cache: &'c Cache<R>, shared: &'c Generation<R>, entry: EntryPtr<R>, lane: LaneRef<R>) -> Self {
         Lease { cache, shared, entry, lane: Some(lane), hit: true, pressure: false }
     }
 
     #[inline]
-    fn entry(&self) -> &super::Entry<R> {
+    fn entry(&self) -> &Entry<R> {
         leased(self)
     }
 
@@ -180,7 +191,7 @@ impl<'c, R: Registrar + 'static> Lease<'c, R> {
     pub unsafe fn erase_borrow(self) -> Lease<'static, R> {
         let this = std::mem::ManuallyDrop::new(self);
         let cache: *const Cache<R> = this.cache;
-        let shared: *const Shared<R> = this.shared;
+        let shared: *const Generation<R> = this.shared;
         Lease {
             // SAFETY: the caller keeps the cache alive as long as the lease.
             cache: unsafe { &*cache },
@@ -350,7 +361,7 @@ impl<R: Registrar + 'static> Drop for SharedCache<R> {
             // instead means each lease's return, its last access to the
             // cache, was read with `Acquire`, so the whole release happens
             // before this drop: the cache can go.
-            super::stats::add(&cache.counters.leaked_for_owned_leases, 1);
+            add(&cache.counters.leaked_for_owned_leases, 1);
             let _leaked: &mut Cache<R> = Box::leak(cache);
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! # Shared state (spec.md#A)
 //!
-//! - the cache **lock**: a reader-writer lock over `State` (the index of
+//! - the cache **lock**: a reader-writer lock over `Locked` (the index of
 //!   findable entries, the in-flight records, the bytes of findable entries).
 //!   Shared for the hit path (A1), exclusive for everything that changes the
 //!   index (A2–A11, R2, H2, M2, flush);
@@ -53,7 +53,7 @@
 //! # Fork (spec.md#F1, S2.6)
 //!
 //! Everything an operation touches besides the registrar and the counters
-//! lives in a `Shared` *generation* behind an atomic pointer. Each
+//! lives in a `Generation` *generation* behind an atomic pointer. Each
 //! operation first compares the process's fork generation (bumped by a
 //! `pthread_atfork` child handler that only increments an atomic: it takes no
 //! lock and does no work) and, on slow paths, the pid, with the cache's. In a
@@ -65,8 +65,40 @@
 //! again. Leases from the old generation are released as no-ops. The event
 //! source (the monitor) belongs to a generation too: the old one's watches
 //! the parent's memory and stays with it, and a child whose parent read a
-//! monitor caches nothing until it installs its own (`Shared::caching`).
+//! monitor caches nothing until it installs its own (`Generation::caching`).
 //! [`Cache::simulate_fork`] does the same on request, for replaying `Op::Fork`.
+//!
+//! # Layers
+//!
+//! The files of this module form layers, bottom to top. **No file imports
+//! from a layer above its own** (`use super::x`, `super::x::..`,
+//! `crate::cache::x`); a `Cache` method that needs a higher layer lives in
+//! that layer's file (an `impl Cache` block may sit in any of them). The unit
+//! test `layers::no_file_imports_from_a_higher_layer` (in this file) checks
+//! every file against the table; a new file must be added to it.
+//!
+//! | Layer | Modules | What each owns |
+//! |---|---|---|
+//! | 1. plain data | `entry_state` | [`EntryState`]: an entry's lease count and INVALID flag |
+//! | | `entry` | `Entry`, `EntryPtr`: the one conversion of an entry pointer into a reference (`indexed`) |
+//! | | `queue` | [`InvalidationQueue`] (H1, H2) |
+//! | | `window` | the release windows (W1–W3) |
+//! | | `evict_order` | the lazy min-heap of victim candidates |
+//! | | `counters` | the slow-path counters and the striped hot counters |
+//! | | `config` | [`CacheConfig`], [`Monitoring`], the fault switches, [`LANE_SLOTS`] |
+//! | | the event source | [`EventSource`], [`ReleaseEvent`], [`Watched`] (still in `events.rs`; the test counts these three items as layer 1) |
+//! | 2. lanes and the OS | `os` | the system calls: `membarrier`, `pthread_atfork` and the `MADV_WIPEONFORK` page, the fork generation |
+//! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
+//! | 3. the generation | `generation` | `Generation` (one generation) and `Locked` (its locked part), the write guard, `answered` |
+//! | | `fork` | the cache's fork check (F1) and the installing of a fresh generation (S2.6) |
+//! | | `Cache` (this file) | the cache's fields, construction, `Drop`, and the error and hot-path counts |
+//! | 4. leases and deregistration | `lease` | [`Lease`], [`OwnedLease`], [`SharedCache`], `leased` |
+//! | | `dereg` | the dereg list (A11) and the freeing of an entry (A-H) |
+//! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps`, `harness` | A1–A11; R1, R2; H1, H2, M2, W1–W3; A6, A10, flush, trim; LN1, LN3–LN5; `Op` replay |
+//! | 6. reports | `stats` | [`Diagnostics`], `stats()`, `cached_views()` |
+//!
+//! This file itself only declares and re-exports the modules (and defines
+//! `Cache`, counted as layer 3).
 //!
 //! # Sequential equivalence with the model
 //!
@@ -78,40 +110,49 @@
 //! ties by id), the same pressure handling (S5.4: the plan is recomputed
 //! after the pressure eviction, as the model plans after evicting).
 
-mod acquire;
+// Layer 1: plain data.
 mod config;
-mod dereg;
+mod counters;
 mod entry;
-mod events;
-mod evict;
 mod evict_order;
+mod queue;
+mod entry_state;
+mod window;
+// Layer 2: lane slots and claims, the system calls.
+mod lanes;
+mod os;
+// Layer 3: the generation.
 mod fork;
 mod generation;
-mod harness;
-mod lanes;
+// Layer 4: leases and deregistration.
+mod dereg;
 mod lease;
-mod queue;
+// Layer 5: the step groups of spec.md §A.
+mod acquire;
+mod events;
+mod evict;
+mod harness;
+mod lane_steps;
 mod release;
-mod state;
+// Layer 6: reports.
 mod stats;
-mod window;
 
-pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
+pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED, LANE_SLOTS};
 #[cfg(any(test, feature = "testkit"))]
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent, RoundDeregs, RoundLock, Watched};
-pub use fork::generation as fork_generation;
-pub use lanes::{uses_membarrier, LANE_SLOTS, MAX_LANES};
+pub use os::fork_generation;
+pub use lanes::{uses_membarrier, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
-pub use state::{EntryState, Invalidated, Released};
+pub use entry_state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;
-pub(crate) use entry::{Entry, EntryPtr};
-pub(crate) use generation::Shared;
+pub(crate) use generation::Generation;
 
-use self::stats::{Counters, HotCounters};
+use self::counters::{Counters, HotCounters};
 use crate::error::Error;
 use crate::registrar::Registrar;
+use self::counters::{inc, Hot};
 use crate::sync::{Ordering, plain};
 
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
@@ -151,7 +192,7 @@ pub struct Cache<R: Registrar> {
     /// spec.md#L2 bound on the invalidation queue.
     queue_capacity: usize,
     /// The current generation; never null; freed in `Drop` (old ones leak).
-    shared: plain::AtomicPtr<Shared<R>>,
+    shared: plain::AtomicPtr<Generation<R>>,
     forks_seen: plain::AtomicU64,
     pid: plain::AtomicU32,
     forgetting: plain::AtomicBool,
@@ -199,7 +240,7 @@ impl<R: Registrar> Cache<R> {
     pub fn try_new(registrar: R, config: impl Into<CacheConfig>) -> Result<Self, Error> {
         let config = config.into();
         config.validate()?;
-        fork::install();
+        os::install();
         lanes::init_barriers();
         let l = &config.contract.limits;
         let max_unreleased = l.max_unreleased.unwrap_or(DEFAULT_MAX_UNRELEASED);
@@ -212,8 +253,8 @@ impl<R: Registrar> Cache<R> {
             lanes_on: config.lanes,
             queue_capacity,
             config,
-            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Shared::new(queue_capacity, config.lane_slots, false)))),
-            forks_seen: plain::AtomicU64::new(fork::generation()),
+            shared: plain::AtomicPtr::new(Box::into_raw(Box::new(Generation::new(queue_capacity, config.lane_slots, false)))),
+            forks_seen: plain::AtomicU64::new(os::fork_generation()),
             pid: plain::AtomicU32::new(std::process::id()),
             forgetting: plain::AtomicBool::new(false),
             replayed: std::sync::Mutex::new(Vec::new()),
@@ -233,6 +274,37 @@ impl<R: Registrar> Cache<R> {
 
     pub fn registrar(&self) -> &R {
         &self.registrar
+    }
+
+    /// Counts a failed operation and passes its error through.
+    pub(super) fn fail(&self, e: Error) -> Error {
+        inc(&self.counters.errors);
+        e
+    }
+
+    /// Counts a failed op the harness rejects itself (E3, E4).
+    pub(crate) fn count_error(&self) {
+        let _ = self.shared();
+        inc(&self.counters.errors);
+    }
+
+    pub(crate) fn count_release(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Releases);
+    }
+
+    /// Counts a release of a lease that is not held: E4, which changes nothing
+    /// but the counters (spec.md#S2: a release call and an error). The typed
+    /// Rust API cannot express it; a handle-based one (the C API's stale or
+    /// double-released handles) can.
+    pub fn count_unknown_release(&self) {
+        self.count_release();
+        self.count_error();
+    }
+
+    pub(crate) fn count_acquire(&self) {
+        let _ = self.shared();
+        self.hot.bump(Hot::Acquires);
     }
 
     /// Installs the asynchronous monitor that A2, A6 and [`Cache::drain_with`]
@@ -263,9 +335,246 @@ impl<R: Registrar> Drop for Cache<R> {
             for g in replayed.into_iter().rev() {
                 // SAFETY: created by Box::into_raw, swapped out by
                 // `simulate_fork` and referred to by nothing any more.
-                drop(unsafe { Box::from_raw(g as *mut Shared<R>) });
+                drop(unsafe { Box::from_raw(g as *mut Generation<R>) });
             }
         }
     }
 }
 
+
+/// The layer rule of the module docs ("Layers"), checked on the source.
+#[cfg(all(test, not(loom)))]
+mod layers {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+
+    /// Each module's layer (a file under `lanes/` belongs to `lanes`).
+    /// `Cache` is defined in `mod.rs`.
+    const LAYERS: &[(&str, u8)] = &[
+        ("entry_state", 1),
+        ("entry", 1),
+        ("queue", 1),
+        ("window", 1),
+        ("evict_order", 1),
+        ("counters", 1),
+        ("config", 1),
+        ("os", 2),
+        ("lanes", 2),
+        ("generation", 3),
+        ("fork", 3),
+        ("Cache", 3),
+        ("lease", 4),
+        ("dereg", 4),
+        ("acquire", 5),
+        ("release", 5),
+        ("events", 5),
+        ("evict", 5),
+        ("lane_steps", 5),
+        ("harness", 5),
+        ("stats", 6),
+    ];
+
+    /// Items whose layer is not their module's: the event source, which
+    /// still lives in `events.rs`.
+    const ITEM_LAYERS: &[(&str, &str, u8)] = &[("events", "EventSource", 1), ("events", "ReleaseEvent", 1), ("events", "Watched", 1)];
+
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// The code of a file: no comment lines, nothing from `mod tests {` on.
+    fn code(text: &str) -> String {
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.starts_with("mod tests {") {
+                break;
+            }
+            if !line.trim_start().starts_with("//") {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    fn ident(s: &str) -> (&str, &str) {
+        let n = s.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(s.len());
+        (&s[..n], &s[n..])
+    }
+
+    /// The paths of a use tree at the start of `s` (`a::b`, `{a, b::{c, d}}`,
+    /// `a as b`), as their segments.
+    fn tree(s: &str, prefix: &[String], out: &mut Vec<Vec<String>>) -> usize {
+        let t = s.trim_start();
+        let skipped = s.len() - t.len();
+        if let Some(rest) = t.strip_prefix('{') {
+            let mut used = skipped + 1;
+            let mut rest = rest;
+            loop {
+                let r = rest.trim_start();
+                used += rest.len() - r.len();
+                if let Some(r2) = r.strip_prefix('}') {
+                    let _ = r2;
+                    return used + 1;
+                }
+                let n = tree(r, prefix, out);
+                used += n;
+                rest = &r[n..];
+                let r = rest.trim_start();
+                used += rest.len() - r.len();
+                rest = r.strip_prefix(',').map_or(r, |r2| {
+                    used += 1;
+                    r2
+                });
+            }
+        }
+        let (id, rest) = ident(t);
+        let mut path = prefix.to_vec();
+        if !id.is_empty() {
+            path.push(id.to_string());
+        }
+        if let Some(rest2) = rest.strip_prefix("::") {
+            return skipped + id.len() + 2 + tree(rest2, &path, out);
+        }
+        if !path.is_empty() {
+            out.push(path);
+        }
+        // Skip an `as` alias.
+        let r = rest.trim_start();
+        if let Some(alias) = r.strip_prefix("as ") {
+            let (a, _) = ident(alias.trim_start());
+            return skipped + id.len() + (rest.len() - r.len()) + 3 + (alias.len() - alias.trim_start().len()) + a.len();
+        }
+        skipped + id.len()
+    }
+
+    /// Every path after one of `prefixes` in `code`.
+    fn paths(code: &str, prefixes: &[&str]) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        for (i, _) in code.char_indices() {
+            let before = code[..i].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            for p in prefixes {
+                if let Some(rest) = code[i..].strip_prefix(p) {
+                    // `super::super::x`: only the longest prefix counts.
+                    if prefixes.iter().any(|q| q.len() > p.len() && code[i..].starts_with(q)) {
+                        continue;
+                    }
+                    tree(rest, &[], &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// The names `mod.rs` re-exports, with their module.
+    fn reexports(mod_rs: &str) -> HashMap<String, String> {
+        let mut map = HashMap::new();
+        for line in code(mod_rs).lines() {
+            let Some(rest) = line.strip_prefix("pub use ").or_else(|| line.strip_prefix("pub(crate) use ")) else { continue };
+            let mut found = Vec::new();
+            tree(rest, &[], &mut found);
+            let alias = rest.split(" as ").nth(1).map(|a| a.trim_end_matches(';').trim().to_string());
+            for p in found {
+                let name = alias.clone().unwrap_or_else(|| p.last().unwrap().clone());
+                map.insert(name, p[0].clone());
+            }
+        }
+        map
+    }
+
+    /// The layer of a path (its first segment a module, `Cache` or a name
+    /// `mod.rs` re-exports), or `None` if it names none of them.
+    fn layer_of(path: &[String], names: &HashMap<String, String>) -> Option<(String, u8)> {
+        let (module, item) = match names.get(&path[0]) {
+            Some(m) => (m.clone(), Some(path[0].clone())),
+            None => (path[0].clone(), path.get(1).cloned()),
+        };
+        if let Some(item) = &item {
+            if let Some(&(_, _, l)) = ITEM_LAYERS.iter().find(|(m, i, _)| *m == module && i == item) {
+                return Some((format!("{module}::{item}"), l));
+            }
+        }
+        LAYERS.iter().find(|(m, _)| *m == module).map(|&(m, l)| (m.to_string(), l))
+    }
+
+    /// The violations in one file of module `module` (`nested`: a file of a
+    /// directory module, where `super::` names a sibling).
+    fn violations(module: &str, nested: bool, text: &str, names: &HashMap<String, String>) -> Vec<String> {
+        let own = LAYERS.iter().find(|(m, _)| *m == module).map(|&(_, l)| l);
+        let Some(own) = own else { return vec![format!("module `{module}` is not in the layer table")] };
+        let prefixes: &[&str] = if nested { &["super::super::", "crate::cache::"] } else { &["super::", "crate::cache::"] };
+        let mut v = Vec::new();
+        for p in paths(&code(text), prefixes) {
+            if p[0] == "crate" || p[0] == "self" {
+                continue;
+            }
+            match layer_of(&p, names) {
+                Some((m, l)) if l > own => v.push(format!("`{module}` (layer {own}) imports `{}` from `{m}` (layer {l})", p.join("::"))),
+                _ => {}
+            }
+        }
+        v
+    }
+
+    fn check(root: &Path) -> Vec<String> {
+        let names = reexports(&std::fs::read_to_string(root.join("mod.rs")).unwrap());
+        let mut all = Vec::new();
+        files(root, &mut all);
+        all.sort();
+        let mut v = Vec::new();
+        for f in all {
+            let rel = f.strip_prefix(root).unwrap();
+            if rel == Path::new("mod.rs") {
+                continue;
+            }
+            let nested = rel.components().count() > 1;
+            let module = rel.components().next().unwrap().as_os_str().to_str().unwrap().trim_end_matches(".rs").to_string();
+            let text = std::fs::read_to_string(&f).unwrap();
+            v.extend(violations(&module, nested, &text, &names).into_iter().map(|e| format!("{}: {e}", rel.display())));
+        }
+        v
+    }
+
+    #[test]
+    fn no_file_imports_from_a_higher_layer() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cache");
+        let v = check(&root);
+        assert!(v.is_empty(), "layer violations (see \"Layers\" in src/cache/mod.rs):\n{}", v.join("\n"));
+    }
+
+    /// The checker sees the import forms the files use.
+    #[test]
+    fn an_upward_import_is_caught() {
+        let names = reexports("pub use lease::{Lease, OwnedLease};\npub use os::fork_generation as fork_gen;\n");
+        for (module, nested, text) in [
+            ("entry", false, "use super::lease::Lease;\n"),
+            ("entry", false, "use super::{entry_state::EntryState, lease};\n"),
+            ("entry", false, "use super::Lease;\n"),
+            ("entry", false, "fn f() { super::generation::held_by_this_thread(); }\n"),
+            ("lanes", true, "use super::super::Cache;\n"),
+            ("lanes", true, "use crate::cache::generation::{Generation, Locked};\n"),
+            ("generation", false, "use super::events::Draining;\n"),
+            ("entry_state", false, "use super::fork_gen;\n"),
+        ] {
+            assert!(!violations(module, nested, text, &names).is_empty(), "not caught in `{module}`: {text}");
+        }
+        for (module, nested, text) in [
+            ("generation", false, "use super::events::EventSource;\n"),
+            ("lanes", true, "use super::slots::Lane;\nuse crate::cache::entry::Entry;\n"),
+            ("entry", false, "// use super::lease::Lease;\nuse super::entry_state::EntryState;\n"),
+            ("acquire", false, "use super::{Cache, lease::Lease};\n"),
+        ] {
+            assert_eq!(violations(module, nested, text, &names), Vec::<String>::new(), "in `{module}`: {text}");
+        }
+    }
+}

@@ -1,13 +1,12 @@
 //! Release: spec.md R1, R2 (the lane release LN3 is in [`super::lanes`]).
 
 use super::lanes::Lane;
-use super::lease::Lease;
-use super::entry::leased;
+use super::lease::{leased, Lease};
 use super::Cache;
 use super::dereg::DeregList;
-use super::generation::Shared;
-use super::state::Released;
-use super::stats::Hot;
+use super::generation::Generation;
+use super::entry_state::Released;
+use super::counters::Hot;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 
@@ -85,7 +84,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     #[cold]
-    pub(super) fn release_over_limit(&self, shared: &Shared<R>) {
+    pub(super) fn release_over_limit(&self, shared: &Generation<R>) {
         if !std::ptr::eq(self.shared_slow(), shared) {
             return;
         }

@@ -1,0 +1,182 @@
+//! The counters behind [`crate::Cache::stats`] (spec.md#S8): plain data
+//! (layer 1), read by `stats.rs`.
+//!
+//! The three counters the hit path bumps (`acquires`, `hits`, `releases`) are
+//! striped per thread: a thread bumps the slot its [`thread_token`] hashes
+//! to if it owns that slot (the first token to claim a slot owns it for
+//! good), with a plain load + store (no locked read-modify-write, no shared
+//! cache line): running threads have distinct tokens, and a token passes to
+//! another thread only after its holder exited, so a slot has one writer at
+//! a time. Threads whose slot is another's share an overflow slot bumped
+//! with `fetch_add`. Where there is no token (other targets, loom), each
+//! thread gets a process-wide slot number once instead (a thread-local),
+//! and a thread whose number is below [`SLOTS`] is the only writer of that
+//! slot; later threads use the overflow slot. Everything else is bumped on slow paths with
+//! `fetch_add`. A [`crate::Cache::stats`] snapshot sums the slots; it is exact
+//! when no operation is in flight (always, in sequential use).
+//!
+//! These are plain `std` atomics even under loom (see [`crate::sync`]).
+
+use crate::sync::plain;
+use crate::sync::Ordering::Relaxed;
+use crate::thread_token::{bucket, thread_token};
+use std::cell::Cell;
+
+/// Per-thread slots per cache.
+pub const SLOTS: usize = 64;
+/// The slots a thread token may hash to: all, but two in unit tests, so
+/// that threads running at once share slots (and the owner check matters).
+#[cfg(not(test))]
+const TOKEN_SLOTS: usize = SLOTS;
+#[cfg(test)]
+const TOKEN_SLOTS: usize = 2;
+
+static NEXT_SLOT: plain::AtomicUsize = plain::AtomicUsize::new(0);
+
+std::thread_local! {
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's slot number (assigned on first use, never reused).
+#[inline]
+fn slot_index() -> usize {
+    SLOT.try_with(|s| {
+        let v = s.get();
+        if v != usize::MAX {
+            v
+        } else {
+            let n = NEXT_SLOT.fetch_add(1, Relaxed);
+            s.set(n);
+            n
+        }
+    })
+    // During thread-local destruction: use the shared slot.
+    .unwrap_or(usize::MAX)
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct HotSlot {
+    /// The thread token that owns the slot (0: none yet).
+    owner: plain::AtomicUsize,
+    pub acquires: plain::AtomicU64,
+    pub hits: plain::AtomicU64,
+    pub releases: plain::AtomicU64,
+}
+
+/// Which hot counter to bump.
+#[derive(Clone, Copy)]
+pub(crate) enum Hot {
+    Acquires,
+    Hits,
+    Releases,
+}
+
+impl HotSlot {
+    #[inline]
+    fn get(&self, which: Hot) -> &plain::AtomicU64 {
+        match which {
+            Hot::Acquires => &self.acquires,
+            Hot::Hits => &self.hits,
+            Hot::Releases => &self.releases,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct HotCounters {
+    slots: Box<[HotSlot]>,
+    overflow: HotSlot,
+}
+
+impl HotCounters {
+    pub fn new() -> Self {
+        HotCounters { slots: (0..SLOTS).map(|_| HotSlot::default()).collect(), overflow: HotSlot::default() }
+    }
+
+    #[inline]
+    pub fn bump(&self, which: Hot) {
+        let token = thread_token();
+        if token != 0 {
+            let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
+            let owner = slot.owner.load(Relaxed);
+            // Relaxed: a thread reads its own token here only if its own
+            // compare-exchange put it there (module docs).
+            if owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()) {
+                // Only the owning thread writes this slot: no RMW needed.
+                let c = slot.get(which);
+                c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+            } else {
+                self.overflow.get(which).fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let i = slot_index();
+        match self.slots.get(i) {
+            Some(slot) => {
+                // Only this thread ever writes this slot: no RMW needed.
+                let c = slot.get(which);
+                c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+            }
+            None => {
+                self.overflow.get(which).fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    pub fn sum(&self, which: Hot) -> u64 {
+        self.slots.iter().chain(std::iter::once(&self.overflow)).map(|s| s.get(which).load(Relaxed)).sum()
+    }
+}
+
+/// Slow-path counters (spec.md#S8), one `fetch_add` each.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub misses: plain::AtomicU64,
+    pub errors: plain::AtomicU64,
+    pub release_events: plain::AtomicU64,
+    pub registrations: plain::AtomicU64,
+    pub deregistrations: plain::AtomicU64,
+    pub bytes_registered: plain::AtomicU64,
+    pub peak_pinned_bytes: plain::AtomicU64,
+    pub invalidations: plain::AtomicU64,
+    pub leased_invalidations: plain::AtomicU64,
+    pub deferred_deregistrations: plain::AtomicU64,
+    pub merges: plain::AtomicU64,
+    pub uncached: plain::AtomicU64,
+    pub evictions: plain::AtomicU64,
+    pub pressure_evictions: plain::AtomicU64,
+    pub forgotten: plain::AtomicU64,
+    // Diagnostics, not in `Stats`.
+    pub discarded_registrations: plain::AtomicU64,
+    pub stale_retries: plain::AtomicU64,
+    pub dereg_failures: plain::AtomicU64,
+    pub early_deregistrations: plain::AtomicU64,
+    /// Lane counts of forgotten generations (spec.md#S2.6).
+    pub lane_hits_forgotten: plain::AtomicU64,
+    pub lane_releases_forgotten: plain::AtomicU64,
+    /// Times the last [`crate::SharedCache`] handle leaked the cache because
+    /// owned leases were still out (0 or 1).
+    pub leaked_for_owned_leases: plain::AtomicU64,
+    /// REMOVE windows opened (spec.md#M3) and closed (M4).
+    pub remove_windows: plain::AtomicU64,
+    pub remove_windows_closed: plain::AtomicU64,
+    /// Misses served uncached because the monitor did not watch their range
+    /// (spec.md#S7.6: another userfaultfd watches it, or the cache detached).
+    pub unwatched_uncached: plain::AtomicU64,
+}
+
+#[inline]
+pub(crate) fn inc(c: &plain::AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}
+
+#[inline]
+pub(crate) fn add(c: &plain::AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+#[inline]
+pub(crate) fn get(c: &plain::AtomicU64) -> u64 {
+    c.load(Relaxed)
+}
