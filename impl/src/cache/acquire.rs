@@ -5,7 +5,7 @@ use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::{Entry, EntryPtr};
-use super::events::Watched;
+use super::source::Watched;
 use super::evict::Noted;
 use super::generation::{answered, Generation, Locked};
 use super::lease::Lease;

@@ -4,7 +4,7 @@
 
 use super::Cache;
 use super::counters::add;
-use super::events::{EventSource, ReleaseEvent, Watched};
+use super::source::{EventSource, ReleaseEvent, Watched};
 use super::generation::Generation;
 use super::os::{fork_generation, wipe_check};
 use crate::registrar::Registrar;

@@ -4,7 +4,7 @@
 use super::Cache;
 use super::counters::get;
 use super::entry::{Entry, EntryPtr};
-use super::events::EventSource;
+use super::source::EventSource;
 use super::evict_order::{Candidate, EvictionOrder};
 use super::lanes;
 use super::queue::InvalidationQueue;
