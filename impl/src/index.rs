@@ -238,6 +238,13 @@ impl<const ROOM: usize> Inner<ROOM> {
     /// The child whose key range holds `key`: the last one whose bound is
     /// `<= key`, or the first.
     fn route(&self, key: (u64, u64)) -> usize {
+        let last = self.n.saturating_sub(1);
+        // The last child first: an insert in address order (a fill, or the
+        // new end of a cache cycling through its buffers) goes there, and
+        // the scan below would pass every child to reach it.
+        if last > 0 && (self.lo_start[last], self.lo_id[last]) <= key {
+            return last;
+        }
         let mut i = 0;
         while i + 1 < self.n && (self.lo_start[i + 1], self.lo_id[i + 1]) <= key {
             i += 1;
