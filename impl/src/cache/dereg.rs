@@ -55,7 +55,9 @@ impl<'c, R: Registrar> DeregList<'c, R> {
         //# and drain (H2)
         // Bounded: a hook that keeps pushing is drained by the next operation.
         for _ in 0..POST_UNLOCK_DRAINS {
-            if held_by_this_thread() || self.shared.queue.is_empty() {
+            // The queue first: the usual answer, and a thread-local read
+            // is a call (`__tls_get_addr`) in the C library.
+            if self.shared.queue.is_empty() || held_by_this_thread() {
                 break;
             }
             let Some(mut st) = self.cache.try_write(self.shared) else { break };
