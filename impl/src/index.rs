@@ -201,6 +201,21 @@ impl<T, const ROOM: usize> Leaf<T, ROOM> {
         }
     }
 
+    /// [`Self::refresh_from`] after a change at `from` only (an entry
+    /// inserted, removed or its end changed there, those after it shifted
+    /// as they were): it stops at the first prefix maximum already right,
+    /// since the ones after it were computed from it and unchanged ends.
+    fn refresh_after(&mut self, from: usize) {
+        let mut m = if from == 0 { 0 } else { self.ep[from - 1].pmax };
+        for i in from..self.n {
+            m = m.max(self.ep[i].end);
+            if self.ep[i].pmax == m {
+                return;
+            }
+            self.ep[i].pmax = m;
+        }
+    }
+
     fn max_end(&self) -> u64 {
         if self.n == 0 {
             0
@@ -227,6 +242,18 @@ impl<const ROOM: usize> Inner<ROOM> {
         }
     }
 
+    /// As [`Leaf::refresh_after`]: after a change at `from` only.
+    fn refresh_after(&mut self, from: usize) {
+        let mut m = if from == 0 { 0 } else { self.em[from - 1].pmax };
+        for i in from..self.n {
+            m = m.max(self.em[i].end);
+            if self.em[i].pmax == m {
+                return;
+            }
+            self.em[i].pmax = m;
+        }
+    }
+
     fn max_end(&self) -> u64 {
         if self.n == 0 {
             0
@@ -238,6 +265,13 @@ impl<const ROOM: usize> Inner<ROOM> {
     /// The child whose key range holds `key`: the last one whose bound is
     /// `<= key`, or the first.
     fn route(&self, key: (u64, u64)) -> usize {
+        let last = self.n.saturating_sub(1);
+        // The last child first: an insert in address order (a fill, or the
+        // new end of a cache cycling through its buffers) goes there, and
+        // the scan below would pass every child to reach it.
+        if last > 0 && (self.lo_start[last], self.lo_id[last]) <= key {
+            return last;
+        }
         let mut i = 0;
         while i + 1 < self.n && (self.lo_start[i + 1], self.lo_id[i + 1]) <= key {
             i += 1;
@@ -407,7 +441,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             leaf.ep[pos].end = slot.end;
             leaf.slots.insert(pos, slot);
             leaf.n += 1;
-            leaf.refresh_from(pos);
+            leaf.refresh_after(pos);
             if leaf.n <= Self::FAN {
                 return None;
             }
@@ -439,7 +473,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             let inner = &mut self.inners[node as usize];
             if end > inner.em[ci].end {
                 inner.em[ci].end = end;
-                inner.refresh_from(ci);
+                inner.refresh_after(ci);
             }
             return None;
         };
@@ -527,7 +561,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             leaf.ep.copy_within(pos + 1..n, pos);
             let slot = leaf.slots.remove(pos);
             leaf.n -= 1;
-            leaf.refresh_from(pos);
+            leaf.refresh_after(pos);
             return Some(Removed { slot, empty: leaf.n == 0, max_end: leaf.max_end() });
         }
         let ci = self.inners[node as usize].route(key);
@@ -545,7 +579,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             inner.em[ci].end = r.max_end;
         }
         let inner = &mut self.inners[node as usize];
-        inner.refresh_from(ci);
+        inner.refresh_after(ci);
         Some(Removed { slot: r.slot, empty: inner.n == 0, max_end: inner.max_end() })
     }
 

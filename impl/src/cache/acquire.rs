@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
-use mrcache_types::config::{per_page_cost_ns, OverlapPolicy};
+use mrcache_types::config::{per_page_cost_ns, EvictionPolicy, OverlapPolicy};
 use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure};
 use std::mem::ManuallyDrop;
 use std::sync::PoisonError;
@@ -543,7 +543,13 @@ impl<R: Registrar> Cache<R> {
             key_end_access: super::entry::end_access(plan.span.end, plan.access),
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
-            cost: per_page_cost_ns(plan.span.count(), self.page_size),
+            // Read only by GreedyDual-Size's touch: not computed (a 128-bit
+            // division) for other policies.
+            cost: if self.config.contract.eviction == EvictionPolicy::CostAware {
+                per_page_cost_ns(plan.span.count(), self.page_size)
+            } else {
+                0
+            },
             memoized: plain::AtomicBool::new(false),
             noted: plain::AtomicU64::new(0),
             view,

@@ -29,7 +29,7 @@ pub(super) enum Dereg<R: Registrar> {
 pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
     pub(super) shared: &'c Generation<R>,
-    pub(super) items: Vec<Dereg<R>>,
+    pub(super) items: Items<R>,
     /// Hit memo tables A9 replaced under the lock (their pages given back
     /// here, after it).
     pub(super) retired_memos: Vec<RetiredMemo>,
@@ -39,7 +39,7 @@ pub(crate) struct DeregList<'c, R: Registrar> {
 
 impl<'c, R: Registrar> DeregList<'c, R> {
     pub(super) fn new(cache: &'c Cache<R>, shared: &'c Generation<R>) -> Self {
-        DeregList { cache, shared, items: Vec::new(), retired_memos: Vec::new(), finished: false }
+        DeregList { cache, shared, items: Items { first: None, rest: Vec::new() }, retired_memos: Vec::new(), finished: false }
     }
 
     /// Ends the operation that owns the list, after its lock is released:
@@ -57,7 +57,9 @@ impl<'c, R: Registrar> DeregList<'c, R> {
         //# and drain (H2)
         // Bounded: a hook that keeps pushing is drained by the next operation.
         for _ in 0..POST_UNLOCK_DRAINS {
-            if held_by_this_thread() || self.shared.queue.is_empty() {
+            // The queue first: the usual answer, and a thread-local read
+            // is a call (`__tls_get_addr`) in the C library.
+            if self.shared.queue.is_empty() || held_by_this_thread() {
                 break;
             }
             let Some(mut st) = self.cache.try_write(self.shared) else { break };
@@ -77,21 +79,53 @@ impl<'c, R: Registrar> DeregList<'c, R> {
             return;
         }
         debug_assert!(!held_by_this_thread() || std::thread::panicking(), "dereg with the lock held");
-        for item in std::mem::take(&mut self.items) {
-            match item {
-                Dereg::Entry(e) => self.cache.deregister_entry(self.shared, e, false),
-                Dereg::Discard(h) => {
-                    inc(&self.cache.counters.discarded_registrations);
-                    self.cache.call_deregister(h);
-                }
-                #[cfg(any(test, feature = "testkit"))]
-                Dereg::Early(h, bytes) => {
-                    inc(&self.cache.counters.early_deregistrations);
-                    self.cache.call_deregister(h);
-                    self.cache.count_dereg(self.shared, bytes);
-                }
+        let cache = self.cache;
+        let shared = self.shared;
+        let perform = |item: Dereg<R>| match item {
+            Dereg::Entry(e) => cache.deregister_entry(shared, e, false),
+            Dereg::Discard(h) => {
+                inc(&cache.counters.discarded_registrations);
+                cache.call_deregister(h);
+            }
+            #[cfg(any(test, feature = "testkit"))]
+            Dereg::Early(h, bytes) => {
+                inc(&cache.counters.early_deregistrations);
+                cache.call_deregister(h);
+                cache.count_dereg(shared, bytes);
+            }
+        };
+        if let Some(first) = self.items.first.take() {
+            perform(first);
+        }
+        if !self.items.rest.is_empty() {
+            for item in std::mem::take(&mut self.items.rest) {
+                perform(item);
             }
         }
+    }
+}
+
+/// A dereg list's items in the order pushed: the first one inline, so an
+/// operation with one deregistration (an evicting miss) allocates nothing
+/// for it (a `Vec` was allocated and freed on every such miss).
+pub(super) struct Items<R: Registrar> {
+    first: Option<Dereg<R>>,
+    /// The items after `first` (empty while `first` is `None`).
+    rest: Vec<Dereg<R>>,
+}
+
+impl<R: Registrar> Items<R> {
+    pub(super) fn push(&mut self, item: Dereg<R>) {
+        if self.first.is_none() {
+            debug_assert!(self.rest.is_empty());
+            self.first = Some(item);
+        } else {
+            self.rest.push(item);
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.first.is_none()
     }
 }
 

@@ -128,11 +128,19 @@ impl<R: Registrar> Cache<R> {
         // not used until A10.
         // A candidate re-keyed by the walk and still the least: taken next
         // without going through the heap (push_pop).
-        let mut carried: Option<Candidate> = None;
+        // It keeps the slot it was found at when it is the same entry (the
+        // index does not change during the walk): one descent less.
+        let mut carried = None;
         while n < regions || b < bytes {
-            let Some(c) = carried.take().or_else(|| st.order.pop()) else { break };
-            let Some(slot) = st.index.find(c.first, c.id()) else {
-                continue; // its entry left the index: garbage
+            let (c, slot) = match carried.take() {
+                Some(carried) => carried,
+                None => {
+                    let Some(c) = st.order.pop() else { break };
+                    let Some(slot) = st.index.find(c.first, c.id()) else {
+                        continue; // its entry left the index: garbage
+                    };
+                    (c, slot)
+                }
             };
             let e = indexed(slot);
             if e.state.leases() != 0 {
@@ -145,7 +153,12 @@ impl<R: Registrar> Cache<R> {
             let key = self.key_now(e, c.id());
             if key != c.key {
                 debug_assert!(key > c.key, "policy keys only grow");
-                carried = Some(st.order.push_pop(Candidate { key, first: c.first }));
+                let next = st.order.push_pop(Candidate { key, first: c.first });
+                carried = if (next.first, next.id()) == (c.first, c.id()) {
+                    Some((next, slot))
+                } else {
+                    st.index.find(next.first, next.id()).map(|s| (next, s))
+                };
                 continue;
             }
             //= spec.md#LN5
@@ -162,7 +175,12 @@ impl<R: Registrar> Cache<R> {
                 }
                 let key = self.key_now(e, c.id());
                 if key != c.key {
-                    carried = Some(st.order.push_pop(Candidate { key, first: c.first }));
+                    let next = st.order.push_pop(Candidate { key, first: c.first });
+                    carried = if (next.first, next.id()) == (c.first, c.id()) {
+                        Some((next, slot))
+                    } else {
+                        st.index.find(next.first, next.id()).map(|s| (next, s))
+                    };
                     continue;
                 }
             }
@@ -348,6 +366,13 @@ impl<R: Registrar> Cache<R> {
         }
         for c in rest {
             st.order.push(*c);
+        }
+        // The list's allocation goes back for the next note (it was freed
+        // and allocated again on every evicting miss).
+        if st.noted.is_empty() {
+            let mut prefix = prefix;
+            prefix.clear();
+            st.noted = prefix;
         }
         //= spec.md#A10
         //# Clear the flag when the pass ends within limits, else leave it
