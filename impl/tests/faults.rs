@@ -10,6 +10,7 @@ use common::{Call, Recorder};
 use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret};
 use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_model::Model;
+use mrcache_testkit::Apply;
 use std::collections::HashMap;
 
 const P: u64 = 4096;
@@ -193,8 +194,8 @@ fn bad_config_is_an_error_not_a_panic() {
 
 mod injected {
     use mrcache::registrar::counting::CountingRegistrar;
-    use mrcache::testkit::gen::OpGen;
-    use mrcache::testkit::{configs, Environment, TestRegistrar};
+    use mrcache_testkit::gen::OpGen;
+    use mrcache_testkit::{configs, Environment, TestRegistrar};
     use mrcache::types::{OpError, Ret};
     use mrcache::{Cache, CacheConfig};
 
@@ -245,7 +246,7 @@ mod injected {
     /// reports that the eviction happened.
     #[test]
     fn pressure_then_stale_retry_keeps_the_pressure_flag() {
-        use mrcache::testkit::env::HookEvent;
+        use mrcache_testkit::env::HookEvent;
         use mrcache::types::{Access, Op, ReleaseKind};
         use std::sync::Arc;
         let config = mrcache::Config::default();
@@ -271,7 +272,7 @@ mod injected {
 
 mod bad_input {
     use mrcache::registrar::uring::UringRegistrar;
-    use mrcache::testkit::{Environment, TestRegistrar};
+    use mrcache_testkit::{Environment, TestRegistrar};
     use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret, ADDRESS_LIMIT};
     use mrcache::{Cache, CacheConfig, Config};
 

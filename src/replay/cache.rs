@@ -13,7 +13,8 @@
 //! passed to the cache); with the explicit monitor the replayer also calls
 //! `Cache::invalidate`, like an application that knows when it frees.
 //!
-//! Imports no other part of `replay`.
+//! Imports no other part of `replay`. The op is applied by the test kit's
+//! [`Apply`].
 
 use anyhow::{anyhow, bail, Result};
 use mrcache::registrar::counting::CountingRegistrar;
@@ -21,6 +22,7 @@ use mrcache::registrar::uring::UringRegistrar;
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::{Cache, CacheConfig, Lease, MonitorThread};
 use mrcache_model::{Config, Model};
+use mrcache_testkit::Apply;
 use mrcache_types::trace::{Relocation, Trace};
 use mrcache_types::{Access, LeaseId, Op, Range, Stats};
 use std::collections::HashMap;

@@ -87,7 +87,6 @@ mod evict;
 mod evict_order;
 mod fork;
 mod generation;
-mod harness;
 mod lanes;
 mod lease;
 mod queue;

@@ -354,7 +354,8 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// Counts a failed op the harness rejects itself (E3, E4).
-    pub(crate) fn count_error(&self) {
+    #[doc(hidden)]
+    pub fn count_error(&self) {
         let _ = self.shared();
         inc(&self.counters.errors);
     }
@@ -373,7 +374,8 @@ impl<R: Registrar> Cache<R> {
         self.count_error();
     }
 
-    pub(crate) fn count_acquire(&self) {
+    #[doc(hidden)]
+    pub fn count_acquire(&self) {
         let _ = self.shared();
         self.hot.bump(Hot::Acquires);
     }

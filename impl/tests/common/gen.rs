@@ -1,7 +1,7 @@
 //! Swarm-style op generation with shrinking (proptest), and the driver that
-//! runs a case through `mrcache::testkit::Environment`.
+//! runs a case through `mrcache_testkit::Environment`.
 //!
-//! A [`Case`] is a configuration index (into `testkit::configs()`: every
+//! A [`Case`] is a configuration index (into `mrcache_testkit::configs()`: every
 //! policy × eviction × limits × chunk setting), a *swarm mask* switching op
 //! kinds off (Groce et al., ISSTA 2012), a set of hot pages, and steps.
 //! Addresses are hot (four pages chosen per case, ±1 page) 4 times in 5,
@@ -11,8 +11,8 @@
 //! step list freely: a failing case shrinks to the few steps that matter.
 
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::testkit::env::HookEvent;
-use mrcache::testkit::{Divergence, Environment, TestRegistrar};
+use mrcache_testkit::env::HookEvent;
+use mrcache_testkit::{Divergence, Environment, TestRegistrar};
 use mrcache::types::trace::Trace;
 use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use mrcache::{Cache, CacheConfig, Faults};
@@ -258,7 +258,7 @@ pub fn case(configs: usize, max_steps: usize) -> impl Strategy<Value = Case> {
 /// Runs a case through a fresh cache (with `faults`) and an environment;
 /// on a divergence, returns it with the trace that reproduces it.
 pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trace)>> {
-    let configs = mrcache::testkit::configs();
+    let configs = mrcache_testkit::configs();
     let config = configs[case.config % configs.len()];
     let mut cc = CacheConfig::explicit_with(config);
     cc.faults = faults;
@@ -268,7 +268,7 @@ pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trac
         format!(
             "found by proptest ({}): {d}. Configuration: {}.",
             if faults == Faults::default() { "the real cache".to_string() } else { format!("cache with {faults:?}") },
-            mrcache::testkit::env::describe(&config)
+            mrcache_testkit::env::describe(&config)
         )
     };
     for (op, hook, fail) in case.ops() {
@@ -287,7 +287,7 @@ pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trac
     }
     let records = env.records().to_vec();
     env.finish().map(|_| ()).map_err(|d| {
-        let t = mrcache::testkit::env::trace_of(&records, &config, "proptest", description(&d));
+        let t = mrcache_testkit::env::trace_of(&records, &config, "proptest", description(&d));
         Box::new((d, t))
     })
 }
@@ -322,7 +322,7 @@ pub struct Found {
 /// minimal failing case proptest shrank to, if any. No proptest regression
 /// files: failures become JSON traces (see [`save_trace`]).
 pub fn search(name: &str, cases: u32, max_steps: usize, faults: Faults, configs: Option<&[usize]>) -> Option<Found> {
-    let n = mrcache::testkit::configs().len();
+    let n = mrcache_testkit::configs().len();
     let cfg = PtConfig {
         cases,
         failure_persistence: None,
@@ -331,10 +331,10 @@ pub fn search(name: &str, cases: u32, max_steps: usize, faults: Faults, configs:
         ..PtConfig::default()
     };
     let seed =
-        mrcache::testkit::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
+        mrcache_testkit::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
     let mut key = [0u8; 32];
     for (i, chunk) in key.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&mrcache::testkit::rng::mix(seed ^ i as u64).to_le_bytes());
+        chunk.copy_from_slice(&mrcache_testkit::rng::mix(seed ^ i as u64).to_le_bytes());
     }
     let rng = proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &key);
     let mut runner = TestRunner::new_with_rng(cfg, rng);
