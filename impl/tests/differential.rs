@@ -6,11 +6,11 @@
 //! - hand-written sequences, each under every configuration (3 overlap
 //!   policies × 2 evictions × 4 limit sets × 2 chunk sizes), in `strict`
 //!   mode: the cache must give the model's canonical outcome;
-//! - swarm-style random cases (`common::gen`): hot/cold addresses, some op
-//!   kinds switched off per case, registrar failures scripted on some
-//!   acquires, release events raised from inside `register`; shrunk to a
-//!   minimal trace on failure, which is written to `traces/regressions/`
-//!   (`tests/traces.rs` replays every file there);
+//! - swarm-style random cases (`mrcache_testkit::gen::prop`): hot/cold
+//!   addresses, some op kinds switched off per case, registrar failures
+//!   scripted on some acquires, release events raised from inside
+//!   `register`; shrunk to a minimal trace on failure, which is written to
+//!   `traces/regressions/` (`tests/traces.rs` replays every file there);
 //! - the same search against deliberately broken caches (`Faults`), each of
 //!   which it must catch with a short trace.
 //!
@@ -21,9 +21,7 @@
 //! without an id (A7/A8) deregistered in the same op; a release event raised
 //! inside `register` ordered before its acquire; handles a fork forgot.
 
-mod common;
-
-use common::gen::{self, Found};
+use mrcache_testkit::gen::prop::{self as gen, Found};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache_testkit::{configs, Environment, TestRegistrar};
 use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};

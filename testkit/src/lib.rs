@@ -18,8 +18,10 @@
 //! Plus [`Apply`] (one [`mrcache_types::Op`] applied to a cache, answering
 //! the model's [`mrcache_types::Ret`]), [`registrar::TestRegistrar`]
 //! (logging, seeded fault injection, a hook that runs inside `register`, PFN
-//! capture), [`gen`] (swarm op generation for long runs) and [`watchdog`]
-//! (no test may hang). Anonymous mappings come from `mrcache::mem`.
+//! capture), [`gen`] (swarm op generation, seeded for long runs, with
+//! proptest's shrinking for the integration tests), [`generations`] (page
+//! generations, the physical truth of freshness checks without real memory)
+//! and [`watchdog`] (no test may hang). Anonymous mappings come from `mrcache::mem`.
 //!
 //! Never a dependency of a production build: it exists to break and observe
 //! the cache.
@@ -32,6 +34,7 @@ pub mod apply;
 pub mod dma;
 pub mod env;
 pub mod gen;
+pub mod generations;
 pub mod lin;
 pub mod registrar;
 pub mod rng;
