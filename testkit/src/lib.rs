@@ -1,7 +1,7 @@
 //! The test kit of mrcache: the harnesses that check the cache against the
 //! contract, used by `impl/tests/` and by `mrcache fuzz`. A crate of its own:
 //! the production crate `mrcache` holds no test code, only the fault
-//! switches (its feature `testkit`, which this crate turns on).
+//! switches (its feature `faults`, which this crate turns on).
 //!
 //! Three layers, each with its own oracle, and each shown to catch a
 //! deliberately broken cache ([`mrcache::Faults`]):

@@ -14,7 +14,7 @@ pub(super) enum Dereg<R: Registrar> {
     /// A registration that was never cached (A7, A8): deregister, uncounted.
     Discard(R::Handle),
     /// The P3 fault: a leased entry's handle, deregistered early (counted).
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     Early(R::Handle, u64),
 }
 
@@ -82,7 +82,7 @@ impl<'c, R: Registrar> DeregList<'c, R> {
                     inc(&self.cache.counters.discarded_registrations);
                     self.cache.call_deregister(h);
                 }
-                #[cfg(any(test, feature = "testkit"))]
+                #[cfg(any(test, feature = "faults"))]
                 Dereg::Early(h, bytes) => {
                     inc(&self.cache.counters.early_deregistrations);
                     self.cache.call_deregister(h);

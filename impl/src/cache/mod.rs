@@ -96,7 +96,7 @@ mod stats;
 mod window;
 
 pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED};
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(any(test, feature = "faults"))]
 pub use config::Faults;
 pub use events::{EventSource, ReleaseEvent, RoundDeregs, RoundLock, Watched};
 pub use fork::generation as fork_generation;
