@@ -66,7 +66,7 @@ if [[ ${1:-} == contention ]]; then
   export MRCACHE_CONTENTION=1
   cargo build -q --release
   # The test binaries, built once (the load rebuilds elsewhere).
-  bins=$(cargo test -q --release -p mrcache --features testkit --no-run --message-format=json \
+  bins=$(cargo test -q --release -p mrcache --features faults --no-run --message-format=json \
     --test concurrent --test linearizability --test lanes --test dma_oracle --test faults --test reentrant 2>/dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:
@@ -122,7 +122,7 @@ MRCACHE_RACE_ROUNDS=$RACE_ROUNDS cargo test -q -p mrcache --test dma_oracle -- -
   | grep -E "^S7.4|panicked|skipped|test result"
 echo "== concurrent histories, ${LIN_SCALE:=100}x the .ci/run counts (linearizability against the model)" >&2
 t0=$SECONDS
-MRCACHE_LIN_HISTORIES=$LIN_SCALE cargo test -q -p mrcache --features testkit --test linearizability 2>&1 \
+MRCACHE_LIN_HISTORIES=$LIN_SCALE cargo test -q -p mrcache --features faults --test linearizability 2>&1 \
   | grep -E "histories|panicked|test result"
 echo "== done in $((SECONDS - t0)) s" >&2
 echo "== mrcache fuzz --seconds $FUZZ_SECONDS --seed $SEED" >&2

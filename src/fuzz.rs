@@ -3,15 +3,15 @@
 //!
 //! Time is shared round-robin between the layers (`--layers`), each running
 //! at least one case however short the run:
-//! - `seq`: swarm cases (`testkit::gen::OpGen`) under every configuration,
+//! - `seq`: swarm cases (`mrcache_testkit::gen::OpGen`) under every configuration,
 //!   the registrar failing 1 call in 20 at random (ENOMEM, EAGAIN, EFAULT,
 //!   EINVAL), release events raised inside `register`; each op judged by the
-//!   model (`testkit::Environment`). A failing case is written as a trace to
+//!   model (`mrcache_testkit::Environment`). A failing case is written as a trace to
 //!   `--save` (default `traces/regressions/`), replayable with
 //!   `mrcache replay` and by `cargo test` (impl/tests/traces.rs);
 //! - `lin`: short concurrent histories (2–4 threads) checked for
-//!   linearizability against the model (`testkit::lin`);
-//! - `dma`: the stale-DMA oracle on real memory (`testkit::dma`): io_uring
+//!   linearizability against the model (`mrcache_testkit::lin`);
+//! - `dma`: the stale-DMA oracle on real memory (`mrcache_testkit::dma`): io_uring
 //!   registrar, userfaultfd or explicit monitor, churning threads.
 //!
 //! Everything derives from `--seed`: case `i` of a layer uses a seed mixed
@@ -29,11 +29,11 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::testkit::dma::{self, DmaConfig, MonitorKind};
-use mrcache::testkit::gen::OpGen;
-use mrcache::testkit::lin::{run_history, HistoryConfig};
-use mrcache::testkit::rng::{mix, Rng};
-use mrcache::testkit::{configs, Environment, TestRegistrar};
+use mrcache_testkit::dma::{self, DmaConfig, MonitorKind};
+use mrcache_testkit::gen::OpGen;
+use mrcache_testkit::lin::{run_history, HistoryConfig};
+use mrcache_testkit::rng::{mix, Rng};
+use mrcache_testkit::{configs, Environment, TestRegistrar};
 use mrcache::{Cache, CacheConfig, Faults, OverlapPolicy};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -235,10 +235,10 @@ fn seq_case(seed: u64, faults: Faults) -> Result<u64, Box<(String, mrcache::type
     let mut env = Environment::new(&cache, config).with_event_hook(&cache);
     let mut gen = OpGen::new(seed, config.page_size);
     let steps = 50 + Rng::new(seed).below(250);
-    let describe = |d: &mrcache::testkit::Divergence| {
+    let describe = |d: &mrcache_testkit::Divergence| {
         format!(
             "found by `mrcache fuzz` (case seed {seed:#x}, faults {faults:?}): {d}. Configuration: {}.",
-            mrcache::testkit::env::describe(&config)
+            mrcache_testkit::env::describe(&config)
         )
     };
     for _ in 0..steps {
@@ -255,7 +255,7 @@ fn seq_case(seed: u64, faults: Faults) -> Result<u64, Box<(String, mrcache::type
     match env.finish() {
         Ok(s) => Ok(s.ops as u64),
         Err(d) => {
-            Err(Box::new((d.to_string(), mrcache::testkit::env::trace_of(&records, &config, "fuzz", describe(&d)))))
+            Err(Box::new((d.to_string(), mrcache_testkit::env::trace_of(&records, &config, "fuzz", describe(&d)))))
         }
     }
 }
@@ -313,7 +313,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
     // the deadline).
     let slice = Duration::from_millis(1000);
     let (mut seq_i, mut lin_i, mut dma_i) = (0u64, 0u64, 0u64);
-    let lin_cfgs = mrcache::testkit::lin::configs();
+    let lin_cfgs = mrcache_testkit::lin::configs();
     let root = Rng::new(seed);
     // The first pass gives every layer at least one case, even past the
     // deadline: on a loaded machine one slow case of the first layer could

@@ -1,7 +1,7 @@
 #![cfg(feature = "testkit")]
 //! The production artifact: `cargo build --release -p mrcache`, no features,
 //! built alone by ci/test.sh before the tests run. (Cargo merges features
-//! across a workspace build, so a workspace build is not it.) It contains no fault switch, and a crate outside the workspace
+//! across a workspace build, so a workspace build is not it.) It contains no fault switch and no test kit, and a crate outside the workspace
 //! that depends on `mrcache` gets neither the reference model nor stateright.
 
 use mrcache_types::mutants::FAULT_SWITCHES;
@@ -59,6 +59,15 @@ fn the_production_build_has_no_fault_switch() {
         assert!(!symbols.contains(needle), "{needle} symbol in the production build");
     }
     assert!(!has("HANDLE_GONE"), "HANDLE_GONE in the production build");
+    // The test kit is a crate of its own (testkit/): none of its items, and
+    // nothing of what it links, is in the production crate.
+    for needle in ["TestRegistrar", "LinearizabilityTester", "replay_trace", "OpGen", "GenRegistrar"] {
+        assert!(!symbols.contains(needle), "{needle} symbol in the production build");
+        assert!(!has(needle), "{needle} (the test kit) in the production build");
+    }
+    for needle in ["mrcache_testkit", "mrcache_model", "stateright"] {
+        assert!(!symbols.contains(needle), "{needle} symbol in the production build");
+    }
 }
 
 #[test]

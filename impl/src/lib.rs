@@ -74,19 +74,21 @@
 //! The modules `index` (its interval index), `hit_memo` (the memo of its
 //! answers), `sync` (the std/loom facade), `pagemap` and `mem` are public
 //! for the project's own tests, benches and tools, and hidden from these
-//! docs: they are not part of the API. `testkit` (feature `testkit`) holds
-//! the harnesses that check all of it.
+//! docs: they are not part of the API. The harnesses that check all of it
+//! are a crate of their own, the test kit (`mrcache-testkit`, testkit/);
+//! this crate holds only the fault switches they turn on (`Faults`, feature
+//! `faults`, test builds only).
 //! A production build (`cargo build --release -p mrcache`, no features)
 //! depends on neither the reference model nor stateright and has no fault
-//! switches (`Faults`, test builds only; tests/production.rs shows it).
+//! switches (tests/production.rs shows it).
 
 /// `$config.faults.$switch` in a test build (`cfg(test)` or feature
-/// `testkit`); `false` in a production build, which has no fault switches.
+/// `faults`); `false` in a production build, which has no fault switches.
 macro_rules! fault {
     ($config:expr, $switch:ident) => {{
-        #[cfg(any(test, feature = "testkit"))]
+        #[cfg(any(test, feature = "faults"))]
         let on = $config.faults.$switch;
-        #[cfg(not(any(test, feature = "testkit")))]
+        #[cfg(not(any(test, feature = "faults")))]
         let on = false;
         on
     }};
@@ -109,10 +111,8 @@ pub mod spec;
 pub mod sync;
 #[doc(hidden)]
 pub mod thread_token;
-#[cfg(all(feature = "testkit", not(loom)))]
-pub mod testkit;
 
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(any(test, feature = "faults"))]
 pub use cache::Faults;
 pub use cache::{Cache, CacheConfig, Diagnostics, EventSource, Lease, Monitoring, OwnedLease, ReleaseEvent, SharedCache};
 pub use error::Error;

@@ -5,9 +5,7 @@
 //! began). At the end: no panic, no leak (after dropping every lease and
 //! flushing, nothing is registered), and consistent counters.
 
-mod common;
-
-use common::{GenRegistrar, Pages};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, Range, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Faults, Lease, Limits, OverlapPolicy, ReleaseEvent};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,16 +1,16 @@
 //! Sequential differential test: the cache against the reference model,
-//! through `mrcache::testkit::Environment` (see its docs for everything
+//! through `mrcache_testkit::Environment` (see its docs for everything
 //! compared after each op and at the end, and for the divergences the judge
 //! allows, with the reasons).
 //!
 //! - hand-written sequences, each under every configuration (3 overlap
 //!   policies × 2 evictions × 4 limit sets × 2 chunk sizes), in `strict`
 //!   mode: the cache must give the model's canonical outcome;
-//! - swarm-style random cases (`common::gen`): hot/cold addresses, some op
-//!   kinds switched off per case, registrar failures scripted on some
-//!   acquires, release events raised from inside `register`; shrunk to a
-//!   minimal trace on failure, which is written to `traces/regressions/`
-//!   (`tests/traces.rs` replays every file there);
+//! - swarm-style random cases (`mrcache_testkit::gen::prop`): hot/cold
+//!   addresses, some op kinds switched off per case, registrar failures
+//!   scripted on some acquires, release events raised from inside
+//!   `register`; shrunk to a minimal trace on failure, which is written to
+//!   `traces/regressions/` (`tests/traces.rs` replays every file there);
 //! - the same search against deliberately broken caches (`Faults`), each of
 //!   which it must catch with a short trace.
 //!
@@ -21,11 +21,9 @@
 //! without an id (A7/A8) deregistered in the same op; a release event raised
 //! inside `register` ordered before its acquire; handles a fork forgot.
 
-mod common;
-
-use common::gen::{self, Found};
+use mrcache_testkit::gen::prop::{self as gen, Found};
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::testkit::{configs, Environment, TestRegistrar};
+use mrcache_testkit::{configs, Environment, TestRegistrar};
 use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use mrcache::{Cache, CacheConfig, Config, Faults};
 
@@ -258,7 +256,7 @@ fn no_divergence(name: &str, found: Option<Found>) {
     if let Some(f) = found {
         let name = format!(
             "proptest-{name}-{:016x}",
-            mrcache::testkit::rng::mix(f.trace.to_jsonl().len() as u64 ^ f.divergence.index as u64)
+            mrcache_testkit::rng::mix(f.trace.to_jsonl().len() as u64 ^ f.divergence.index as u64)
         );
         let path = gen::save_trace(&f.trace, &name, true);
         panic!(
@@ -301,12 +299,12 @@ fn catches(name: &str, faults: Faults, configs: Option<&[usize]>, max_ops: usize
 }
 
 fn replays_on_the_real_cache(found: &Found) {
-    let config = mrcache::testkit::env::config_from_trace(&found.trace).unwrap();
-    mrcache::testkit::env::replay_trace(
+    let config = mrcache_testkit::env::config_from_trace(&found.trace).unwrap();
+    mrcache_testkit::env::replay_trace(
         CountingRegistrar::default(),
         &found.trace,
         config,
-        mrcache::testkit::env::Expectations::Exact,
+        mrcache_testkit::env::Expectations::Exact,
     )
     .unwrap_or_else(|d| panic!("the real cache fails the mutant's minimal trace: {d}"));
 }
@@ -318,12 +316,12 @@ fn catches_monitor_off() {
     let found = catches("monitor-off", faults, None, 4);
     replays_on_the_real_cache(&found);
     // The saved trace catches the mutant on its own.
-    let config = mrcache::testkit::env::config_from_trace(&found.trace).unwrap();
-    assert!(mrcache::testkit::env::replay_trace_with(
+    let config = mrcache_testkit::env::config_from_trace(&found.trace).unwrap();
+    assert!(mrcache_testkit::env::replay_trace_with(
         CountingRegistrar::default(),
         &found.trace,
         config,
-        mrcache::testkit::env::Expectations::Exact,
+        mrcache_testkit::env::Expectations::Exact,
         faults
     )
     .is_err());

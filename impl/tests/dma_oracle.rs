@@ -3,7 +3,7 @@
 //! monitor, two threads churning memory (munmap+mmap, madvise DONTNEED,
 //! mremap move and shrink, mmap MAP_FIXED) under two acquiring threads that
 //! DMA a fresh pattern through every lease and check the mapping sees it.
-//! See `mrcache::testkit::dma` for the set-up and the oracles.
+//! See `mrcache_testkit::dma` for the set-up and the oracles.
 //!
 //! - the real cache: 0 stale DMAs, 0 PFN mismatches (where pagemap shows
 //!   PFNs; skipped with a message otherwise), many acquires on churned
@@ -19,8 +19,8 @@
 //! spawns a test's thread when another test ends, and a thread created
 //! while a churn has a hole open could get its stack mapped into the arena.
 
-use mrcache::testkit::dma::{self, DmaConfig, DmaReport, MonitorKind};
-use mrcache::testkit::watchdog::{contention, must_finish};
+use mrcache_testkit::dma::{self, DmaConfig, DmaReport, MonitorKind};
+use mrcache_testkit::watchdog::{contention, must_finish};
 use mrcache::{Faults, OverlapPolicy};
 use std::time::Duration;
 
@@ -268,7 +268,7 @@ fn stress() {
     assert!(r.churned_acquires * 10 >= r.ops, "{name}: only {} churned acquires", r.churned_acquires);
 }
 
-/// The windows of spec.md#S7.4, measured (`testkit::dma::race`): a release
+/// The windows of spec.md#S7.4, measured (`mrcache_testkit::dma::race`): a release
 /// and an acquire of the same memory, concurrent on purpose. Acquires that
 /// begin after the release returned must get fresh registrations: window (a)
 /// needs nothing more, window (b) (madvise) is closed by M3/M4 under

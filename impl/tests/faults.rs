@@ -4,16 +4,22 @@
 //! which allows registrar failures and pressure on misses) and the stats of
 //! the cache and the judged model must agree.
 
-mod common;
-
-use common::{Call, Recorder};
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache_testkit::registrar::{Call, TestRegistrar};
 use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret};
 use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_model::Model;
+use mrcache_testkit::Apply;
 use std::collections::HashMap;
 
 const P: u64 = 4096;
 const RR: Access = Access::REMOTE_READ;
+
+/// A counting registrar that logs every call and fails on a script of
+/// errnos (the test kit's).
+fn recorder() -> TestRegistrar<CountingRegistrar> {
+    TestRegistrar::new(CountingRegistrar::default())
+}
 
 fn acq(lease: u64, addr: u64, len: u64) -> Op {
     Op::Acquire { lease, addr, len, access: RR }
@@ -25,7 +31,7 @@ fn rel(lease: u64) -> Op {
 /// Applies `(op, errnos to fail the next registrar calls with)` to the cache;
 /// the model judges each outcome. Returns the outcomes.
 fn judged(config: Config, steps: &[(Op, &[Option<i32>])], same_stats: bool) -> Vec<Ret> {
-    let cache = Cache::new(Recorder::default(), CacheConfig::explicit_with(config));
+    let cache = Cache::new(recorder(), CacheConfig::explicit_with(config));
     let mut model = Model::new(config);
     let mut leases = HashMap::new();
     let mut out = Vec::new();
@@ -41,7 +47,7 @@ fn judged(config: Config, steps: &[(Op, &[Option<i32>])], same_stats: bool) -> V
         if same_stats {
             assert_eq!(cache.stats(), model.stats(), "stats after op #{i} {op} -> {ret}");
         }
-        assert!(cache.registrar().script.lock().unwrap().is_empty(), "script not consumed at op #{i}");
+        assert_eq!(cache.registrar().clear_script(), 0, "script not consumed at op #{i}");
         out.push(ret);
     }
     drop(leases);
@@ -147,17 +153,17 @@ fn efault_is_e5_and_the_cache_stays_consistent() {
 
 #[test]
 fn registrar_error_carries_verb_and_errno() {
-    let cache = Cache::new(Recorder::default(), CacheConfig::explicit());
+    let cache = Cache::new(recorder(), CacheConfig::explicit());
     cache.registrar().fail_next(&[Some(libc::EFAULT)]);
     let e = cache.acquire(0x1000, 10, RR).unwrap_err();
     assert_eq!(e.code(), "E5");
     let r = e.registrar_error().unwrap();
-    assert_eq!((r.verb, r.errno, r.failure), ("test_reg", libc::EFAULT, RegistrarFailure::Fault));
+    assert_eq!((r.verb, r.errno, r.failure), ("test_register", libc::EFAULT, RegistrarFailure::Fault));
     let msg = e.to_string();
-    assert!(msg.contains("test_reg") && msg.contains("errno 14") && msg.contains("recorder"), "{msg}");
+    assert!(msg.contains("test_register") && msg.contains("errno 14") && msg.contains("counting"), "{msg}");
     assert_eq!(cache.stats().errors, 1);
     assert_eq!(cache.stats().misses, 0);
-    assert!(matches!(cache.registrar().take_calls()[..], [Call::Failed(..)]));
+    assert!(matches!(cache.registrar().take_log()[..], [Call::Failed { .. }]));
 }
 
 #[test]
@@ -176,16 +182,16 @@ fn enomem_then_efault_is_e5_fault() {
 fn bad_config_is_an_error_not_a_panic() {
     let mut c = CacheConfig::explicit();
     c.contract.page_size = 3000;
-    assert!(Cache::try_new(Recorder::default(), c).is_err());
+    assert!(Cache::try_new(recorder(), c).is_err());
     let mut c = CacheConfig::explicit();
     c.contract.chunk_pages = 0;
-    assert!(Cache::try_new(Recorder::default(), c).is_err());
+    assert!(Cache::try_new(recorder(), c).is_err());
     let mut c = CacheConfig::explicit();
     c.contract.chunk_pages = 1 << 60;
-    let e = Cache::try_new(Recorder::default(), c).unwrap_err();
+    let e = Cache::try_new(recorder(), c).unwrap_err();
     assert!(e.to_string().contains("2^62"), "{e}");
     let c = CacheConfig { max_retries: 0, ..CacheConfig::explicit() };
-    assert!(Cache::try_new(Recorder::default(), c).is_err());
+    assert!(Cache::try_new(recorder(), c).is_err());
 }
 
 // ---------------------------------------------------------------------------
@@ -193,8 +199,8 @@ fn bad_config_is_an_error_not_a_panic() {
 
 mod injected {
     use mrcache::registrar::counting::CountingRegistrar;
-    use mrcache::testkit::gen::OpGen;
-    use mrcache::testkit::{configs, Environment, TestRegistrar};
+    use mrcache_testkit::gen::OpGen;
+    use mrcache_testkit::{configs, Environment, TestRegistrar};
     use mrcache::types::{OpError, Ret};
     use mrcache::{Cache, CacheConfig};
 
@@ -245,7 +251,7 @@ mod injected {
     /// reports that the eviction happened.
     #[test]
     fn pressure_then_stale_retry_keeps_the_pressure_flag() {
-        use mrcache::testkit::env::HookEvent;
+        use mrcache_testkit::env::HookEvent;
         use mrcache::types::{Access, Op, ReleaseKind};
         use std::sync::Arc;
         let config = mrcache::Config::default();
@@ -271,7 +277,7 @@ mod injected {
 
 mod bad_input {
     use mrcache::registrar::uring::UringRegistrar;
-    use mrcache::testkit::{Environment, TestRegistrar};
+    use mrcache_testkit::{Environment, TestRegistrar};
     use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret, ADDRESS_LIMIT};
     use mrcache::{Cache, CacheConfig, Config};
 

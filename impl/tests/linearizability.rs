@@ -1,5 +1,5 @@
 //! Concurrent histories against the model: linearizability
-//! (`mrcache::testkit::lin`, stateright's `LinearizabilityTester` with
+//! (`mrcache_testkit::lin`, stateright's `LinearizabilityTester` with
 //! `Model::new(config).concurrent()` as the sequential specification).
 //!
 //! Many short histories (2–4 threads × 3–5 ops, the checker's search is
@@ -15,8 +15,8 @@
 //! makes the entry invalid for every later acquire, which the broken cache
 //! still hits). With `monitor_off` (release events ignored) too.
 
-use mrcache::testkit::lin::{campaign, run_history, Event, HistoryConfig};
-use mrcache::testkit::watchdog::must_finish;
+use mrcache_testkit::lin::{campaign, run_history, Event, HistoryConfig};
+use mrcache_testkit::watchdog::must_finish;
 use mrcache::types::Op;
 use mrcache::{Config, Faults, OverlapPolicy};
 use std::collections::HashSet;
@@ -47,7 +47,7 @@ fn short_histories_are_linearizable() {
     let (ops, histories) = must_finish("linearizability", limit(), || {
         let mut ops = 0;
         let mut histories = 0;
-        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+        for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             for threads in 2..=4u32 {
                 let hc = HistoryConfig {
                     threads,
@@ -67,7 +67,7 @@ fn short_histories_are_linearizable() {
 #[test]
 fn histories_with_events_inside_register_are_linearizable() {
     must_finish("linearizability with events in register", limit(), || {
-        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+        for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             let hc = HistoryConfig { raise_in_register: 400, ..HistoryConfig::new(config) };
             check_all(hc, 0x22_0000 + i as u64, 300 * scale());
         }
@@ -83,7 +83,7 @@ fn histories_with_release_windows_are_linearizable() {
     // events inside register too (registrations in flight across a window).
     must_finish("linearizability with release windows", limit(), || {
         let mut windows = 0;
-        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+        for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             for raise_in_register in [0, 400] {
                 let hc = HistoryConfig { windows: 600, raise_in_register, ops_per_thread: 5, ..HistoryConfig::new(config) };
                 let seed = 0x33_0000 + (i as u64) * 2 + raise_in_register;
@@ -164,7 +164,7 @@ fn the_real_cache_passes_the_same_searches() {
 #[test]
 fn histories_with_registrar_failures_are_linearizable() {
     must_finish("registrar failures", limit(), || {
-        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+        for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             for raise in [0, 300] {
                 let hc = HistoryConfig { registrar_faults: 150, raise_in_register: raise, ..HistoryConfig::new(config) };
                 check_all(hc, 0x44_0000 + 2 * i as u64 + raise, 600 * scale());
@@ -182,7 +182,7 @@ fn histories_with_registrar_failures_are_linearizable() {
 #[test]
 fn pressure_path_is_linearizable() {
     must_finish("pressure path", limit(), || {
-        for (i, config) in mrcache::testkit::lin::configs().into_iter().enumerate() {
+        for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             let hc = HistoryConfig { registrar_faults: 150, ..HistoryConfig::new(config) };
             check_all(hc, 0x55_0000 + i as u64, 1500 * scale());
         }
@@ -199,10 +199,10 @@ fn pressure_path_is_linearizable() {
 /// (`MRCACHE_LIN_HISTORIES=100`).
 #[test]
 fn queued_event_applied_after_a_holders_eviction() {
-    let config = mrcache::testkit::lin::configs()[5];
+    let config = mrcache_testkit::lin::configs()[5];
     let hc = HistoryConfig {
         registrar_faults: 150,
-        fault_errnos: &mrcache::testkit::lin::NO_PRESSURE_ERRNOS,
+        fault_errnos: &mrcache_testkit::lin::NO_PRESSURE_ERRNOS,
         raise_in_register: 300,
         ..HistoryConfig::new(config)
     };

@@ -11,7 +11,8 @@
 //!    and a registration made between the two looked stale. spec.md#P2 orders
 //!    an acquire only after events whose releasing call *returned*; the
 //!    checker's `done_gens` records the generations each event installed. The
-//!    oracle now does the same ([`common::Pages::bump`] returns them).
+//!    oracle now does the same (`mrcache_testkit::generations::Pages::bump`
+//!    returns them).
 //! 2. `mrcache fuzz` DMA run: "after the final flush: 1 registrations live,
 //!    2 io_uring slots in use, ... 20480 bytes pinned, 0 entries cached". The
 //!    harness checked the registrar while the uffd monitor thread still ran. A
@@ -25,9 +26,7 @@
 //! `oracle_catches_p4_leak_deregistration`; `dma_oracle.rs`: the teeth).
 //! The minimal counterexamples are traces under `traces/regressions/issue-10-*`.
 
-mod common;
-
-use common::{GenRegistrar, Pages};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::registrar::counting::{CountingHandle, CountingRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::types::{Access, Range, ReleaseKind};

@@ -26,7 +26,8 @@
 
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
-use mrcache::testkit::lin::{Event, History};
+use mrcache_testkit::lin::{Event, History};
+use mrcache_testkit::Apply;
 use mrcache::types::{Access, LeaseId, Op, Range, ReleaseKind, Ret};
 use mrcache::{Cache, CacheConfig, Config, Limits};
 use std::collections::HashMap;

@@ -5,9 +5,7 @@
 //! event is queued and drained by the next holder). Also the fault switches,
 //! each shown to break what it should.
 
-mod common;
-
-use common::{GenRegistrar, Pages};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, OpError, Range, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, EventSource, Faults, ReleaseEvent};
 use std::sync::atomic::{AtomicU32, Ordering};

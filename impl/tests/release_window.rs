@@ -1,11 +1,11 @@
 //! Release windows (spec.md#S1.8, S2.9, W1–W3): a hook that runs *before*
 //! the release reports it as `release_begin` … release … `release_end`.
 //!
-//! The oracle is the page-generation registrar of `common` (a handle
-//! remembers the generations it pinned; `Pages::bump` is the release, its
-//! `complete` the return of the releasing call): P2 says a lease granted to
-//! an acquire that began after a release completed pinned that release's
-//! generation or a later one.
+//! The oracle is the page-generation registrar of the test kit
+//! (`mrcache_testkit::generations`: a handle remembers the generations it
+//! pinned; `Pages::bump` is the release, its `complete` the return of the
+//! releasing call): P2 says a lease granted to an acquire that began after
+//! a release completed pinned that release's generation or a later one.
 //!
 //! - deterministic races, staged from inside the registrar (the release
 //!   happens while a registration is in flight): the registration either
@@ -15,9 +15,7 @@
 //! - bad arguments: E1, E2, E7 (an unmatched end changes nothing);
 //! - a stress test: threads acquiring while others run begin/release/end.
 
-mod common;
-
-use common::{GenRegistrar, Pages};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, Error, OverlapPolicy};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! That is the hand-written scenarios (`traces/*.jsonl`), the regression
 //! traces the differential search writes (`traces/regressions/`), the model
 //! checker's counterexamples and the recorded MPI runs (any subdirectory;
-//! `.jsonl.gz` too). Each goes through `testkit::env::replay_trace`: a
+//! `.jsonl.gz` too). Each goes through `mrcache_testkit::env::replay_trace`: a
 //! counting registrar (addresses are never touched, so no relocation is
 //! needed), the configuration the trace was written for (`command`, else
 //! `policy_hint` and the defaults), every outcome judged by the model, the
@@ -23,7 +23,7 @@
 //! expectations, observed under another interleaving, are not required.
 
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::testkit::env::{config_from_trace, replay_trace, Expectations};
+use mrcache_testkit::env::{config_from_trace, replay_trace, Expectations};
 use mrcache::types::trace::Trace;
 use mrcache::types::Stats;
 use std::io::Read;

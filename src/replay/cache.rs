@@ -13,18 +13,21 @@
 //! passed to the cache); with the explicit monitor the replayer also calls
 //! `Cache::invalidate`, like an application that knows when it frees.
 //!
-//! Imports no other part of `replay`.
+//! Imports no other part of `replay`. The op is applied by the test kit's
+//! [`Apply`].
 
 use anyhow::{anyhow, bail, Result};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::registrar::uring::UringRegistrar;
-use mrcache::registrar::{Keys, Registrar, RegistrarError};
+use mrcache::registrar::Registrar;
 use mrcache::{Cache, CacheConfig, Lease, MonitorThread};
 use mrcache_model::{Config, Model};
+use mrcache_testkit::registrar::{Call, TestRegistrar};
+use mrcache_testkit::Apply;
 use mrcache_types::trace::{Relocation, Trace};
 use mrcache_types::{Access, LeaseId, Op, Range, Stats};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The registrar behind the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -44,31 +47,6 @@ pub enum MonitorKind {
     Explicit,
     /// userfaultfd: the kernel reports the releases the replayer performs.
     Uffd,
-}
-
-/// Wraps a registrar to log deregistrations by registration id, so the judge
-/// can check each one (P3, P4, C3). Ids are recovered from the registered
-/// range: the cache deregisters by handle; the wrapper keeps handle → range.
-struct Logged<R: Registrar> {
-    inner: R,
-    deregistered: Mutex<Vec<(Range, Access)>>,
-}
-
-impl<R: Registrar> Registrar for Logged<R> {
-    type Handle = (R::Handle, Range, Access);
-    fn register(&self, range: Range, access: Access) -> Result<Self::Handle, RegistrarError> {
-        self.inner.register(range, access).map(|h| (h, range, access))
-    }
-    fn deregister(&self, (h, range, access): Self::Handle) -> Result<(), RegistrarError> {
-        self.deregistered.lock().unwrap_or_else(|e| e.into_inner()).push((range, access));
-        self.inner.deregister(h)
-    }
-    fn keys(&self, h: &Self::Handle) -> Keys {
-        self.inner.keys(&h.0)
-    }
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
 }
 
 /// An anonymous arena the relocated trace lives in. Unmapped on drop.
@@ -173,13 +151,18 @@ fn run<R: Registrar>(run: Run<'_>, inner: R, progress: &mut dyn FnMut(usize)) ->
         MonitorKind::Explicit => mrcache::Monitoring::Explicit,
     };
     let cache_config = cache_config.monitored_by(monitoring);
-    let cache = Arc::new(Cache::try_new(Logged { inner, deregistered: Mutex::new(Vec::new()) }, cache_config)?);
+    // The kit's logging registrar: deregistrations are mapped back to the
+    // registration ids the model gave, so the judge can check each one (P3,
+    // P4, C3). Ids are recovered from the registered range and access.
+    let cache = Arc::new(Cache::try_new(TestRegistrar::new(inner), cache_config)?);
     let monitor_thread = match monitor {
         MonitorKind::Uffd => Some(MonitorThread::start(&cache).map_err(|e| anyhow!("userfaultfd monitor: {e}"))?),
         MonitorKind::Explicit => None,
     };
     let mut model = Model::new(config);
-    let mut leases: HashMap<LeaseId, Lease<'_, Logged<R>>> = HashMap::new();
+    let mut leases: HashMap<LeaseId, Lease<'_, TestRegistrar<R>>> = HashMap::new();
+    // Live registrations by the registrar's serial.
+    let mut registered: HashMap<u64, (Range, Access)> = HashMap::new();
     // Registration ids by (range, access) of live registrations, for the judge.
     let mut ids: HashMap<(Range, Access), Vec<u64>> = HashMap::new();
     for (i, rec) in trace.records.iter().enumerate() {
@@ -215,8 +198,17 @@ fn run<R: Registrar>(run: Run<'_>, inner: R, progress: &mut dyn FnMut(usize)) ->
                 ids.entry((r, view.access)).or_default().push(view.id);
             }
         }
-        let deregistered = std::mem::take(&mut *cache.registrar().deregistered.lock().unwrap_or_else(|e| e.into_inner()));
-        for (range, access) in deregistered {
+        for call in cache.registrar().take_log() {
+            let (range, access) = match call {
+                Call::Register { serial, range, access } => {
+                    registered.insert(serial, (range, access));
+                    continue;
+                }
+                Call::Deregister { serial } => registered
+                    .remove(&serial)
+                    .ok_or_else(|| anyhow!("{name}:{line}: registrar serial {serial} deregistered, never registered"))?,
+                Call::Failed { .. } => continue,
+            };
             let r = match (&relocation, &arena) {
                 (Some(plan), Some(a)) => unrelocate_range(range, plan, a.base),
                 _ => range,

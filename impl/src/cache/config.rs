@@ -19,8 +19,8 @@ pub const DEFAULT_MAX_UNRELEASED: u64 = mrcache_types::config::Limits::DEFAULT_M
 /// Fault switches that mirror the checker's mutants: each breaks one rule of
 /// the algorithm on purpose, so that tests can show their oracle catches it.
 /// Runtime flags, all off by default. Only in test builds (`cfg(test)` or
-/// feature `testkit`): a production build has none.
-#[cfg(any(test, feature = "testkit"))]
+/// feature `faults`): a production build has none.
+#[cfg(any(test, feature = "faults"))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Faults {
     /// A7 skipped: a registration invalidated while the registrar ran is
@@ -58,7 +58,7 @@ pub struct Faults {
     pub(super) dereg_leased_on_invalidate: bool,
 }
 
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(any(test, feature = "faults"))]
 impl Faults {
     /// Makes release events deregister leased entries immediately (P3 mutant).
     /// The last release then frees the entry without deregistering it again.
@@ -142,7 +142,7 @@ pub struct CacheConfig {
     pub monitoring: Monitoring,
     /// Test-only fault switches (never serialised).
     #[serde(skip)]
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     pub faults: Faults,
 }
 
@@ -172,7 +172,7 @@ impl CacheConfig {
             lanes: true,
             lane_slots: LANE_SLOTS,
             monitoring: Monitoring::Unchosen,
-            #[cfg(any(test, feature = "testkit"))]
+            #[cfg(any(test, feature = "faults"))]
             faults: Faults::default(),
         }
     }

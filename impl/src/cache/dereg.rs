@@ -16,7 +16,7 @@ pub(super) enum Dereg<R: Registrar> {
     /// A registration that was never cached (A7, A8): deregister, uncounted.
     Discard(R::Handle),
     /// The P3 fault: a leased entry's handle, deregistered early (counted).
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     Early(R::Handle, u64),
 }
 
@@ -87,7 +87,7 @@ impl<'c, R: Registrar> DeregList<'c, R> {
                 inc(&cache.counters.discarded_registrations);
                 cache.call_deregister(h);
             }
-            #[cfg(any(test, feature = "testkit"))]
+            #[cfg(any(test, feature = "faults"))]
             Dereg::Early(h, bytes) => {
                 inc(&cache.counters.early_deregistrations);
                 cache.call_deregister(h);

@@ -53,7 +53,7 @@ pub enum Invalidated {
 
 impl EntryState {
     pub const INVALID: u64 = 1 << 63;
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     pub const HANDLE_GONE: u64 = 1 << 62;
     pub const COUNT_MASK: u64 = (1 << 62) - 1;
 
@@ -107,22 +107,22 @@ impl EntryState {
 
     /// Whether the handle-gone bit is set in `word` (never, in a production
     /// build).
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     fn handle_gone(word: u64) -> bool {
         word & Self::HANDLE_GONE != 0
     }
-    #[cfg(not(any(test, feature = "testkit")))]
+    #[cfg(not(any(test, feature = "faults")))]
     fn handle_gone(_word: u64) -> bool {
         false
     }
 
     /// The bits `invalidate` may set besides INVALID: none in a production
     /// build.
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(any(test, feature = "faults"))]
     fn extra(extra: u64) -> u64 {
         extra & Self::HANDLE_GONE
     }
-    #[cfg(not(any(test, feature = "testkit")))]
+    #[cfg(not(any(test, feature = "faults")))]
     fn extra(_extra: u64) -> u64 {
         0
     }

@@ -6,7 +6,7 @@ use super::Cache;
 use super::dereg::{Dereg, DeregList};
 use super::entry::EntryPtr;
 use super::generation::{Generation, Locked, WriteGuard, held_by_this_thread};
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(any(test, feature = "faults"))]
 use super::entry_state::EntryState;
 use super::entry_state::Invalidated;
 use super::counters::{add, inc};
@@ -80,11 +80,11 @@ impl<R: Registrar> Cache<R> {
         }
         st.cached_bytes -= entry.view.len;
         st.sub_exclusive(&shared.cached, 1);
-        #[cfg(any(test, feature = "testkit"))]
+        #[cfg(any(test, feature = "faults"))]
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
-        #[cfg(not(any(test, feature = "testkit")))]
+        #[cfg(not(any(test, feature = "faults")))]
         let _ = invalidation;
-        #[cfg(any(test, feature = "testkit"))]
+        #[cfg(any(test, feature = "faults"))]
         if early {
             // P3 mutant: take the handle while the entry is surely alive (in
             // the index, lock held), then hand the entry to its last release,

@@ -42,9 +42,9 @@ impl<R: Registrar> Cache<R> {
             let gen = fork_generation();
             let pid = std::process::id();
             if gen != self.forks_seen.load(Ordering::Acquire) || pid != self.pid.load(Ordering::Acquire) {
-                #[cfg(any(test, feature = "testkit"))]
+                #[cfg(any(test, feature = "faults"))]
                 let keep_monitor = self.config.faults.fork_keeps_monitor;
-                #[cfg(not(any(test, feature = "testkit")))]
+                #[cfg(not(any(test, feature = "faults")))]
                 let keep_monitor = false;
                 let _leaked = self.forget_generation(keep_monitor);
                 self.pid.store(pid, Ordering::Release);

@@ -94,7 +94,7 @@
 //! | | `Cache` (this file) | the cache's fields, construction, `Drop`, and the error and hot-path counts |
 //! | 4. leases and deregistration | `lease` | [`Lease`], [`OwnedLease`], [`SharedCache`], `leased` |
 //! | | `dereg` | the dereg list (A11) and the freeing of an entry (A-H) |
-//! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps`, `harness` | A1–A11; R1, R2; H1, H2, M2, W1–W3; A6, A10, flush, trim; LN1, LN3–LN5; `Op` replay |
+//! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps` | A1–A11; R1, R2; H1, H2, M2, W1–W3; A6, A10, flush, trim; LN1, LN3–LN5 |
 //! | 6. reports | `stats` | [`Diagnostics`], `stats()`, `cached_views()` |
 //!
 //! This file itself only declares and re-exports the modules (and defines
@@ -132,14 +132,13 @@ mod lease;
 mod acquire;
 mod events;
 mod evict;
-mod harness;
 mod lane_steps;
 mod release;
 // Layer 6: reports.
 mod stats;
 
 pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED, LANE_SLOTS};
-#[cfg(any(test, feature = "testkit"))]
+#[cfg(any(test, feature = "faults"))]
 pub use config::Faults;
 pub use events::{RoundDeregs, RoundLock};
 pub use source::{EventSource, ReleaseEvent, Watched};
@@ -285,7 +284,8 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// Counts a failed op the harness rejects itself (E3, E4).
-    pub(crate) fn count_error(&self) {
+    #[doc(hidden)]
+    pub fn count_error(&self) {
         let _ = self.shared();
         inc(&self.counters.errors);
     }
@@ -304,7 +304,9 @@ impl<R: Registrar> Cache<R> {
         self.count_error();
     }
 
-    pub(crate) fn count_acquire(&self) {
+    /// Counts an acquire the harness rejects itself (E3: its lease is held).
+    #[doc(hidden)]
+    pub fn count_acquire(&self) {
         let _ = self.shared();
         self.hot.bump(Hot::Acquires);
     }
@@ -373,7 +375,6 @@ mod layers {
         ("events", 5),
         ("evict", 5),
         ("lane_steps", 5),
-        ("harness", 5),
         ("stats", 6),
     ];
 

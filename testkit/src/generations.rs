@@ -1,72 +1,13 @@
-//! Test helpers shared by the integration tests.
-#![allow(dead_code)]
+//! Page generations: the physical truth of freshness checks (spec.md#P2)
+//! without real memory. [`Pages`] keeps a generation per page, which a
+//! test's release events bump; a [`GenRegistrar`] handle records the
+//! generations its registration pinned, and [`GenHandle::is_fresh_for`]
+//! says whether a lease still maps the frames the memory has. Used by the
+//! concurrent, reentrant, release-window and oracle tests of `impl/tests/`.
+//! (Was `impl/tests/common`.)
 
-pub mod gen;
-
-use mrcache::registrar::counting::{CountingHandle, CountingRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
-use mrcache::types::{Access, Range};
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
-/// What a [`Recorder`] saw.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Call {
-    /// `register(range, access)` succeeded.
-    Register(Range, Access),
-    /// `deregister` of the handle with this registrar serial.
-    Deregister(u64),
-    /// `register` failed with this errno.
-    Failed(Range, i32),
-}
-
-/// A counting registrar that logs every call and can fail on a script of
-/// errnos (`Some(errno)`: fail the next register with it; `None`: succeed).
-#[derive(Debug, Default)]
-pub struct Recorder {
-    pub inner: CountingRegistrar,
-    pub calls: Mutex<Vec<Call>>,
-    pub script: Mutex<VecDeque<Option<i32>>>,
-}
-
-impl Recorder {
-    pub fn take_calls(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
-    }
-    pub fn fail_next(&self, errnos: &[Option<i32>]) {
-        self.script.lock().unwrap().extend(errnos.iter().copied());
-    }
-    pub fn live(&self) -> u64 {
-        self.inner.live()
-    }
-}
-
-impl Registrar for Recorder {
-    type Handle = CountingHandle;
-
-    fn register(&self, range: Range, access: Access) -> Result<CountingHandle, RegistrarError> {
-        if let Some(Some(errno)) = self.script.lock().unwrap().pop_front() {
-            self.calls.lock().unwrap().push(Call::Failed(range, errno));
-            return Err(RegistrarError::from_errno("test_reg", errno, "scripted failure"));
-        }
-        let h = self.inner.register(range, access)?;
-        self.calls.lock().unwrap().push(Call::Register(range, access));
-        Ok(h)
-    }
-
-    fn deregister(&self, handle: CountingHandle) -> Result<(), RegistrarError> {
-        self.calls.lock().unwrap().push(Call::Deregister(handle.id));
-        self.inner.deregister(handle)
-    }
-
-    fn keys(&self, handle: &CountingHandle) -> Keys {
-        self.inner.keys(handle)
-    }
-
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-}
+use mrcache_types::{Access, Range};
 
 /// Physical truth for freshness checks (spec.md#P2): a generation per page,
 /// bumped by a test's release events. A [`GenRegistrar`] handle records the

@@ -6,7 +6,7 @@
 //! never replaces a mapping someone else put there: a slot whose hole was
 //! taken is given up, never written to.
 
-use crate::mem::page_size;
+use mrcache::mem::page_size;
 
 /// Anonymous private read-write pages at `addr` (`MAP_FIXED` replaces what
 /// is there; `MAP_FIXED_NOREPLACE` fails if anything is). `Err(errno)`.
@@ -49,7 +49,7 @@ pub(super) struct Arena {
 impl Arena {
     pub(super) fn new(slots: u64, slot_bytes: u64, scratch: u32) -> Result<Arena, String> {
         let len = slots * slot_bytes;
-        let base = crate::mem::map_anon(len, 0).map_err(|e| format!("arena mmap of {len} bytes: {e}"))?;
+        let base = mrcache::mem::map_anon(len, 0).map_err(|e| format!("arena mmap of {len} bytes: {e}"))?;
         let mut arena = Arena { base, len, scratch: Vec::new(), slot_bytes };
         for _ in 0..scratch {
             // SAFETY: as above; PROT_NONE reservations for mremap targets.

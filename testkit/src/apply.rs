@@ -1,13 +1,14 @@
-//! The harness helper: one shared [`Op`] applied to the cache, answering the
-//! shared [`Ret`], so replay and differential tests drive the cache and the
-//! model (`Model::step` / `Model::judge`) with the same operations.
+//! One shared [`Op`] applied to the cache, answering the shared [`Ret`], so
+//! the kit drives the cache and the model (`Model::step` / `Model::judge`)
+//! with the same operations. (Was `Cache::apply`, in the production crate.)
 
-use super::{Cache, Lease};
-use crate::registrar::Registrar;
+use mrcache::registrar::Registrar;
+use mrcache::{Cache, Lease};
 use mrcache_types::{LeaseId, Op, OpError, Range, Ret};
 use std::collections::HashMap;
 
-impl<R: Registrar> Cache<R> {
+/// [`Apply::apply`]: an [`Op`] applied to a [`Cache`].
+pub trait Apply<R: Registrar> {
     /// Applies `op` and returns what the model returns for it (spec.md#S2):
     ///
     /// - `acquire`: E1/E2 for a bad range, then E3 if `lease` is held, else the
@@ -21,7 +22,11 @@ impl<R: Registrar> Cache<R> {
     /// - `flush`: [`Cache::flush`];
     /// - `fork`: [`Cache::simulate_fork`]; leases held stay in `leases` and
     ///   their later `release` is a no-op, as in a child (S2.6).
-    pub fn apply<'c>(&'c self, op: &Op, leases: &mut HashMap<LeaseId, Lease<'c, R>>) -> Ret {
+    fn apply<'c>(&'c self, op: &Op, leases: &mut HashMap<LeaseId, Lease<'c, R>>) -> Ret;
+}
+
+impl<R: Registrar> Apply<R> for Cache<R> {
+    fn apply<'c>(&'c self, op: &Op, leases: &mut HashMap<LeaseId, Lease<'c, R>>) -> Ret {
         match *op {
             Op::Acquire { lease, addr, len, access } => {
                 if Range::new(addr, len).is_ok() && leases.contains_key(&lease) {
@@ -44,8 +49,7 @@ impl<R: Registrar> Cache<R> {
                     Ret::Done
                 }
                 None => {
-                    self.count_release();
-                    self.count_error();
+                    self.count_unknown_release();
                     Ret::Failed { error: OpError::UnknownLease { lease } }
                 }
             },

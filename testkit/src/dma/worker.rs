@@ -6,8 +6,8 @@
 //! they were last granted is counted as churned.
 
 use super::{lock, Ctx, RW};
-use crate::pagemap;
-use crate::testkit::rng::{mix, Rng};
+use mrcache::pagemap;
+use crate::rng::{mix, Rng};
 use mrcache_types::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;

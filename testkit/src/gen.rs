@@ -5,8 +5,12 @@
 //! stale hit, a flush before every eviction) get exercised. Addresses come
 //! from a hot/cold distribution: most ops land on a handful of hot pages, so
 //! overlaps, partial frees and reuse of freed addresses are frequent; the
-//! rest anywhere in a wider cold window. (The proptest layer in
-//! `impl/tests/common/gen.rs` has the same shape, with shrinking.)
+//! rest anywhere in a wider cold window. (`prop`, the proptest layer of
+//! the integration tests, has the same shape, with shrinking; feature
+//! `proptest`.)
+
+#[cfg(feature = "proptest")]
+pub mod prop;
 
 use super::env::HookEvent;
 use super::rng::Rng;

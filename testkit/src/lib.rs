@@ -1,8 +1,10 @@
-//! The test kit: the harnesses that check the cache against the contract
-//! (feature `testkit`; used by `impl/tests/` and by `mrcache fuzz`).
+//! The test kit of mrcache: the harnesses that check the cache against the
+//! contract, used by `impl/tests/` and by `mrcache fuzz`. A crate of its own:
+//! the production crate `mrcache` holds no test code, only the fault
+//! switches (its feature `faults`, which this crate turns on).
 //!
 //! Three layers, each with its own oracle, and each shown to catch a
-//! deliberately broken cache ([`crate::Faults`]):
+//! deliberately broken cache ([`mrcache::Faults`]):
 //!
 //! | layer | module | oracle | what it drives |
 //! |---|---|---|---|
@@ -13,22 +15,32 @@
 //! [`dma::race`] measures the userfaultfd windows of spec.md#S7.4 (a release
 //! and an acquire of the same memory, concurrent on purpose).
 //!
-//! Plus [`registrar::TestRegistrar`] (logging, seeded fault injection, a hook
-//! that runs inside `register`, PFN capture), [`gen`] (swarm op generation
-//! for long runs) and [`watchdog`] (no test may hang). Anonymous mappings
-//! come from [`crate::mem`].
+//! Plus [`Apply`] (one [`mrcache_types::Op`] applied to a cache, answering
+//! the model's [`mrcache_types::Ret`]), [`registrar::TestRegistrar`]
+//! (logging, seeded fault injection, a hook that runs inside `register`, PFN
+//! capture), [`gen`] (swarm op generation, seeded for long runs, with
+//! proptest's shrinking for the integration tests), [`generations`] (page
+//! generations, the physical truth of freshness checks without real memory)
+//! and [`watchdog`] (no test may hang). Anonymous mappings come from `mrcache::mem`.
 //!
-//! Never enable this feature in production builds: it exists to break and
-//! observe the cache.
+//! Never a dependency of a production build: it exists to break and observe
+//! the cache.
 
+// Loom builds (`--cfg loom`, impl/tests/loom.rs) model the cache's atomics;
+// the kit drives real threads and memory, and is empty there.
+#![cfg(not(loom))]
+
+pub mod apply;
 pub mod dma;
 pub mod env;
 pub mod gen;
+pub mod generations;
 pub mod lin;
 pub mod registrar;
 pub mod rng;
 pub mod watchdog;
 
+pub use apply::Apply;
 pub use env::{Divergence, Environment, Summary};
 pub use registrar::{Call, TestHandle, TestRegistrar};
 pub use rng::Rng;

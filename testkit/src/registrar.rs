@@ -13,8 +13,8 @@
 //!   registration pinned (`/proc/self/pagemap`, read right after pinning and
 //!   before the hook), the second oracle of the stale-DMA harness.
 
-use crate::pagemap;
-use crate::registrar::{Keys, Registrar, RegistrarError};
+use mrcache::pagemap;
+use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache_types::{Access, Range};
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -277,7 +277,7 @@ pub fn errno_of(failure: mrcache_types::RegistrarFailure) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registrar::counting::CountingRegistrar;
+    use mrcache::registrar::counting::CountingRegistrar;
 
     #[test]
     fn logs_injects_and_checks_exactly_once() {

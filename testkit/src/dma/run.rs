@@ -8,12 +8,12 @@ use super::arena::Arena;
 use super::churn::{churner, install_register_churn};
 use super::worker::worker;
 use super::{lock, Churn, Counters, Ctx, DmaCache, DmaConfig, DmaReport, MonitorKind, SlotState};
-use crate::mem::page_size;
-use crate::monitor::MonitorThread;
-use crate::pagemap;
-use crate::registrar::uring::UringRegistrar;
-use crate::testkit::registrar::TestRegistrar;
-use crate::{Cache, CacheConfig};
+use mrcache::mem::page_size;
+use mrcache::monitor::MonitorThread;
+use mrcache::pagemap;
+use mrcache::registrar::uring::UringRegistrar;
+use crate::registrar::TestRegistrar;
+use mrcache::{Cache, CacheConfig};
 use mrcache_model::Config;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -186,7 +186,7 @@ pub fn available(monitor: MonitorKind) -> Result<(), String> {
     let r = UringRegistrar::new(1).map_err(|e| format!("io_uring: {e}"))?;
     drop(r);
     if monitor == MonitorKind::Uffd {
-        crate::monitor::uffd::UffdMonitor::open().map_err(|e| format!("userfaultfd: {e}"))?;
+        mrcache::monitor::uffd::UffdMonitor::open().map_err(|e| format!("userfaultfd: {e}"))?;
     }
     Ok(())
 }

@@ -74,7 +74,7 @@
 //! ([`race`]). This module holds the parameters, the report, and the state
 //! a run's threads share.
 //!
-//! [`MonitorThread`]: crate::monitor::MonitorThread
+//! [`MonitorThread`]: mrcache::monitor::MonitorThread
 
 mod arena;
 mod churn;
@@ -87,9 +87,9 @@ pub use race::{race, RaceConfig, RaceReport};
 pub use run::{available, run};
 
 use super::registrar::TestRegistrar;
-use crate::cache::Diagnostics;
-use crate::registrar::uring::UringRegistrar;
-use crate::{Cache, Faults};
+use mrcache::cache::Diagnostics;
+use mrcache::registrar::uring::UringRegistrar;
+use mrcache::{Cache, Faults};
 use mrcache_model::OverlapPolicy;
 use mrcache_types::{Access, Stats};
 use std::collections::BTreeMap;
@@ -107,11 +107,11 @@ pub enum MonitorKind {
 }
 
 impl MonitorKind {
-    /// The cache's [`crate::Monitoring`] for this monitor.
-    pub fn monitoring(self) -> crate::Monitoring {
+    /// The cache's [`mrcache::Monitoring`] for this monitor.
+    pub fn monitoring(self) -> mrcache::Monitoring {
         match self {
-            MonitorKind::Uffd => crate::Monitoring::Userfaultfd,
-            MonitorKind::Explicit => crate::Monitoring::Explicit,
+            MonitorKind::Uffd => mrcache::Monitoring::Userfaultfd,
+            MonitorKind::Explicit => mrcache::Monitoring::Explicit,
         }
     }
 }

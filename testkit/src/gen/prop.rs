@@ -1,7 +1,10 @@
 //! Swarm-style op generation with shrinking (proptest), and the driver that
-//! runs a case through `mrcache::testkit::Environment`.
+//! runs a case through the [`Environment`] (feature `proptest`; used by
+//! `impl/tests/differential.rs`; was `impl/tests/common/gen.rs`). The same
+//! shape as [`super::OpGen`], which draws from a seed instead, for `mrcache
+//! fuzz`.
 //!
-//! A [`Case`] is a configuration index (into `testkit::configs()`: every
+//! A [`Case`] is a configuration index (into [`crate::configs()`]: every
 //! policy × eviction × limits × chunk setting), a *swarm mask* switching op
 //! kinds off (Groce et al., ISSTA 2012), a set of hot pages, and steps.
 //! Addresses are hot (four pages chosen per case, ±1 page) 4 times in 5,
@@ -10,12 +13,12 @@
 //! (disabled ones are skipped when the case runs), so proptest shrinks the
 //! step list freely: a failing case shrinks to the few steps that matter.
 
+use crate::env::HookEvent;
+use crate::{Divergence, Environment, TestRegistrar};
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache::testkit::env::HookEvent;
-use mrcache::testkit::{Divergence, Environment, TestRegistrar};
-use mrcache::types::trace::Trace;
-use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use mrcache::{Cache, CacheConfig, Faults};
+use mrcache_types::trace::Trace;
+use mrcache_types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestError, TestRunner};
 use std::path::PathBuf;
@@ -258,7 +261,7 @@ pub fn case(configs: usize, max_steps: usize) -> impl Strategy<Value = Case> {
 /// Runs a case through a fresh cache (with `faults`) and an environment;
 /// on a divergence, returns it with the trace that reproduces it.
 pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trace)>> {
-    let configs = mrcache::testkit::configs();
+    let configs = crate::configs();
     let config = configs[case.config % configs.len()];
     let mut cc = CacheConfig::explicit_with(config);
     cc.faults = faults;
@@ -268,7 +271,7 @@ pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trac
         format!(
             "found by proptest ({}): {d}. Configuration: {}.",
             if faults == Faults::default() { "the real cache".to_string() } else { format!("cache with {faults:?}") },
-            mrcache::testkit::env::describe(&config)
+            crate::env::describe(&config)
         )
     };
     for (op, hook, fail) in case.ops() {
@@ -287,7 +290,7 @@ pub fn run_case(case: &Case, faults: Faults) -> Result<(), Box<(Divergence, Trac
     }
     let records = env.records().to_vec();
     env.finish().map(|_| ()).map_err(|d| {
-        let t = mrcache::testkit::env::trace_of(&records, &config, "proptest", description(&d));
+        let t = crate::env::trace_of(&records, &config, "proptest", description(&d));
         Box::new((d, t))
     })
 }
@@ -322,7 +325,7 @@ pub struct Found {
 /// minimal failing case proptest shrank to, if any. No proptest regression
 /// files: failures become JSON traces (see [`save_trace`]).
 pub fn search(name: &str, cases: u32, max_steps: usize, faults: Faults, configs: Option<&[usize]>) -> Option<Found> {
-    let n = mrcache::testkit::configs().len();
+    let n = crate::configs().len();
     let cfg = PtConfig {
         cases,
         failure_persistence: None,
@@ -331,10 +334,10 @@ pub fn search(name: &str, cases: u32, max_steps: usize, faults: Faults, configs:
         ..PtConfig::default()
     };
     let seed =
-        mrcache::testkit::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
+        crate::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
     let mut key = [0u8; 32];
     for (i, chunk) in key.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&mrcache::testkit::rng::mix(seed ^ i as u64).to_le_bytes());
+        chunk.copy_from_slice(&crate::rng::mix(seed ^ i as u64).to_le_bytes());
     }
     let rng = proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &key);
     let mut runner = TestRunner::new_with_rng(cfg, rng);

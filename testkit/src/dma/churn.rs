@@ -10,7 +10,7 @@
 
 use super::arena::{map_at, refill_holes, unmapped_any, RW_PROT};
 use super::{Ctx, DmaCache, DmaConfig, MonitorKind};
-use crate::testkit::rng::Rng;
+use crate::rng::Rng;
 use mrcache_types::{Range, ReleaseKind};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};

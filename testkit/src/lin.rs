@@ -33,8 +33,9 @@
 
 use super::registrar::{RegisterCall, TestRegistrar};
 use super::rng::Rng;
-use crate::registrar::counting::CountingRegistrar;
-use crate::{Cache, CacheConfig, Faults};
+use crate::Apply;
+use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::{Cache, CacheConfig, Faults};
 use mrcache_model::{Config, Model};
 use mrcache_types::{Access, LeaseId, Op, ReleaseKind, Ret};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester};

@@ -1,6 +1,6 @@
 //! The sequential differential harness: `Environment { cache, model }`.
 //!
-//! Every [`Op`] goes to the cache ([`Cache::apply`]); its outcome is judged by
+//! Every [`Op`] goes to the cache ([`Apply::apply`]); its outcome is judged by
 //! the reference model ([`Model::judge`], which follows it when the contract
 //! allows it). After every op the environment also compares, exactly:
 //!
@@ -42,8 +42,8 @@
 // its fields easy to match on in tests.
 #![allow(clippy::result_large_err)]
 
-use crate::registrar::Registrar;
-use crate::{Cache, Lease};
+use mrcache::registrar::Registrar;
+use mrcache::{Cache, Lease};
 use mrcache_model::{Config, Effect, EvictionPolicy, Limits, Model, OverlapPolicy};
 use mrcache_types::trace::{Header, Record, Trace};
 use mrcache_types::{LeaseId, Op, OpError, RegView, ReleaseKind, Ret, Stats};
@@ -52,6 +52,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::registrar::{errno_of, Call, TestRegistrar};
+use crate::Apply;
 
 /// The first disagreement between the cache and the contract.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -489,7 +490,7 @@ pub fn replay_trace<R: Registrar>(
     config: Config,
     expectations: Expectations,
 ) -> Result<Summary, Divergence> {
-    replay_trace_with(registrar, trace, config, expectations, crate::Faults::default())
+    replay_trace_with(registrar, trace, config, expectations, mrcache::Faults::default())
 }
 
 /// [`replay_trace`] with fault switches (to show a trace catches a mutant).
@@ -498,9 +499,9 @@ pub fn replay_trace_with<R: Registrar>(
     trace: &Trace,
     config: Config,
     expectations: Expectations,
-    faults: crate::Faults,
+    faults: mrcache::Faults,
 ) -> Result<Summary, Divergence> {
-    let mut cc = crate::CacheConfig::explicit_with(config);
+    let mut cc = mrcache::CacheConfig::explicit_with(config);
     cc.faults = faults;
     let cache = Cache::new(TestRegistrar::new(registrar), cc);
     let mut env = Environment::new(&cache, config);

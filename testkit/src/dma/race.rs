@@ -7,11 +7,11 @@
 use super::arena::{refill_holes, unmapped, Arena};
 use super::worker::fill;
 use super::{DmaCache, MonitorKind, RW};
-use crate::mem::page_size;
-use crate::monitor::MonitorThread;
-use crate::registrar::uring::UringRegistrar;
-use crate::testkit::registrar::TestRegistrar;
-use crate::{Cache, CacheConfig, Faults};
+use mrcache::mem::page_size;
+use mrcache::monitor::MonitorThread;
+use mrcache::registrar::uring::UringRegistrar;
+use crate::registrar::TestRegistrar;
+use mrcache::{Cache, CacheConfig, Faults};
 use mrcache_model::Config;
 use mrcache_types::ReleaseKind;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
