@@ -311,7 +311,7 @@ pub fn classify(text: &str, range: Range) -> Seen {
 const LISTING_ATTEMPTS: usize = 16;
 
 /// The threads of this process other than `except`, or `None` if the list
-/// cannot be read (or did not hold still for [`LISTING_ATTEMPTS`] reads).
+/// cannot be read (or did not hold still for `LISTING_ATTEMPTS` reads).
 ///
 /// The kernel has no atomic listing of a thread group, and one read of
 /// `/proc/self/task` can miss a live thread: when the thread its readdir

@@ -246,8 +246,28 @@ struct Unproven {
     /// Threads that may still be inside the madvise, with the signal sent
     /// to each (None: not sent yet).
     waiting: Vec<(i32, Option<Sent>)>,
-    /// The thread list could not be read: nothing can be proven.
+    /// Not scanned yet: the thread list could not be read, or did not hold
+    /// still (threads starting and exiting under it). Nothing is proven
+    /// until a scan succeeds; each pass of the prover tries again.
     unknown: bool,
+}
+
+impl Unproven {
+    /// Lists the threads other than `me` that may be inside the madvise
+    /// into `waiting`; false (and still `unknown`) if the list cannot be had.
+    /// A scan at any time after the event was read is sound: a thread
+    /// seen outside the madvise then has left it (or was never in it).
+    fn scan(&mut self, me: i32) -> bool {
+        let Some(tids) = madvise_proof::threads(me) else { return false };
+        for tid in tids {
+            match madvise_proof::look(tid, self.range) {
+                Seen::Elsewhere | Seen::Exited => {}
+                Seen::Inside | Seen::Unknown => self.waiting.push((tid, None)),
+            }
+        }
+        self.unknown = false;
+        true
+    }
 }
 
 /// The monitor thread's half of M4: scans threads for each new window,
@@ -271,18 +291,8 @@ impl Prover {
     /// that opened a window on it.
     fn begin(&mut self, opened: Vec<(Range, Vec<u64>)>) {
         for (range, ids) in opened {
-            let mut w = Unproven { range, ids, waiting: Vec::new(), unknown: false };
-            match madvise_proof::threads(self.me) {
-                None => w.unknown = true,
-                Some(tids) => {
-                    for tid in tids {
-                        match madvise_proof::look(tid, range) {
-                            Seen::Elsewhere | Seen::Exited => {}
-                            Seen::Inside | Seen::Unknown => w.waiting.push((tid, None)),
-                        }
-                    }
-                }
-            }
+            let mut w = Unproven { range, ids, waiting: Vec::new(), unknown: true };
+            w.scan(self.me);
             self.unproven.push(w);
         }
     }
@@ -302,7 +312,11 @@ impl Prover {
             true
         });
         let mut lingering = Vec::new();
+        let me = self.me;
         self.unproven.retain_mut(|w| {
+            if w.unknown && !w.scan(me) {
+                return true; // scanned again on the next pass
+            }
             w.waiting.retain_mut(|(tid, sent)| {
                 if let Some(s) = *sent {
                     if signal.acknowledged(s) {
