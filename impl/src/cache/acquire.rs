@@ -219,7 +219,7 @@ impl<R: Registrar> Cache<R> {
                 let entry = indexed(slot);
                 entry.state.acquire();
                 self.touch(entry);
-                drop(st);
+                st.unlock();
                 deregs.perform();
                 self.hot.bump(Hot::Hits);
                 // After an A7 retry this acquire may already have trimmed.
@@ -229,14 +229,14 @@ impl<R: Registrar> Cache<R> {
             //# miss: plan the registration per S6.1; add an in-flight record
             //# (range, stale = false); unlock.
             let Some(mut plan) = self.plan(&st.index, span, access) else {
-                drop(st);
+                st.unlock();
                 return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
             };
             let mut token = self.add_inflight(shared, &mut st, plan.span);
             // No entry covers the request now (A3): A8 may skip its lookup
             // while nothing is inserted.
             let a4_inserts = st.index.inserts();
-            drop(st);
+            st.unlock();
             deregs.perform();
             // Whether the monitor declined to watch the range (S7.6): the
             // registration is then served and never cached.
@@ -306,7 +306,7 @@ impl<R: Registrar> Cache<R> {
                 self.touch(entry);
                 deregs.items.push(Dereg::Discard(handle));
                 self.settle_over_limit(shared, &st);
-                drop(st);
+                st.unlock();
                 deregs.perform();
                 self.hot.bump(Hot::Hits);
                 return Ok(Lease::new(self, shared, e, true, pressure_used));
@@ -326,7 +326,7 @@ impl<R: Registrar> Cache<R> {
                 && self.plan(&st.index, span, access).is_none_or(|p| (p.span, p.access) != (plan.span, plan.access));
             if (stale || replanned) && !fault!(self.config, skip_seq_recheck) {
                 self.settle_over_limit(shared, &st);
-                drop(st);
+                st.unlock();
                 deregs.items.push(Dereg::Discard(handle));
                 deregs.perform();
                 inc(&self.counters.stale_retries);
@@ -363,7 +363,7 @@ impl<R: Registrar> Cache<R> {
             self.enforce_limits(shared, &mut st, deregs, &noted);
             //= spec.md#A11
             //# unlock; perform the dereg list
-            drop(st);
+            st.unlock();
             deregs.perform();
             // Once per acquire (S5.4): a later attempt (A7 retry) still reports
             // the evictions an earlier attempt made.
@@ -400,13 +400,13 @@ impl<R: Registrar> Cache<R> {
         // The model plans after the pressure eviction: under
         // `merge`, evicted neighbours are no longer merged.
         let Some(p) = self.plan(&st.index, span, access) else {
-            drop(st);
+            st.unlock();
             return Err(self.fail(Error::WrappingRange { addr: range.addr, len: range.len }));
         };
         let watched = plan.range;
         *plan = p;
         *token = self.add_inflight(shared, &mut st, plan.span);
-        drop(st);
+        st.unlock();
         deregs.perform();
         // The re-plan only drops evicted neighbours, so it lies
         // within the watched range; watch it anyway if not.
@@ -450,7 +450,7 @@ impl<R: Registrar> Cache<R> {
             self.touch(entry);
             slot.value
         });
-        drop(st);
+        st.unlock();
         deregs.perform();
         match covering {
             Some(e) => {
@@ -468,7 +468,7 @@ impl<R: Registrar> Cache<R> {
         let mut st = self.write(shared);
         self.drain(shared, &mut st, deregs);
         st.take_inflight(token);
-        drop(st);
+        st.unlock();
         deregs.perform();
     }
 

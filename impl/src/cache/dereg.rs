@@ -64,7 +64,7 @@ impl<'c, R: Registrar> DeregList<'c, R> {
             }
             let Some(mut st) = self.cache.try_write(self.shared) else { break };
             self.cache.drain(self.shared, &mut st, self);
-            drop(st);
+            st.unlock();
             self.perform();
         }
     }

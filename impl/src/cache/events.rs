@@ -267,7 +267,7 @@ impl<R: Registrar> Cache<R> {
             if let Some(mut st) = self.try_write(shared) {
                 let mut deregs = DeregList::new(self, shared);
                 self.drain(shared, &mut st, &mut deregs);
-                drop(st);
+                st.unlock();
                 deregs.finish();
             }
         }
@@ -419,7 +419,9 @@ impl<R: Registrar> Drop for RoundLock<'_, R> {
         // The draining count falls before the unlock (as in a drain), the
         // deregistrations come after it.
         self.draining = None;
-        self.st = None;
+        if let Some(st) = self.st.take() {
+            st.unlock();
+        }
         if let Some(deregs) = self.deregs.take() {
             deregs.finish();
         }
@@ -468,7 +470,9 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     /// lock is held.
     pub fn unlock(mut self) -> RoundDeregs<'c, R> {
         self.draining = None;
-        self.st = None;
+        if let Some(st) = self.st.take() {
+            st.unlock();
+        }
         let deregs = self.deregs.take().unwrap_or_else(|| DeregList::new(self.cache, self.shared));
         RoundDeregs(deregs)
     }

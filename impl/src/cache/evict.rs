@@ -444,7 +444,7 @@ impl<R: Registrar> Cache<R> {
         st.order.clear();
         st.noted.clear();
         shared.over_limit.store(false, Ordering::SeqCst);
-        drop(st);
+        st.unlock();
         deregs.finish();
     }
 
@@ -459,7 +459,7 @@ impl<R: Registrar> Cache<R> {
         let noted = self.note_all_unleased(shared, &mut st);
         self.drain(shared, &mut st, &mut deregs);
         self.evict_all_unleased(shared, &mut st, &mut deregs, &noted);
-        drop(st);
+        st.unlock();
         deregs.finish();
     }
 }

@@ -217,8 +217,11 @@ pub(super) fn held_by_this_thread() -> bool {
     HELD.with(|h| h.get() > 0)
 }
 
-/// The exclusive lock, marked in [`HELD`]; refreshes the index's search tree
-/// before unlocking.
+/// The exclusive lock, marked in [`HELD`]. [`WriteGuard::unlock`] refreshes
+/// the index's search tree and moves the hit memo to the answers the section
+/// leaves, then unlocks; every section ends with it. Dropping a guard that
+/// was not unlocked is a bug (debug builds assert it), except while
+/// unwinding, when `Drop` does the same work so no reader meets a stale tree.
 pub(crate) struct WriteGuard<'a, R: Registrar> {
     pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, Locked<R>>>,
 }
@@ -227,6 +230,30 @@ impl<'a, R: Registrar> WriteGuard<'a, R> {
     pub(super) fn new(guard: RwLockWriteGuard<'a, Locked<R>>) -> Self {
         HELD.with(|h| h.set(h.get() + 1));
         WriteGuard { guard: ManuallyDrop::new(guard) }
+    }
+
+    /// Ends the section: refreshes the index and the memo, then unlocks.
+    pub(super) fn unlock(mut self) {
+        self.publish();
+        self.release();
+        std::mem::forget(self);
+    }
+
+    /// What readers after this section must see: the index's search tree
+    /// refreshed, and the hit memo serving the epoch of the version this
+    /// section leaves.
+    fn publish(&mut self) {
+        self.guard.index.refresh();
+        let version = self.guard.index.answers_version();
+        self.guard.memo.follow(version);
+    }
+
+    /// Releases the lock and the mark in [`HELD`]; call once.
+    fn release(&mut self) {
+        // SAFETY: called once per guard: by `unlock` (which then forgets the
+        // guard, so `Drop` does not run) or by `Drop`.
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        HELD.with(|h| h.set(h.get() - 1));
     }
 }
 
@@ -245,13 +272,10 @@ impl<R: Registrar> DerefMut for WriteGuard<'_, R> {
 
 impl<R: Registrar> Drop for WriteGuard<'_, R> {
     fn drop(&mut self) {
-        self.guard.index.refresh();
-        // The hit memo serves the epoch of the version this section leaves.
-        let version = self.guard.index.answers_version();
-        self.guard.memo.follow(version);
-        // SAFETY: dropped exactly once, here.
-        unsafe { ManuallyDrop::drop(&mut self.guard) };
-        HELD.with(|h| h.set(h.get() - 1));
+        // The work first: a failed assertion must not leave the lock held.
+        self.publish();
+        self.release();
+        debug_assert!(std::thread::panicking(), "an exclusive section ended without WriteGuard::unlock");
     }
 }
 

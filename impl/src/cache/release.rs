@@ -94,7 +94,7 @@ impl<R: Registrar> Cache<R> {
         let noted = self.note_covering(shared, &mut st, regions, bytes);
         self.drain(shared, &mut st, &mut deregs);
         self.enforce_limits(shared, &mut st, &mut deregs, &noted);
-        drop(st);
+        st.unlock();
         deregs.finish();
     }
 }
