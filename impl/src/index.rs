@@ -130,6 +130,32 @@ struct EndMax {
     pmax: u64,
 }
 
+/// Recomputes the prefix maxima (`pmax`) of a node's used entries from
+/// index `from` on (`from <= maxima.len()`), from the one before it (0 at
+/// the start) and each entry's `end`: the one loop behind both nodes'
+/// `refresh_from` and `refresh_after`.
+///
+/// With `stop_when_unchanged`, the caller changed the node at `from` only
+/// (an entry inserted, removed or its end changed there, those after it
+/// shifted as they were): the loop stops at the first prefix maximum that is
+/// already right, since every one after it was computed from it and from
+/// unchanged ends. Without it, every maximum from `from` on is rewritten
+/// (a node just built or split, whose later maxima may be stale).
+///
+/// Inlined: it runs on every insert and removal (the miss path), and the
+/// flag is a constant at each call site.
+#[inline(always)]
+fn refresh_prefix_max(maxima: &mut [EndMax], from: usize, stop_when_unchanged: bool) {
+    let mut m = if from == 0 { 0 } else { maxima[from - 1].pmax };
+    for e in &mut maxima[from..] {
+        m = m.max(e.end);
+        if stop_when_unchanged && e.pmax == m {
+            return;
+        }
+        e.pmax = m;
+    }
+}
+
 /// `repr(C)`: the count and the slots' pointer share the first cache line
 /// with the first pages.
 #[derive(Clone, Debug)]
@@ -193,27 +219,16 @@ impl<T, const ROOM: usize> Leaf<T, ROOM> {
         Leaf { n: 0, slots: Vec::with_capacity(ROOM), starts: [0; ROOM], ep: [EndMax::default(); ROOM] }
     }
 
+    /// Recomputes every prefix maximum from `from` on.
     fn refresh_from(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.ep[from - 1].pmax };
-        for i in from..self.n {
-            m = m.max(self.ep[i].end);
-            self.ep[i].pmax = m;
-        }
+        refresh_prefix_max(&mut self.ep[..self.n], from, false);
     }
 
     /// [`Self::refresh_from`] after a change at `from` only (an entry
     /// inserted, removed or its end changed there, those after it shifted
-    /// as they were): it stops at the first prefix maximum already right,
-    /// since the ones after it were computed from it and unchanged ends.
+    /// as they were): see [`refresh_prefix_max`]'s `stop_when_unchanged`.
     fn refresh_after(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.ep[from - 1].pmax };
-        for i in from..self.n {
-            m = m.max(self.ep[i].end);
-            if self.ep[i].pmax == m {
-                return;
-            }
-            self.ep[i].pmax = m;
-        }
+        refresh_prefix_max(&mut self.ep[..self.n], from, true);
     }
 
     fn max_end(&self) -> u64 {
@@ -234,24 +249,14 @@ impl<const ROOM: usize> Inner<ROOM> {
         Inner { n: 0, lo_start: [0; ROOM], em: [EndMax::default(); ROOM], child: [0; ROOM], lo_id: [0; ROOM] }
     }
 
+    /// As [`Leaf::refresh_from`].
     fn refresh_from(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.em[from - 1].pmax };
-        for i in from..self.n {
-            m = m.max(self.em[i].end);
-            self.em[i].pmax = m;
-        }
+        refresh_prefix_max(&mut self.em[..self.n], from, false);
     }
 
     /// As [`Leaf::refresh_after`]: after a change at `from` only.
     fn refresh_after(&mut self, from: usize) {
-        let mut m = if from == 0 { 0 } else { self.em[from - 1].pmax };
-        for i in from..self.n {
-            m = m.max(self.em[i].end);
-            if self.em[i].pmax == m {
-                return;
-            }
-            self.em[i].pmax = m;
-        }
+        refresh_prefix_max(&mut self.em[..self.n], from, true);
     }
 
     fn max_end(&self) -> u64 {
