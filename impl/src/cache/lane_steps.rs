@@ -8,7 +8,6 @@ use super::generation::{held_by_this_thread, Generation};
 use super::lanes::{heavy_barrier, null_ptr, owns, release, try_hit, worth_probing, Lane, LaneHit, LaneRef, LaneReleased};
 use super::lease::{leased, Lease};
 use super::os::fork_generation;
-use super::entry_state::Released;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use mrcache_types::{Access, Range};
@@ -138,16 +137,10 @@ impl<R: Registrar> Cache<R> {
         // now, and it keeps the entry alive until the release below.
         let e = unsafe { EntryPtr::from_raw(p) };
         // SAFETY: as above.
-        match unsafe { e.get() }.state.release() {
-            Released::Held => {}
-            Released::Owner { handle_gone } => self.deregister_entry(shared, e, handle_gone),
-            Released::Unleased => {
-                crate::sync::loom_sc_fence();
-                if self.limits_active && shared.over_limit.load(Ordering::SeqCst) {
-                    self.release_over_limit(shared);
-                }
-            }
-        }
+        let outcome = unsafe { e.get() }.state.release();
+        //= spec.md#LN4
+        //# and release the pin as R1
+        self.after_release(shared, e, outcome);
     }
 
     //= spec.md#LN5

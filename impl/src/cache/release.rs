@@ -5,6 +5,7 @@ use super::lease::{leased, Lease};
 use super::Cache;
 use super::dereg::DeregList;
 use super::generation::Generation;
+use super::entry::EntryPtr;
 use super::entry_state::Released;
 use super::counters::Hot;
 use crate::registrar::Registrar;
@@ -63,6 +64,19 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         let outcome = leased(lease).state.release();
+        self.after_release(shared, e, outcome);
+    }
+
+    /// What follows a release of one state-word lease on `e` (R1, R2), by
+    /// its outcome: nothing while leases remain; the deregistration if this
+    /// release won the handoff; R2 if the count reached 0 while the cache is
+    /// over its limits. The one home of that match for both releases that
+    /// reach the state word: a lease's ([`Self::release_slow`]) and a lane
+    /// pin's (LN4, `lane_detached`). The caller's lease (or pin) is given
+    /// back by `outcome`'s release, so `e` may be freed by the time this
+    /// returns.
+    #[inline(always)]
+    pub(super) fn after_release(&self, shared: &Generation<R>, e: EntryPtr<R>, outcome: Released) {
         match outcome {
             Released::Held => {}
             //= spec.md#R1
