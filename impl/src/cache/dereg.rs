@@ -1,5 +1,10 @@
 //! The dereg list: deregistrations collected under the lock, performed after
 //! it (spec.md#A11).
+//!
+//! This layer (4) performs deregistrations and frees entries; it calls no §A
+//! step. The list's end, [`DeregList::finish`], and its `Drop` are in
+//! `events` (layer 5), because A11's post-unlock drain is a drain (A-D):
+//! the steps that need layer 5 live in layer 5 (module docs of `cache`).
 
 use super::Cache;
 use super::counters::inc;
@@ -25,7 +30,7 @@ pub(super) enum Dereg<R: Registrar> {
 /// The operation that made the list ends it with [`DeregList::finish`], after
 /// unlocking. Dropping an unfinished list is a bug (a debug assertion), except
 /// while unwinding; in a release build the drop then finishes it, so that no
-/// deregistration is lost.
+/// deregistration is lost. Both are in `events` (see the module docs).
 pub(crate) struct DeregList<'c, R: Registrar> {
     pub(super) cache: &'c Cache<R>,
     pub(super) shared: &'c Generation<R>,
@@ -33,40 +38,13 @@ pub(crate) struct DeregList<'c, R: Registrar> {
     /// Hit memo tables A9 replaced under the lock (their pages given back
     /// here, after it).
     pub(super) retired_memos: Vec<RetiredMemo>,
-    /// [`DeregList::finish`] ran.
-    finished: bool,
+    /// [`DeregList::finish`] ran (set there, read by `Drop`).
+    pub(super) finished: bool,
 }
 
 impl<'c, R: Registrar> DeregList<'c, R> {
     pub(super) fn new(cache: &'c Cache<R>, shared: &'c Generation<R>) -> Self {
         DeregList { cache, shared, items: Items { first: None, rest: Vec::new() }, retired_memos: Vec::new(), finished: false }
-    }
-
-    /// Ends the operation that owns the list, after its lock is released:
-    /// performs the deregistrations, then drains what hooks queued while the
-    /// lock was held (their try-lock failed against ours).
-    pub(super) fn finish(mut self) {
-        self.finish_in_place();
-    }
-
-    fn finish_in_place(&mut self) {
-        self.finished = true;
-        self.perform();
-        //= spec.md#A11
-        //# after unlocking, if the queue is non-empty, try the lock exclusive
-        //# and drain (H2)
-        // Bounded: a hook that keeps pushing is drained by the next operation.
-        for _ in 0..POST_UNLOCK_DRAINS {
-            // The queue first: the usual answer, and a thread-local read
-            // is a call (`__tls_get_addr`) in the C library.
-            if self.shared.queue.is_empty() || held_by_this_thread() {
-                break;
-            }
-            let Some(mut st) = self.cache.try_write(self.shared) else { break };
-            self.cache.drain(self.shared, &mut st, self);
-            st.unlock();
-            self.perform();
-        }
     }
 
     /// Performs every collected deregistration. Call with the lock released.
@@ -129,16 +107,6 @@ impl<R: Registrar> Items<R> {
     }
 }
 
-impl<R: Registrar> Drop for DeregList<'_, R> {
-    /// Only checks that [`DeregList::finish`] ran (type docs).
-    fn drop(&mut self) {
-        if !self.finished {
-            debug_assert!(std::thread::panicking(), "a dereg list dropped without finish()");
-            self.finish_in_place();
-        }
-    }
-}
-
 impl<R: Registrar> Cache<R> {
     /// Deregisters and frees an entry this thread owns (A-H).
     pub(super) fn deregister_entry(&self, shared: &Generation<R>, e: EntryPtr<R>, handle_gone: bool) {
@@ -170,6 +138,3 @@ impl<R: Registrar> Cache<R> {
         shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
-
-/// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
-pub(super) const POST_UNLOCK_DRAINS: usize = 4;

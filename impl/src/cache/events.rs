@@ -17,6 +17,51 @@ use crate::sync::{AtomicU64, Ordering};
 use super::source::{EventSource, ReleaseEvent};
 use mrcache_types::{Range, ReleaseKind};
 
+/// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
+pub(super) const POST_UNLOCK_DRAINS: usize = 4;
+
+/// The end of a dereg list (spec.md#A11): here, not in `dereg` (layer 4),
+/// because it drains (A-D, this layer).
+impl<'c, R: Registrar> DeregList<'c, R> {
+    /// Ends the operation that owns the list, after its lock is released:
+    /// performs the deregistrations, then drains what hooks queued while the
+    /// lock was held (their try-lock failed against ours).
+    pub(super) fn finish(mut self) {
+        self.finish_in_place();
+    }
+
+    fn finish_in_place(&mut self) {
+        self.finished = true;
+        self.perform();
+        //= spec.md#A11
+        //# after unlocking, if the queue is non-empty, try the lock exclusive
+        //# and drain (H2)
+        // Bounded: a hook that keeps pushing is drained by the next operation.
+        for _ in 0..POST_UNLOCK_DRAINS {
+            // The queue first: the usual answer, and a thread-local read
+            // is a call (`__tls_get_addr`) in the C library.
+            if self.shared.queue.is_empty() || held_by_this_thread() {
+                break;
+            }
+            let Some(mut st) = self.cache.try_write(self.shared) else { break };
+            self.cache.drain(self.shared, &mut st, self);
+            st.unlock();
+            self.perform();
+        }
+    }
+}
+
+impl<R: Registrar> Drop for DeregList<'_, R> {
+    /// Only checks that [`DeregList::finish`] ran (type docs); finishes the
+    /// list if not (while unwinding), so no deregistration is lost.
+    fn drop(&mut self) {
+        if !self.finished {
+            debug_assert!(std::thread::panicking(), "a dereg list dropped without finish()");
+            self.finish_in_place();
+        }
+    }
+}
+
 /// Raises `draining` for the life of a drain (spec.md#LN1).
 pub(super) struct Draining<'a>(pub(super) &'a AtomicU64);
 

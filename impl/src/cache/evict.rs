@@ -464,6 +464,18 @@ impl<R: Registrar> Cache<R> {
     }
 }
 
+/// Here, not with `Cache` in `mod.rs` (layer 3), because it starts with a
+/// flush (S2.5, this layer).
+impl<R: Registrar> Drop for Cache<R> {
+    fn drop(&mut self) {
+        // F1 first: a forked child must not deregister the parent's registrations.
+        // Leased entries (only possible if a lease was leaked with
+        // mem::forget) are leaked with it.
+        self.flush();
+        self.free_generations();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::registrar::counting::CountingRegistrar;

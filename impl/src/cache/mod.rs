@@ -91,14 +91,24 @@
 //! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
 //! | 3. the generation | `generation` | `Generation` (one generation) and `Locked` (its locked part), the write guard, `answered` |
 //! | | `fork` | the cache's fork check (F1) and the installing of a fresh generation (S2.6) |
-//! | | `Cache` (this file) | the cache's fields, construction, `Drop`, and the error and hot-path counts |
+//! | | `Cache` (this file) | the cache's fields, construction, the freeing of its generations (the end of `Drop`), and the error and hot-path counts |
 //! | 4. leases and deregistration | `lease` | [`Lease`], [`OwnedLease`], [`SharedCache`], `leased` |
-//! | | `dereg` | the dereg list (A11) and the freeing of an entry (A-H) |
-//! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps` | A1–A11; R1, R2; H1, H2, M2, W1–W3; A6, A10, flush, trim; LN1, LN3–LN5 |
+//! | | `dereg` | the dereg list (A11: collected, then performed) and the freeing of an entry (A-H) |
+//! | 5. the §A step groups | `acquire`, `release`, `events`, `evict`, `lane_steps` | A1–A11; R1, R2; H1, H2, M2, W1–W3, A11's post-unlock drain (`DeregList::finish` and the list's `Drop`); A6, A10, flush, trim, the cache's `Drop`; LN1, LN3–LN5 |
 //! | 6. reports | `stats` | [`Diagnostics`], `stats()`, `cached_views()` |
 //!
 //! This file itself only declares and re-exports the modules (and defines
 //! `Cache`, counted as layer 3).
+//!
+//! Calls go downward too: no code calls a method of a higher layer. Where a
+//! lower layer's type ends with a higher layer's step, that method or `Drop`
+//! impl lives in the higher layer's file (an `impl` block may sit in any
+//! file of the crate): the dereg list (layer 4) ends with A11's post-unlock
+//! drain, so `DeregList::finish` and its `Drop` are in `events`; the cache
+//! (layer 3) is dropped with a flush, so its `Drop` is in `evict`. Like
+//! `WriteGuard::unlock`, `finish` is called explicitly; the list's `Drop`
+//! repeats its work only to stay safe and debug-asserts that it was
+//! unwinding.
 //!
 //! # Sequential equivalence with the model
 //!
@@ -321,12 +331,11 @@ impl<R: Registrar> Cache<R> {
     }
 }
 
-impl<R: Registrar> Drop for Cache<R> {
-    fn drop(&mut self) {
-        // F1 first: a forked child must not deregister the parent's registrations.
-        // Leased entries (only possible if a lease was leaked with
-        // mem::forget) are leaked with it.
-        self.flush();
+impl<R: Registrar> Cache<R> {
+    /// The end of the cache's `Drop` (in `evict`, layer 5, after the flush
+    /// it starts with): frees the current generation and those a replayed
+    /// fork replaced. Call once, from `Drop` only.
+    fn free_generations(&mut self) {
         let p = self.shared.swap(std::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: the current generation, created by Box::into_raw; no lease
         // can outlive the cache, so nothing refers to it any more.
