@@ -16,6 +16,7 @@ use crate::registrar::Registrar;
 use crate::sync::{AtomicU64, Ordering};
 use super::source::{EventSource, ReleaseEvent};
 use mrcache_types::{Range, ReleaseKind};
+use std::mem::ManuallyDrop;
 
 /// Rounds of the post-unlock drain (spec.md#A11, L2's "every loop has a bound").
 pub(super) const POST_UNLOCK_DRAINS: usize = 4;
@@ -422,7 +423,7 @@ impl<R: Registrar> Cache<R> {
         let deregs = DeregList::new(self, shared);
         let st = self.write(shared);
         let draining = Draining::new(shared);
-        RoundLock { draining: Some(draining), st: Some(st), deregs: Some(deregs), cache: self, shared }
+        RoundLock { round: ManuallyDrop::new(Round { draining, st, deregs, cache: self, shared }) }
     }
 
     //= spec.md#M1
@@ -450,26 +451,40 @@ impl<R: Registrar> Cache<R> {
 /// cache is unlocked (nothing deregisters with a cache lock held, A11).
 /// Dropped without `unlock` (an early return, a panic), it unlocks and then
 /// performs them itself.
+///
+/// Invariant: the round is whole until it ends, exactly once, either by
+/// [`RoundLock::unlock`] (which consumes the lock and forgets it, so `Drop`
+/// does not run) or by `Drop`; so every method sees the lock, the draining
+/// count and the dereg list, with no fallback for a missing one.
 pub struct RoundLock<'c, R: Registrar> {
-    draining: Option<Draining<'c>>,
-    st: Option<WriteGuard<'c, R>>,
-    /// `None` once [`RoundLock::unlock`] handed it back.
-    deregs: Option<DeregList<'c, R>>,
+    /// Taken once, by [`RoundLock::take`] (see the invariant).
+    round: ManuallyDrop<Round<'c, R>>,
+}
+
+/// What a [`RoundLock`] holds.
+struct Round<'c, R: Registrar> {
+    draining: Draining<'c>,
+    st: WriteGuard<'c, R>,
+    deregs: DeregList<'c, R>,
     cache: &'c Cache<R>,
     shared: &'c Generation<R>,
 }
 
+impl<'c, R: Registrar> Round<'c, R> {
+    /// Ends the round's exclusive section: the draining count falls before
+    /// the unlock (as in a drain); the deregistrations, returned, come after
+    /// it.
+    fn end(self) -> DeregList<'c, R> {
+        let Round { draining, st, deregs, .. } = self;
+        drop(draining);
+        st.unlock();
+        deregs
+    }
+}
+
 impl<R: Registrar> Drop for RoundLock<'_, R> {
     fn drop(&mut self) {
-        // The draining count falls before the unlock (as in a drain), the
-        // deregistrations come after it.
-        self.draining = None;
-        if let Some(st) = self.st.take() {
-            st.unlock();
-        }
-        if let Some(deregs) = self.deregs.take() {
-            deregs.finish();
-        }
+        self.take().end().finish();
     }
 }
 
@@ -494,8 +509,8 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     /// window, M3, if the installed source proves madvise returns). Returns
     /// the ranges of the windows `events` opened: each is owed an M4.
     pub fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
-        let (cache, shared) = (self.cache, self.shared);
-        let (Some(st), Some(deregs)) = (self.st.as_mut(), self.deregs.as_mut()) else { return Vec::new() };
+        let Round { st, deregs, cache, shared, .. } = &mut *self.round;
+        let (cache, shared) = (*cache, *shared);
         add(&cache.counters.release_events, events.len() as u64);
         let opened = match shared.source.get() {
             Some(src) => cache.apply_source_events(shared, st, src.as_ref(), events, deregs),
@@ -514,11 +529,17 @@ impl<'c, R: Registrar> RoundLock<'c, R> {
     /// Unlocks; the deregistrations are returned, to perform once no cache
     /// lock is held.
     pub fn unlock(mut self) -> RoundDeregs<'c, R> {
-        self.draining = None;
-        if let Some(st) = self.st.take() {
-            st.unlock();
-        }
-        let deregs = self.deregs.take().unwrap_or_else(|| DeregList::new(self.cache, self.shared));
-        RoundDeregs(deregs)
+        let round = self.take();
+        // `Drop` must not take the round again.
+        std::mem::forget(self);
+        RoundDeregs(round.end())
+    }
+
+    /// Moves the round out of the lock. Call once: from `unlock`, which
+    /// then forgets the lock, or from `Drop`.
+    fn take(&mut self) -> Round<'c, R> {
+        // SAFETY: called once per lock (see above), so the round is still
+        // there and is not read or dropped again.
+        unsafe { ManuallyDrop::take(&mut self.round) }
     }
 }
