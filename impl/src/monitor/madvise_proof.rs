@@ -374,6 +374,34 @@ mod tests {
         Range { addr, len }
     }
 
+    /// A thread parked in a channel receive (a futex wait) until
+    /// [`Parked::finish`], with its tid, known once [`Parked::spawn`]
+    /// returns.
+    struct Parked {
+        tid: i32,
+        wake: std::sync::mpsc::Sender<()>,
+        handle: std::thread::JoinHandle<()>,
+    }
+
+    impl Parked {
+        fn spawn() -> Parked {
+            let (wake, rx) = std::sync::mpsc::channel::<()>();
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
+            let handle = std::thread::spawn(move || {
+                ready_tx.send(gettid()).unwrap();
+                let _ = rx.recv(); // SA_RESTART: a signal restarts the futex wait
+            });
+            Parked { tid: ready_rx.recv().unwrap(), wake, handle }
+        }
+
+        /// Wakes the thread and joins it (joined, not yet reaped: see
+        /// `wait_reaped`).
+        fn finish(self) {
+            self.wake.send(()).unwrap();
+            self.handle.join().unwrap();
+        }
+    }
+
     #[test]
     fn syscall_lines_are_classified() {
         let range = r(0x7000, 0x2000);
@@ -395,13 +423,8 @@ mod tests {
         let me = gettid();
         // A thread reading its own file sees itself in that read.
         assert_eq!(look(me, r(0, 4096)), Seen::Elsewhere);
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
-        let h = std::thread::spawn(move || {
-            ready_tx.send(gettid()).unwrap();
-            let _ = rx.recv();
-        });
-        let other = ready_rx.recv().unwrap();
+        let parked = Parked::spawn();
+        let other = parked.tid;
         assert!(threads(me).unwrap().contains(&other));
         assert!(!threads(me).unwrap().contains(&me));
         // Blocked in a futex (recv): elsewhere, once it sleeps.
@@ -410,8 +433,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(look(other, r(0, 4096)), Seen::Elsewhere);
-        tx.send(()).unwrap();
-        h.join().unwrap();
+        parked.finish();
         wait_reaped(other);
     }
 
@@ -429,13 +451,8 @@ mod tests {
             let exiting: Vec<_> = (0..8u64)
                 .map(|i| std::thread::spawn(move || std::thread::sleep(std::time::Duration::from_micros((i * 7 + round) % 50))))
                 .collect();
-            let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
-            let live = std::thread::spawn(move || {
-                ready_tx.send(gettid()).unwrap();
-                let _ = rx.recv();
-            });
-            let live_tid = ready_rx.recv().unwrap();
+            let live = Parked::spawn();
+            let live_tid = live.tid;
             for _ in 0..10 {
                 listings += 1;
                 match threads(me) {
@@ -444,8 +461,7 @@ mod tests {
                 }
             }
             exiting.into_iter().for_each(|t| t.join().unwrap());
-            tx.send(()).unwrap();
-            live.join().unwrap();
+            live.finish();
         }
         assert_eq!(misses, 0, "a live thread was missing from {misses} of {listings} listings");
         // Exits under a listing make it read again; it must settle, mostly.
@@ -469,21 +485,15 @@ mod tests {
     #[test]
     fn a_signalled_thread_acknowledges_and_an_exited_one_is_gone() {
         let sig = Signal::install().expect("the proof signal installs");
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<i32>();
-        let h = std::thread::spawn(move || {
-            ready_tx.send(gettid()).unwrap();
-            let _ = rx.recv(); // SA_RESTART: the futex wait restarts
-        });
-        let tid = ready_rx.recv().unwrap();
+        let parked = Parked::spawn();
+        let tid = parked.tid;
         let SendOutcome::Sent(sent) = sig.send(tid) else { panic!("send failed") };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while !sig.acknowledged(sent) {
             assert!(std::time::Instant::now() < deadline, "no acknowledgement");
             std::thread::yield_now();
         }
-        tx.send(()).unwrap();
-        h.join().unwrap();
+        parked.finish();
         // Once reaped (not merely joined: see `wait_reaped`), it is gone.
         wait_reaped(tid);
         assert_eq!(sig.send(tid), SendOutcome::Gone);
