@@ -106,7 +106,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub remove: bool,
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1 or 2;
-    /// thread T<i> uses cache i mod 2. Async monitor only.
+    /// thread `T<i>` uses cache `i mod 2`. Async monitor only.
     #[arg(long, default_value_t = 1)]
     pub caches: u8,
 }

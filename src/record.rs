@@ -5,7 +5,7 @@
 //! writes the recorder library (built by build.rs from
 //! `recorder/pmpi_shim.c`, embedded in this binary) to a cache directory,
 //! inserts `-x LD_PRELOAD=... -x MRCACHE_TRACE_DIR ...` right after the
-//! launcher's argv[0], runs the job, and reports the events of each rank and
+//! launcher's `argv[0]`, runs the job, and reports the events of each rank and
 //! the size of its trace. A command that is not an Open MPI launcher runs as a
 //! singleton with LD_PRELOAD in its environment.
 
@@ -30,7 +30,7 @@ const OPEN_MPI_LAUNCHERS: [&str; 5] = ["mpirun", "mpiexec", "orterun", "mpirun.o
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct RecordArgs {
-    /// Directory for the traces: rank-<r>.jsonl (or .jsonl.gz) and rank-<r>.stats.json.
+    /// Directory for the traces: `rank-<r>.jsonl` (or `.jsonl.gz`) and `rank-<r>.stats.json`.
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
     /// alloc/free/mmap records of fewer bytes than this are not written
@@ -53,13 +53,13 @@ pub struct RecordArgs {
     /// MPI_Init); releases of leases acquired before FROM are dropped.
     #[arg(long, value_name = "FROM:TO")]
     pub window: Option<String>,
-    /// Compress the traces (rank-<r>.jsonl.gz); `mrcache replay` reads both.
+    /// Compress the traces (`rank-<r>.jsonl.gz`); `mrcache replay` reads both.
     #[arg(long)]
     pub gzip: bool,
     /// Send SIGTERM to the job after this many seconds (then SIGKILL 10 s later).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
-    /// The MPI command: mpirun [OPTIONS] PROGRAM [ARGS].
+    /// The MPI command: `mpirun [OPTIONS] PROGRAM [ARGS]`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
@@ -73,7 +73,7 @@ pub struct RankSummary {
     pub records: usize,
     /// Records per op name (`release_event` split by kind: `release_event:munmap`).
     pub ops: BTreeMap<String, usize>,
-    /// The recorder's own counters (rank-<r>.stats.json), if written.
+    /// The recorder's own counters (`rank-<r>.stats.json`), if written.
     pub recorder_stats: Option<serde_json::Value>,
 }
 

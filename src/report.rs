@@ -70,7 +70,7 @@ pub struct ReportArgs {
     #[arg(long, value_parser = |s: &str| replay::parse_bytes(s).map_err(|e| e.to_string()))]
     pub threshold: Option<u64>,
     /// Registration cost: `measure` (io_uring on this machine), `none`, or
-    /// A_NS,B_NS_PER_PAGE[,C_NS,D_NS_PER_PAGE] (register, then deregister).
+    /// `A_NS,B_NS_PER_PAGE[,C_NS,D_NS_PER_PAGE]` (register, then deregister).
     #[arg(long, default_value = "measure", value_parser = parse_cost_spec)]
     pub cost_model: CostSpec,
     /// Replay only the first N records of each trace.
