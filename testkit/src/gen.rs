@@ -1,5 +1,5 @@
 //! Swarm-style random operations for long runs (`mrcache fuzz`): [`OpGen`]
-//! draws [`swarm`]'s distribution from a seed. ([`prop`], the proptest layer
+//! draws [`swarm`]'s distribution from a seed. (`prop`, the proptest layer
 //! of the integration tests, draws the same one with shrinking; feature
 //! `proptest`.)
 //!
@@ -33,7 +33,7 @@ pub struct OpGen {
 }
 
 impl OpGen {
-    /// A case: its swarm mask and hot pages drawn as [`prop::case`] draws
+    /// A case: its swarm mask and hot pages drawn as `prop::case` draws
     /// them. Registrar failures are not scripted (the fuzzer's registrar
     /// injects its own, at random): [`off::REGISTRAR_FAULTS`] is always set.
     pub fn new(seed: u64, page_size: u64) -> OpGen {

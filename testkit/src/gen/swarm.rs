@@ -1,6 +1,6 @@
 //! The swarm distribution: one definition of the random operations both
 //! generators draw, [`super::OpGen`] from a seed (`mrcache fuzz`) and
-//! [`super::prop`] with proptest's shrinking (impl/tests/differential.rs).
+//! `prop` (feature `proptest`) with proptest's shrinking (impl/tests/differential.rs).
 //!
 //! A [`Case`] is a configuration index (into [`crate::configs()`]), a *swarm
 //! mask* switching op kinds off (Groce et al., ISSTA 2012: behaviours one
@@ -245,7 +245,7 @@ pub const BAD_KINDS: u8 = 5;
 pub const STEP_WEIGHTS: [u32; 9] = [36, 26, 14, 3, 3, 2, 2, 1, 2];
 
 /// Draws the distribution's values from a seeded [`Rng`] (what proptest's
-/// strategies in [`super::prop`] draw, from the same constants).
+/// strategies in `prop` draw, from the same constants).
 pub struct Draw<'r>(pub &'r mut Rng);
 
 impl Draw<'_> {
