@@ -2,7 +2,7 @@
 //!
 //! - [`replay`]: run traces through the reference model
 //!   ([`replay::model`]) or the cache engine, judged op by op by the model
-//!   ([`replay::cache`]);
+//!   through the test kit's `Environment` ([`replay::cache`]);
 //! - `fuzz`: long randomized runs of the test layers (`mrcache fuzz`,
 //!   feature `testkit`, on by default);
 //! - [`report`]: sweeps of recorded traces over policies, limits and

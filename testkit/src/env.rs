@@ -37,13 +37,34 @@
 //! | handles forgotten by a fork | S2.6: never deregistered (the parent owns them); counted in `forgotten` |
 //!
 //! Everything else must match exactly.
+//!
+//! # One environment, model memory or real memory
+//!
+//! The same judge serves the fuzzers and tests (`mrcache fuzz`,
+//! impl/tests) and the replay of traces (`mrcache replay --engine impl`).
+//! What replay needs is an explicit option here, each with its reason:
+//!
+//! | option | what changes | why |
+//! |---|---|---|
+//! | any [`Registrar`], e.g. io_uring, wrapped in the logging [`TestRegistrar`] | nothing in the judge | deregistrations are matched to ids by the registrar's serials, whatever pins the pages |
+//! | [`Environment::real_memory`] ([`RealMemory`], spec.md#T4) | each op is relocated into an arena before it reaches the cache; outcomes and registered ranges are moved back before judging; a `release_event` is performed for real (`mmap(MAP_FIXED)` of fresh pages), then passed to the cache with [`Cache::invalidate`] under [`Monitoring::Explicit`] and not at all under [`Monitoring::Userfaultfd`], where the kernel reports it | the model and the records keep the trace's coordinates, so a divergence names the trace's addresses; relocation keeps page and chunk alignment, so nothing else differs |
+//! | a cache monitored by userfaultfd ([`Monitoring::Userfaultfd`], its `MonitorThread` started by the caller) | [`Model::check_quiescent`], the stats and the findable entries are not compared after each op; outcomes, registrations and every deregistration ([`Model::observe_deregister`]) still are | the monitor thread applies an event inside its round, but performs the round's deregistrations (and counts them) after its unlock, possibly after the op that raised the event returned: L1 holds only eventually there, and the counters are read mid-round |
+//! | [`Environment::keep_records`]`(false)` | no [`Record`] is kept | a recorded trace has millions of records; replay reports the trace's own line instead of a record |
+//! | [`Environment::finish_with`]`(`[`Ending::AsRecorded`]`)` | leases still held are dropped unjudged; no flush, no check of either direction | a trace ends where the recording stopped: its end state (entries cached, registrations pinned) is the result replay reports, and the model's replay of the same trace ([`Model::step`] alone) is not flushed either; the caller reads the stats once its monitor thread is joined |
+//!
+//! [`Environment::finish`] is [`Ending::Drain`]: every lease released
+//! through the judge, a flush, both directions verified.
 
 // A divergence is the rare, final outcome of a run; keeping it unboxed keeps
 // its fields easy to match on in tests.
 #![allow(clippy::result_large_err)]
 
+mod real;
+
+pub use real::RealMemory;
+
 use mrcache::registrar::Registrar;
-use mrcache::{Cache, Lease};
+use mrcache::{Cache, Lease, Monitoring};
 use mrcache_model::{Config, Effect, EvictionPolicy, Limits, Model, OverlapPolicy};
 use mrcache_types::trace::{Header, Record, Trace};
 use mrcache_types::{LeaseId, Op, OpError, RegView, ReleaseKind, Ret, Stats};
@@ -66,6 +87,25 @@ pub struct Divergence {
     /// The rule broken, in words (starts with the property when the judge
     /// named one: `P2 ...`).
     pub message: String,
+    /// Which check failed.
+    pub check: Check,
+}
+
+/// Which check of the environment a [`Divergence`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// [`Model::judge`] rejected the outcome (`message` is the judge's).
+    Outcome,
+    /// The outcome is allowed but not the one asked for: `strict`'s
+    /// canonical outcome, or a replayed trace's `expect`.
+    Expectation,
+    /// Registrations, deregistrations ([`Model::observe_deregister`]),
+    /// quiescence ([`Model::check_quiescent`]), stats or findable entries
+    /// after an op, or the end state ([`Environment::finish`]).
+    Effects,
+    /// The environment could not perform the op on real memory (an address
+    /// outside the relocation plan, a failed remap): not the cache's doing.
+    Harness,
 }
 
 impl fmt::Display for Divergence {
@@ -89,6 +129,17 @@ pub struct Summary {
     pub discarded: u64,
     /// Registrar failures injected.
     pub injected_failures: u64,
+}
+
+/// How [`Environment::finish_with`] ends a run (module docs, "One
+/// environment").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Release every lease through the judge, flush, verify both directions.
+    Drain,
+    /// Drop the leases still held, unjudged, and check nothing more: the end
+    /// of a replayed trace.
+    AsRecorded,
 }
 
 /// A release event a hook raises from inside the next `register` call.
@@ -119,6 +170,14 @@ pub struct Environment<'c, R: Registrar> {
     deregistered: HashSet<u64>,
     hook: Option<Arc<Mutex<HookState>>>,
     strict: bool,
+    /// Trace addresses → arena addresses (module docs, "One environment").
+    real: Option<&'c RealMemory>,
+    /// Every deregistration happens inside the op that caused it: false
+    /// under a userfaultfd monitor (module docs, "One environment").
+    sequential: bool,
+    keep_records: bool,
+    /// Ops judged so far (records are optional).
+    steps: usize,
     records: Vec<Record>,
     discarded: u64,
     /// Entries the cache counted as pressure evictions that the model, which
@@ -144,6 +203,10 @@ impl<'c, R: Registrar> Environment<'c, R> {
             deregistered: HashSet::new(),
             hook: None,
             strict: false,
+            real: None,
+            sequential: cache.config().monitoring != Monitoring::Userfaultfd,
+            keep_records: true,
+            steps: 0,
             records: Vec::new(),
             discarded: 0,
             moved_to_pressure: 0,
@@ -153,6 +216,21 @@ impl<'c, R: Registrar> Environment<'c, R> {
     /// Also require the canonical outcome (except after an injected failure).
     pub fn strict(mut self, on: bool) -> Self {
         self.strict = on;
+        self
+    }
+
+    /// Runs the ops on real memory: relocated into `mem`'s arena, release
+    /// events performed there (module docs, "One environment"). `mem` must
+    /// be planned for the ops that will be stepped.
+    pub fn real_memory(mut self, mem: &'c RealMemory) -> Self {
+        self.real = Some(mem);
+        self
+    }
+
+    /// Keep a [`Record`] of every op (on by default; [`Self::records`] and
+    /// [`Self::to_trace`] need them).
+    pub fn keep_records(mut self, on: bool) -> Self {
+        self.keep_records = on;
         self
     }
 
@@ -212,19 +290,66 @@ impl<'c, R: Registrar> Environment<'c, R> {
         &self.records
     }
 
+    /// Ops judged so far (events raised inside `register` included).
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+
+    fn push_record(&mut self, rec: Record) {
+        self.steps += 1;
+        if self.keep_records {
+            self.records.push(rec);
+        }
+    }
+
     fn set_last_expect(&mut self, ret: Ret) {
-        if let Some(last) = self.records.last_mut() {
+        if let Some(last) = self.records.last_mut().filter(|_| self.keep_records) {
             last.expect = Some(ret);
         }
     }
 
     fn diverge(&self, op: &Op, observed: Ret, canonical: Ret, message: String) -> Divergence {
-        Divergence { index: self.records.len().saturating_sub(1), op: *op, observed, canonical, message }
+        Divergence { index: self.steps.saturating_sub(1), op: *op, observed, canonical, message, check: Check::Effects }
+    }
+
+    /// Applies `op` to the cache: on real memory, relocated, and a release
+    /// event performed there first (module docs). Answers the outcome as the
+    /// cache gave it and in the op's coordinates.
+    fn apply(&mut self, op: &Op) -> Result<(Ret, Ret), Divergence> {
+        let Some(mem) = self.real else {
+            let ret = self.cache.apply(op, &mut self.leases);
+            return Ok((ret, ret));
+        };
+        let harness = |env: &Self, message: String| Divergence {
+            index: env.steps,
+            op: *op,
+            observed: Ret::Done,
+            canonical: Ret::Done,
+            message,
+            check: Check::Harness,
+        };
+        let Some(moved) = mem.relocate(op) else {
+            return Err(harness(self, format!("`{op}` cannot be relocated")));
+        };
+        let raw = match moved {
+            Op::ReleaseEvent { addr, len, .. } => {
+                mem.release(addr, len).map_err(|e| harness(self, e))?;
+                if self.sequential {
+                    self.cache.apply(&moved, &mut self.leases)
+                } else {
+                    // The kernel reported it: the munmap part of MAP_FIXED
+                    // returns only once the monitor has read the event.
+                    Ret::Done
+                }
+            }
+            _ => self.cache.apply(&moved, &mut self.leases),
+        };
+        Ok((raw, mem.original_ret(raw)))
     }
 
     /// Applies `op` to both and checks everything listed in the module docs.
     pub fn step(&mut self, op: &Op) -> Result<Ret, Divergence> {
-        let ret = self.cache.apply(op, &mut self.leases);
+        let (raw, ret) = self.apply(op)?;
         // Events raised inside the registrar: judged first (see module docs).
         let raised = match &self.hook {
             Some(h) => {
@@ -237,30 +362,36 @@ impl<'c, R: Registrar> Environment<'c, R> {
         let raised_any = !raised.is_empty();
         for (ev, ev_ret) in raised {
             let canonical = self.model.clone().step(&ev);
-            self.records.push(Record { expect: Some(canonical), ..Record::new(ev) });
+            self.push_record(Record { expect: Some(canonical), ..Record::new(ev) });
             if let Err(v) = self.model.judge(&ev, &ev_ret) {
-                return Err(self.diverge(&ev, ev_ret, canonical, format!("{v} (event raised inside register)")));
+                let message = format!("{v} (event raised inside register)");
+                return Err(Divergence { check: Check::Outcome, ..self.diverge(&ev, ev_ret, canonical, message) });
             }
         }
         // The record's expectation: the outcome the cache gave once the judge
         // accepted it (a replay must reproduce it; an injected E5 is scripted
         // again from it), else the contract's canonical outcome.
         let canonical_before = self.strict.then(|| self.model.clone().step(op));
-        self.records.push(Record { expect: Some(ret), ..Record::new(*op) });
+        self.push_record(Record { expect: Some(ret), ..Record::new(*op) });
         if let Err(v) = self.model.judge(op, &ret) {
             // The judge left the model unchanged.
             let canonical = canonical_before.unwrap_or_else(|| self.model.clone().step(op));
             self.set_last_expect(canonical);
-            return Err(self.diverge(op, ret, canonical, v.to_string()));
+            return Err(Divergence { check: Check::Outcome, ..self.diverge(op, ret, canonical, v.to_string()) });
         }
         let canonical = canonical_before.unwrap_or(ret);
         let log = self.cache.registrar().take_log();
         let injected = log.iter().any(|c| matches!(c, Call::Failed { .. }));
         if self.strict && !injected && ret != canonical {
             self.set_last_expect(canonical);
-            return Err(self.diverge(op, ret, canonical, "strict: not the canonical outcome".into()));
+            let message = "strict: not the canonical outcome".to_string();
+            return Err(Divergence { check: Check::Expectation, ..self.diverge(op, ret, canonical, message) });
         }
-        self.check_effects(op, ret, canonical, &log)?;
+        self.check_effects(op, (raw, ret), canonical, &log)?;
+        if !self.sequential {
+            // Deregistrations may still be under way in the monitor thread.
+            return Ok(ret);
+        }
         let fail = |env: &Self, msg: String| Err(env.diverge(op, ret, canonical, msg));
         if let Err(v) = self.model.check_quiescent() {
             return fail(self, v.to_string());
@@ -302,8 +433,10 @@ impl<'c, R: Registrar> Environment<'c, R> {
         Ok(ret)
     }
 
-    /// Registrations and deregistrations of one op against the model's effects.
-    fn check_effects(&mut self, op: &Op, ret: Ret, canonical: Ret, log: &[Call]) -> Result<(), Divergence> {
+    /// Registrations and deregistrations of one op against the model's
+    /// effects. `raw` is the outcome as the cache gave it (in the arena on
+    /// real memory), `ret` in the op's coordinates.
+    fn check_effects(&mut self, op: &Op, (raw, ret): (Ret, Ret), canonical: Ret, log: &[Call]) -> Result<(), Divergence> {
         let fail = |env: &Self, msg: String| Err(env.diverge(op, ret, canonical, msg));
         let model_regs: Vec<RegView> = self
             .model
@@ -316,7 +449,9 @@ impl<'c, R: Registrar> Environment<'c, R> {
             .collect();
         // The registration a miss made is the one its lease holds.
         let mut cache_regs = Vec::new();
-        if let (Op::Acquire { lease, .. }, Ret::Granted { reg, hit: false, .. }) = (op, ret) {
+        if let (Op::Acquire { lease, .. }, Ret::Granted { reg, hit: false, .. }, Ret::Granted { reg: moved, .. }) =
+            (op, raw, ret)
+        {
             let Some(l) = self.leases.get(lease) else {
                 return fail(self, "granted lease not held by the harness".into());
             };
@@ -325,7 +460,7 @@ impl<'c, R: Registrar> Environment<'c, R> {
                 return fail(self, format!("lease reports {reg} but its handle registered {} {}", h.range, h.access));
             }
             self.ids.insert(h.serial, reg.id);
-            cache_regs.push(reg);
+            cache_regs.push(moved);
         }
         if cache_regs != model_regs {
             return fail(self, format!("registrations differ: cache {cache_regs:?}, model {model_regs:?}"));
@@ -364,8 +499,25 @@ impl<'c, R: Registrar> Environment<'c, R> {
         Ok(())
     }
 
-    /// Releases every lease, flushes, and verifies both directions (module docs).
-    pub fn finish(mut self) -> Result<Summary, Divergence> {
+    /// Releases every lease, flushes, and verifies both directions (module
+    /// docs): [`Self::finish_with`]`(`[`Ending::Drain`]`)`.
+    pub fn finish(self) -> Result<Summary, Divergence> {
+        self.finish_with(Ending::Drain)
+    }
+
+    /// Ends the run as `ending` says (module docs, "One environment").
+    /// [`Ending::AsRecorded`] never fails; its summary's stats are the
+    /// cache's at once (read them again once a monitor thread is joined).
+    pub fn finish_with(mut self, ending: Ending) -> Result<Summary, Divergence> {
+        if ending == Ending::AsRecorded {
+            self.leases.clear();
+            return Ok(Summary {
+                ops: self.steps,
+                stats: self.cache.stats(),
+                discarded: self.discarded,
+                injected_failures: self.cache.registrar().injected.load(std::sync::atomic::Ordering::Relaxed),
+            });
+        }
         for lease in self.held() {
             self.step(&Op::Release { lease })?;
         }
@@ -399,7 +551,7 @@ impl<'c, R: Registrar> Environment<'c, R> {
             return fail(&self, "deregistrations failed".into());
         }
         Ok(Summary {
-            ops: self.records.len(),
+            ops: self.steps,
             stats: cs,
             discarded: self.discarded,
             injected_failures: reg.injected.load(std::sync::atomic::Ordering::Relaxed),
@@ -532,7 +684,8 @@ pub fn replay_trace_with<R: Registrar>(
                     continue;
                 }
                 return Err(Divergence {
-                    index: env.records().len() - 1,
+                    check: Check::Expectation,
+                    index: env.steps() - 1,
                     op: rec.op,
                     observed: got,
                     canonical,

@@ -1,61 +1,19 @@
-//! Swarm-style random operations for long runs (`mrcache fuzz`).
-//!
-//! Swarm testing (Groce et al., ISSTA 2012): each case switches some op kinds
-//! off, so that behaviours one kind would mask (a release event before every
-//! stale hit, a flush before every eviction) get exercised. Addresses come
-//! from a hot/cold distribution: most ops land on a handful of hot pages, so
-//! overlaps, partial frees and reuse of freed addresses are frequent; the
-//! rest anywhere in a wider cold window. (`prop`, the proptest layer of
-//! the integration tests, has the same shape, with shrinking; feature
+//! Swarm-style random operations for long runs (`mrcache fuzz`): [`OpGen`]
+//! draws [`swarm`]'s distribution from a seed. (`prop`, the proptest layer
+//! of the integration tests, draws the same one with shrinking; feature
 //! `proptest`.)
+//!
+//! Invariant: a seed determines the whole case (mask, hot pages, steps), so
+//! a failing seed reproduces on every machine.
 
 #[cfg(feature = "proptest")]
 pub mod prop;
+pub mod swarm;
 
 use super::env::HookEvent;
 use super::rng::Rng;
-use mrcache_types::{Access, LeaseId, Op, ReleaseKind, ADDRESS_LIMIT};
-
-/// Op kinds a swarm case can switch off (acquire is always on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Release,
-    ReleaseEvent,
-    AllocFree,
-    /// Flush and trim.
-    Flush,
-    Fork,
-    BadInput,
-    /// Acquires ask for varied access rights (else always `remote_read`).
-    AccessVariety,
-    /// Sub-page offsets and lengths (else whole pages).
-    SubPage,
-    /// Acquires that raise a release event from inside `register` (when the
-    /// environment has an event hook).
-    EventInRegister,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 9] = [
-        Kind::Release,
-        Kind::ReleaseEvent,
-        Kind::AllocFree,
-        Kind::Flush,
-        Kind::Fork,
-        Kind::BadInput,
-        Kind::AccessVariety,
-        Kind::SubPage,
-        Kind::EventInRegister,
-    ];
-}
-
-const ACCESSES: [Access; 5] = [
-    Access::LOCAL_READ,
-    Access::REMOTE_READ,
-    Access::LOCAL_WRITE.union(Access::REMOTE_READ),
-    Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE),
-    Access::REMOTE_ATOMIC,
-];
+use mrcache_types::Op;
+use swarm::{off, Case, Draw};
 
 /// One generated step: an op, and maybe an event to raise inside its
 /// registration.
@@ -69,108 +27,34 @@ pub struct Step {
 #[derive(Clone, Debug)]
 pub struct OpGen {
     rng: Rng,
-    enabled: Vec<Kind>,
+    /// The mask and hot pages; its steps stay empty (drawn one at a time).
+    case: Case,
     page_size: u64,
-    /// Hot pages (a few, close together).
-    hot: Vec<u64>,
-    cold_pages: u64,
-    leases: u64,
 }
 
 impl OpGen {
-    /// A case: each kind is switched off with probability 1/3.
+    /// A case: its swarm mask and hot pages drawn as `prop::case` draws
+    /// them. Registrar failures are not scripted (the fuzzer's registrar
+    /// injects its own, at random): [`off::REGISTRAR_FAULTS`] is always set.
     pub fn new(seed: u64, page_size: u64) -> OpGen {
         let mut rng = Rng::new(seed);
-        let enabled = Kind::ALL.iter().copied().filter(|_| !rng.chance(1, 3)).collect();
-        let base = rng.below(8);
-        let hot = (0..4).map(|_| base + rng.below(10)).collect();
-        OpGen { rng, enabled, page_size, hot, cold_pages: 256, leases: 6 }
+        let mut draw = Draw(&mut rng);
+        let case = Case { config: 0, off: draw.off() | off::REGISTRAR_FAULTS, hot: draw.hot(), steps: Vec::new() };
+        OpGen { rng, case, page_size }
     }
 
-    pub fn enabled(&self) -> &[Kind] {
-        &self.enabled
+    /// The swarm mask: a set bit ([`off`]) switches a kind off.
+    pub fn off(&self) -> u16 {
+        self.case.off
     }
 
-    fn on(&self, k: Kind) -> bool {
-        self.enabled.contains(&k)
-    }
-
-    fn addr(&mut self) -> u64 {
-        let page = if self.rng.chance(4, 5) {
-            *self.rng.pick(&self.hot) + self.rng.below(2)
-        } else {
-            self.rng.below(self.cold_pages)
-        };
-        let sub = if self.on(Kind::SubPage) && self.rng.chance(1, 4) { self.rng.below(self.page_size) } else { 0 };
-        page * self.page_size + sub
-    }
-
-    fn len(&mut self) -> u64 {
-        let pages = match self.rng.below(10) {
-            0..=5 => 1 + self.rng.below(2),
-            6..=8 => 1 + self.rng.below(5),
-            _ => 1 + self.rng.below(16),
-        };
-        if self.on(Kind::SubPage) && self.rng.chance(1, 4) {
-            1 + self.rng.below(pages * self.page_size)
-        } else {
-            pages * self.page_size
-        }
-    }
-
-    /// The next step.
+    /// The next step (steps of a kind switched off are drawn again).
     pub fn next_step(&mut self) -> Step {
         loop {
-            let roll = self.rng.below(100);
-            let lease: LeaseId = self.rng.below(self.leases);
-            let op = match roll {
-                0..=39 => {
-                    let access =
-                        if self.on(Kind::AccessVariety) { *self.rng.pick(&ACCESSES) } else { Access::REMOTE_READ };
-                    let op = Op::Acquire { lease, addr: self.addr(), len: self.len(), access };
-                    let hook = (self.on(Kind::EventInRegister) && self.rng.chance(1, 4)).then(|| HookEvent {
-                        page_offset: self.rng.below(8),
-                        pages: 1 + self.rng.below(2),
-                        kind: ReleaseKind::Munmap,
-                    });
-                    return Step { op, hook };
-                }
-                40..=69 if self.on(Kind::Release) => Op::Release { lease },
-                70..=84 if self.on(Kind::ReleaseEvent) => {
-                    let kind = *self.rng.pick(&ReleaseKind::ALL);
-                    let len = if self.rng.chance(2, 3) { self.page_size * (1 + self.rng.below(2)) } else { self.len() };
-                    Op::ReleaseEvent { kind, addr: self.addr(), len }
-                }
-                85..=90 if self.on(Kind::AllocFree) => {
-                    if self.rng.chance(1, 2) {
-                        Op::Alloc { addr: self.addr(), len: self.len() }
-                    } else {
-                        Op::Free { addr: self.addr(), len: self.len() }
-                    }
-                }
-                91 if self.on(Kind::Flush) => Op::Flush,
-                92..=93 if self.on(Kind::Flush) => Op::Trim,
-                94 if self.on(Kind::Fork) && self.rng.chance(1, 3) => Op::Fork,
-                95..=99 if self.on(Kind::BadInput) => match self.rng.below(5) {
-                    0 => Op::Acquire { lease, addr: self.addr(), len: 0, access: Access::REMOTE_READ },
-                    1 => Op::Acquire {
-                        lease,
-                        addr: u64::MAX - self.rng.below(4096),
-                        len: 8192,
-                        access: Access::REMOTE_READ,
-                    },
-                    2 => Op::Acquire {
-                        lease,
-                        addr: ADDRESS_LIMIT - 100,
-                        len: 101 + self.rng.below(4096),
-                        access: Access::REMOTE_READ,
-                    },
-                    3 => Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: self.addr(), len: 0 },
-                    _ => Op::Release { lease: 1000 + lease },
-                },
-                _ => continue,
-            };
-            return Step { op, hook: None };
+            let step = Draw(&mut self.rng).step();
+            if let Some((op, hook, _)) = self.case.op_of(&step, self.page_size) {
+                return Step { op, hook };
+            }
         }
     }
 }
@@ -185,8 +69,41 @@ mod tests {
         let ops: Vec<Step> = (0..1000).map(|_| g.next_step()).collect();
         let acquires = ops.iter().filter(|s| matches!(s.op, Op::Acquire { .. })).count();
         assert!(acquires > 300, "{acquires}");
-        let kinds: Vec<Vec<Kind>> = (0..20).map(|s| OpGen::new(s, 4096).enabled().to_vec()).collect();
-        assert!(kinds.iter().any(|k| k.len() < Kind::ALL.len()), "some kinds switched off");
-        assert!(kinds.windows(2).any(|w| w[0] != w[1]));
+        let masks: Vec<u16> = (0..20).map(|s| OpGen::new(s, 4096).off()).collect();
+        assert!(masks.iter().any(|&m| m != off::REGISTRAR_FAULTS), "some kinds switched off");
+        assert!(masks.windows(2).any(|w| w[0] != w[1]));
+        // A seed reproduces its case.
+        let again: Vec<Step> = {
+            let mut g = OpGen::new(3, 4096);
+            (0..1000).map(|_| g.next_step()).collect()
+        };
+        assert_eq!(ops, again);
+    }
+
+    /// The seeded draws follow the weights the proptest strategies use.
+    #[test]
+    fn seeded_draws_follow_the_weights() {
+        let mut rng = Rng::new(11);
+        let n = 90_000;
+        let mut counts = [0u32; 9];
+        for _ in 0..n {
+            let i = match Draw(&mut rng).step() {
+                swarm::Step::Acquire { .. } => 0,
+                swarm::Step::Release { .. } => 1,
+                swarm::Step::Event { .. } => 2,
+                swarm::Step::Alloc { .. } => 3,
+                swarm::Step::Free { .. } => 4,
+                swarm::Step::Flush => 5,
+                swarm::Step::Trim => 6,
+                swarm::Step::Fork => 7,
+                swarm::Step::Bad(_) => 8,
+            };
+            counts[i] += 1;
+        }
+        let total: u32 = swarm::STEP_WEIGHTS.iter().sum();
+        for (c, w) in counts.iter().zip(swarm::STEP_WEIGHTS) {
+            let want = f64::from(n) * f64::from(w) / f64::from(total);
+            assert!((f64::from(*c) - want).abs() < 0.1 * want + 100.0, "{counts:?}");
+        }
     }
 }

@@ -41,7 +41,7 @@ pub mod rng;
 pub mod watchdog;
 
 pub use apply::Apply;
-pub use env::{Divergence, Environment, Summary};
+pub use env::{Check, Divergence, Ending, Environment, RealMemory, Summary};
 pub use registrar::{Call, TestHandle, TestRegistrar};
 pub use rng::Rng;
 

@@ -1,260 +1,80 @@
 //! Swarm-style op generation with shrinking (proptest), and the driver that
 //! runs a case through the [`Environment`] (feature `proptest`; used by
-//! `impl/tests/differential.rs`; was `impl/tests/common/gen.rs`). The same
-//! shape as [`super::OpGen`], which draws from a seed instead, for `mrcache
-//! fuzz`.
+//! `impl/tests/differential.rs`; was `impl/tests/common/gen.rs`).
 //!
-//! A [`Case`] is a configuration index (into [`crate::configs()`]: every
-//! policy × eviction × limits × chunk setting), a *swarm mask* switching op
-//! kinds off (Groce et al., ISSTA 2012), a set of hot pages, and steps.
-//! Addresses are hot (four pages chosen per case, ±1 page) 4 times in 5,
-//! cold (anywhere in 256 pages) otherwise, so overlaps, partial frees and
-//! reuse of freed addresses are frequent. Steps are independent of the mask
-//! (disabled ones are skipped when the case runs), so proptest shrinks the
-//! step list freely: a failing case shrinks to the few steps that matter.
+//! The distribution is [`super::swarm`]'s (its cases, steps, weights and
+//! ranges, re-exported here); this module only turns its constants into
+//! proptest strategies, so a failing case shrinks to the few steps that
+//! matter. [`super::OpGen`] draws the same distribution from a seed, for
+//! `mrcache fuzz`.
 
-use crate::env::HookEvent;
+pub use super::swarm::{off, Addr, Case, Fail, Len, Step, P};
+use super::swarm::{
+    ACCESSES, ADDR_WEIGHTS, BAD_KINDS, COLD_PAGES, EVENT_IN_REGISTER, EVENT_KINDS, EVENT_LEN_WEIGHTS, EVENT_OFFSETS,
+    FAILS, FAIL_WEIGHTS, HOT_RANGE, LEASES, LEN_BYTES, LEN_PAGES, LEN_WEIGHTS, RELEASE_LEASES, STEP_WEIGHTS,
+    SUB_RANGE, SUB_WEIGHTS,
+};
 use crate::{Divergence, Environment, TestRegistrar};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::{Cache, CacheConfig, Faults};
 use mrcache_types::trace::Trace;
-use mrcache_types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestError, TestRunner};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub const P: u64 = 4096;
-
-/// Swarm bits: a set bit switches the kind off.
-pub mod off {
-    pub const RELEASE: u16 = 1 << 0;
-    pub const EVENT: u16 = 1 << 1;
-    pub const ALLOC_FREE: u16 = 1 << 2;
-    /// Flush and trim.
-    pub const FLUSH: u16 = 1 << 3;
-    pub const FORK: u16 = 1 << 4;
-    pub const BAD_INPUT: u16 = 1 << 5;
-    /// Acquires all ask for `remote_read`.
-    pub const ACCESS_VARIETY: u16 = 1 << 6;
-    /// Whole pages only.
-    pub const SUB_PAGE: u16 = 1 << 7;
-    /// No release event raised from inside `register`.
-    pub const EVENT_IN_REGISTER: u16 = 1 << 8;
-    /// No registrar failure injected.
-    pub const REGISTRAR_FAULTS: u16 = 1 << 9;
-    pub const ALL: u16 = (1 << 10) - 1;
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum Addr {
-    /// One of the case's hot pages, plus `delta` pages (0 or 1), plus `sub` bytes.
-    Hot {
-        which: u8,
-        delta: u8,
-        sub: u16,
-    },
-    Cold {
-        page: u16,
-        sub: u16,
-    },
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum Len {
-    Pages(u8),
-    Bytes(u32),
-}
-
-/// Registrar failures scripted for one acquire (spec.md#S5.4).
-#[derive(Clone, Copy, Debug)]
-pub enum Fail {
-    /// ENOMEM, then the retry succeeds (`pressure`).
-    NoMemOnce,
-    /// EAGAIN, then the retry succeeds.
-    AgainOnce,
-    /// ENOMEM twice: E5 no_memory with pressure.
-    NoMemTwice,
-    /// ENOMEM then EFAULT: E5 fault with pressure.
-    NoMemThenFault,
-    /// EFAULT: E5 fault, no retry.
-    Fault,
-    /// EINVAL: E5 other.
-    Other,
-}
-
-impl Fail {
-    fn script(self) -> &'static [Option<i32>] {
-        match self {
-            Fail::NoMemOnce => &[Some(libc::ENOMEM)],
-            Fail::AgainOnce => &[Some(libc::EAGAIN)],
-            Fail::NoMemTwice => &[Some(libc::ENOMEM), Some(libc::ENOMEM)],
-            Fail::NoMemThenFault => &[Some(libc::ENOMEM), Some(libc::EFAULT)],
-            Fail::Fault => &[Some(libc::EFAULT)],
-            Fail::Other => &[Some(libc::EINVAL)],
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum Step {
-    Acquire { lease: u8, at: Addr, len: Len, access: u8, event: Option<(u8, u8)>, fail: Option<Fail> },
-    Release { lease: u8 },
-    Event { kind: u8, at: Addr, len: Len },
-    Alloc { at: Addr, len: Len },
-    Free { at: Addr, len: Len },
-    Flush,
-    Trim,
-    Fork,
-    Bad(u8),
-}
-
-#[derive(Clone, Debug)]
-pub struct Case {
-    pub config: usize,
-    pub off: u16,
-    pub hot: [u8; 4],
-    pub steps: Vec<Step>,
-}
-
-const ACCESSES: [Access; 5] = [
-    Access::REMOTE_READ,
-    Access::LOCAL_READ,
-    Access::LOCAL_WRITE.union(Access::REMOTE_READ),
-    Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE),
-    Access::REMOTE_ATOMIC,
-];
-
-impl Case {
-    fn on(&self, bit: u16) -> bool {
-        self.off & bit == 0
-    }
-
-    fn addr(&self, a: Addr) -> u64 {
-        let sub = |s: u16| if self.on(off::SUB_PAGE) { u64::from(s) % P } else { 0 };
-        match a {
-            Addr::Hot { which, delta, sub: s } => {
-                (u64::from(self.hot[usize::from(which % 4)]) + u64::from(delta % 2)) * P + sub(s)
-            }
-            Addr::Cold { page, sub: s } => u64::from(page % 256) * P + sub(s),
-        }
-    }
-
-    fn len(&self, l: Len) -> u64 {
-        match l {
-            Len::Bytes(b) if self.on(off::SUB_PAGE) => 1 + u64::from(b) % (5 * P),
-            Len::Bytes(b) => (1 + u64::from(b) % 5) * P,
-            Len::Pages(n) => u64::from(n.max(1)) * P,
-        }
-    }
-
-    /// The ops the case runs (disabled kinds skipped), each with the event
-    /// to raise inside its registration and the registrar failures to script.
-    pub fn ops(&self) -> Vec<(Op, Option<HookEvent>, Option<Fail>)> {
-        let mut out = Vec::new();
-        for s in &self.steps {
-            let item = match *s {
-                Step::Acquire { lease, at, len, access, event, fail } => {
-                    let access = if self.on(off::ACCESS_VARIETY) {
-                        ACCESSES[usize::from(access) % ACCESSES.len()]
-                    } else {
-                        Access::REMOTE_READ
-                    };
-                    let op =
-                        Op::Acquire { lease: u64::from(lease % 6), addr: self.addr(at), len: self.len(len), access };
-                    let fail = fail.filter(|_| self.on(off::REGISTRAR_FAULTS));
-                    // Both on one acquire: an event raised after its pressure
-                    // eviction (faults.rs `pressure_then_stale_retry_*`).
-                    let hook = event.filter(|_| self.on(off::EVENT_IN_REGISTER)).map(|(o, n)| HookEvent {
-                        page_offset: u64::from(o),
-                        pages: 1 + u64::from(n % 2),
-                        kind: ReleaseKind::Munmap,
-                    });
-                    (op, hook, fail)
-                }
-                Step::Release { lease } if self.on(off::RELEASE) => {
-                    (Op::Release { lease: u64::from(lease % 7) }, None, None)
-                }
-                Step::Event { kind, at, len } if self.on(off::EVENT) => {
-                    let kind = ReleaseKind::ALL[usize::from(kind) % ReleaseKind::ALL.len()];
-                    (Op::ReleaseEvent { kind, addr: self.addr(at), len: self.len(len) }, None, None)
-                }
-                Step::Alloc { at, len } if self.on(off::ALLOC_FREE) => {
-                    (Op::Alloc { addr: self.addr(at), len: self.len(len) }, None, None)
-                }
-                Step::Free { at, len } if self.on(off::ALLOC_FREE) => {
-                    (Op::Free { addr: self.addr(at), len: self.len(len) }, None, None)
-                }
-                Step::Flush if self.on(off::FLUSH) => (Op::Flush, None, None),
-                Step::Trim if self.on(off::FLUSH) => (Op::Trim, None, None),
-                Step::Fork if self.on(off::FORK) => (Op::Fork, None, None),
-                Step::Bad(k) if self.on(off::BAD_INPUT) => {
-                    let op = match k % 5 {
-                        0 => Op::Acquire { lease: 1, addr: 0x1000, len: 0, access: Access::REMOTE_READ },
-                        1 => Op::Acquire { lease: 2, addr: u64::MAX - 0x800, len: 0x1000, access: Access::REMOTE_READ },
-                        2 => Op::Acquire { lease: 3, addr: ADDRESS_LIMIT - 8, len: 9, access: Access::REMOTE_READ },
-                        3 => Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: 0x2000, len: 0 },
-                        _ => Op::Free { addr: u64::MAX, len: 2 },
-                    };
-                    (op, None, None)
-                }
-                _ => continue,
-            };
-            out.push(item);
-        }
-        out
-    }
+fn sub() -> impl Strategy<Value = u16> {
+    let [whole, any] = SUB_WEIGHTS;
+    prop_oneof![whole => Just(0u16), any => 0u16..SUB_RANGE]
 }
 
 fn addr() -> impl Strategy<Value = Addr> {
+    let [hot, cold] = ADDR_WEIGHTS;
     prop_oneof![
-        4 => (0u8..4, 0u8..2, prop_oneof![3 => Just(0u16), 1 => 0u16..4096]).prop_map(|(which, delta, sub)| Addr::Hot { which, delta, sub }),
-        1 => (0u16..256, prop_oneof![3 => Just(0u16), 1 => 0u16..4096]).prop_map(|(page, sub)| Addr::Cold { page, sub }),
+        hot => (0u8..4, 0u8..2, sub()).prop_map(|(which, delta, sub)| Addr::Hot { which, delta, sub }),
+        cold => (0u16..COLD_PAGES, sub()).prop_map(|(page, sub)| Addr::Cold { page, sub }),
     ]
 }
 
 fn len() -> impl Strategy<Value = Len> {
+    let [w0, w1, w2, bytes] = LEN_WEIGHTS;
+    let [p0, p1, p2] = LEN_PAGES;
     prop_oneof![
-        6 => (1u8..3).prop_map(Len::Pages),
-        2 => (3u8..6).prop_map(Len::Pages),
-        1 => (6u8..17).prop_map(Len::Pages),
-        2 => (0u32..5 * 4096).prop_map(Len::Bytes),
+        w0 => (p0.0..p0.1).prop_map(Len::Pages),
+        w1 => (p1.0..p1.1).prop_map(Len::Pages),
+        w2 => (p2.0..p2.1).prop_map(Len::Pages),
+        bytes => (0u32..LEN_BYTES).prop_map(Len::Bytes),
     ]
 }
 
 fn fail() -> impl Strategy<Value = Option<Fail>> {
-    prop_oneof![
-        12 => Just(None),
-        1 => prop_oneof![
-            Just(Fail::NoMemOnce),
-            Just(Fail::AgainOnce),
-            Just(Fail::NoMemTwice),
-            Just(Fail::NoMemThenFault),
-            Just(Fail::Fault),
-            Just(Fail::Other),
-        ].prop_map(Some),
-    ]
+    let [none, some] = FAIL_WEIGHTS;
+    let [f0, f1, f2, f3, f4, f5] = FAILS;
+    prop_oneof![none => Just(None), some => prop_oneof![Just(f0), Just(f1), Just(f2), Just(f3), Just(f4), Just(f5)].prop_map(Some)]
 }
 
 pub fn step() -> impl Strategy<Value = Step> {
+    let [acquire, release, event, alloc, free, flush, trim, fork, bad] = STEP_WEIGHTS;
+    let (num, den) = EVENT_IN_REGISTER;
+    let [event_pages, event_len] = EVENT_LEN_WEIGHTS;
     prop_oneof![
-        36 => (0u8..6, addr(), len(), 0u8..5, prop::option::weighted(0.25, (0u8..8, 0u8..2)), fail())
+        acquire => (0u8..LEASES, addr(), len(), 0u8..ACCESSES.len() as u8, prop::option::weighted(num as f64 / den as f64, (0u8..EVENT_OFFSETS, 0u8..2)), fail())
             .prop_map(|(lease, at, len, access, event, fail)| Step::Acquire { lease, at, len, access, event, fail }),
-        26 => (0u8..7).prop_map(|lease| Step::Release { lease }),
-        14 => (0u8..8, addr(), prop_oneof![3 => (1u8..3).prop_map(Len::Pages), 1 => len()])
+        release => (0u8..RELEASE_LEASES).prop_map(|lease| Step::Release { lease }),
+        event => (0u8..EVENT_KINDS, addr(), prop_oneof![event_pages => (1u8..3).prop_map(Len::Pages), event_len => len()])
             .prop_map(|(kind, at, len)| Step::Event { kind, at, len }),
-        3 => (addr(), len()).prop_map(|(at, len)| Step::Alloc { at, len }),
-        3 => (addr(), len()).prop_map(|(at, len)| Step::Free { at, len }),
-        2 => Just(Step::Flush),
-        2 => Just(Step::Trim),
-        1 => Just(Step::Fork),
-        2 => (0u8..5).prop_map(Step::Bad),
+        alloc => (addr(), len()).prop_map(|(at, len)| Step::Alloc { at, len }),
+        free => (addr(), len()).prop_map(|(at, len)| Step::Free { at, len }),
+        flush => Just(Step::Flush),
+        trim => Just(Step::Trim),
+        fork => Just(Step::Fork),
+        bad => (0u8..BAD_KINDS).prop_map(Step::Bad),
     ]
 }
 
 /// A case over `configs` configurations with up to `max_steps` steps.
 pub fn case(configs: usize, max_steps: usize) -> impl Strategy<Value = Case> {
-    (0..configs, 0u16..=off::ALL, prop::array::uniform4(0u8..12), prop::collection::vec(step(), 1..max_steps))
+    (0..configs, 0u16..=off::ALL, prop::array::uniform4(0u8..HOT_RANGE), prop::collection::vec(step(), 1..max_steps))
         .prop_map(|(config, off, hot, steps)| Case { config, off, hot, steps })
 }
 
