@@ -331,10 +331,25 @@ impl Draw<'_> {
         }
     }
 
-    /// A case's mask: each kind off with probability 1/2, as proptest's
-    /// `0..=off::ALL`.
+    /// A case's mask for a seeded run: each kind off with probability 1/3.
+    ///
+    /// The one place the two generators differ on purpose. Proptest draws
+    /// `0..=off::ALL` (each kind off with probability 1/2) and then shrinks
+    /// the mask towards fewer kinds off; a seeded fuzz case is never shrunk,
+    /// and with half its kinds off it found the fuzz mutants less often.
+    /// Violations per case, `mrcache fuzz --layers seq --seed 7 --seconds
+    /// 10 --mutant M` (2026-12-06): at 1/3, monitor-off 79 %,
+    /// skip-seq-recheck 13 %, leak-deregistration 81 %; at 1/2, 60 %, 6 %
+    /// and 77 %.
     pub fn off(&mut self) -> u16 {
-        self.0.below(u64::from(off::ALL) + 1) as u16
+        let mut mask = 0;
+        // One draw per kind: bounded by the ten kinds.
+        for bit in 0..u16::BITS - off::ALL.leading_zeros() {
+            if self.0.chance(1, 3) {
+                mask |= 1 << bit;
+            }
+        }
+        mask
     }
 
     /// A case's hot pages.
