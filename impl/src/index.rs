@@ -208,6 +208,17 @@ pub struct IntervalIndex<T, const ROOM: usize = { FANOUT + 1 }> {
 }
 
 /// What a removal left behind in a subtree.
+/// What [`IntervalIndex::remove_if`] did.
+#[derive(Debug)]
+pub enum Removal<T> {
+    /// No entry has that first page and id.
+    Absent,
+    /// The entry is there and `take` refused it: the index is unchanged.
+    Kept,
+    /// The entry's slot, out of the index.
+    Removed(Slot<T>),
+}
+
 struct Removed<T> {
     slot: Slot<T>,
     empty: bool,
@@ -532,7 +543,22 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     /// Removes the entry with this first page and id. `O(B · log n)`
     /// (amortised: see the rebuild in the module docs).
     pub fn remove(&mut self, first: u64, id: u64) -> Option<Slot<T>> {
-        let removed = self.remove_in(self.root, self.height, (first, id))?;
+        match self.remove_if(first, id, |_| true) {
+            Removal::Removed(slot) => Some(slot),
+            Removal::Absent | Removal::Kept => None,
+        }
+    }
+
+    /// Removes the entry with this first page and id if `take` accepts its
+    /// slot: one descent where a [`Self::find`] followed by a
+    /// [`Self::remove`] took two (A10 checks each noted victim before it
+    /// evicts it). `take` runs at most once, on the entry's slot.
+    pub fn remove_if(&mut self, first: u64, id: u64, take: impl FnOnce(&Slot<T>) -> bool) -> Removal<T> {
+        let mut take = Some(take);
+        let removed = match self.remove_in(self.root, self.height, (first, id), &mut take) {
+            Ok(removed) => removed,
+            Err(refusal) => return refusal,
+        };
         self.answers_version += 1;
         self.len -= 1;
         if self.len == 0 {
@@ -548,10 +574,17 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 self.rebuild();
             }
         }
-        Some(removed.slot)
+        Removal::Removed(removed.slot)
     }
 
-    fn remove_in(&mut self, node: u32, level: u32, key: (u64, u64)) -> Option<Removed<T>> {
+    /// `take` is `Some` until the leaf calls it (once: one leaf holds the key).
+    fn remove_in<F: FnOnce(&Slot<T>) -> bool>(
+        &mut self,
+        node: u32,
+        level: u32,
+        key: (u64, u64),
+        take: &mut Option<F>,
+    ) -> Result<Removed<T>, Removal<T>> {
         if level == 0 {
             let leaf = &mut self.leaves[node as usize];
             let n = leaf.n;
@@ -560,18 +593,22 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 pos += 1;
             }
             if pos == n || leaf.starts[pos] != key.0 {
-                return None;
+                return Err(Removal::Absent);
+            }
+            let accepted = take.take().is_some_and(|take| take(&leaf.slots[pos]));
+            if !accepted {
+                return Err(Removal::Kept);
             }
             leaf.starts.copy_within(pos + 1..n, pos);
             leaf.ep.copy_within(pos + 1..n, pos);
             let slot = leaf.slots.remove(pos);
             leaf.n -= 1;
             leaf.refresh_after(pos);
-            return Some(Removed { slot, empty: leaf.n == 0, max_end: leaf.max_end() });
+            return Ok(Removed { slot, empty: leaf.n == 0, max_end: leaf.max_end() });
         }
         let ci = self.inners[node as usize].route(key);
         let child = self.inners[node as usize].child[ci];
-        let r = self.remove_in(child, level - 1, key)?;
+        let r = self.remove_in(child, level - 1, key, take)?;
         let inner = &mut self.inners[node as usize];
         if r.empty {
             inner.remove_at(ci);
@@ -585,7 +622,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         }
         let inner = &mut self.inners[node as usize];
         inner.refresh_after(ci);
-        Some(Removed { slot: r.slot, empty: inner.n == 0, max_end: inner.max_end() })
+        Ok(Removed { slot: r.slot, empty: inner.n == 0, max_end: inner.max_end() })
     }
 
     fn reset(&mut self) {
@@ -849,9 +886,26 @@ mod tests {
                 Step::Remove(k) => {
                     if !naive.is_empty() {
                         let (span, id, _) = naive.remove(k % naive.len());
-                        let slot = idx.remove(span.first, id).unwrap();
-                        prop_assert_eq!(slot.value, id * 10);
+                        // A refusal changes nothing; `take` sees the entry's slot.
+                        let mut seen = None;
+                        let refused = idx.remove_if(span.first, id, |s| {
+                            seen = Some(s.value);
+                            false
+                        });
+                        prop_assert!(matches!(refused, Removal::Kept));
+                        prop_assert_eq!(seen, Some(id * 10));
+                        prop_assert_eq!(idx.len(), naive.len() + 1);
+                        let slot = if k % 2 == 0 {
+                            idx.remove(span.first, id)
+                        } else {
+                            match idx.remove_if(span.first, id, |_| true) {
+                                Removal::Removed(slot) => Some(slot),
+                                Removal::Absent | Removal::Kept => None,
+                            }
+                        };
+                        prop_assert_eq!(slot.map(|s| s.value), Some(id * 10));
                         prop_assert!(idx.remove(span.first, id).is_none());
+                        prop_assert!(matches!(idx.remove_if(span.first, id, |_| true), Removal::Absent));
                     }
                 }
                 Step::Refresh => idx.refresh(),

@@ -25,6 +25,7 @@ use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use super::entry::EntryPtr;
 use super::evict_order::{policy_key, Candidate};
+use crate::index::{Removal, Slot};
 use mrcache_types::config::EvictionPolicy;
 
 /// The entries an eviction pass may take (see [`Cache::note_victims`]): those
@@ -346,19 +347,28 @@ impl<R: Registrar> Cache<R> {
         // Bounded by the noted candidates.
         while self.over_limits(st) {
             let Some(c) = rest.next() else { break };
-            let Some(slot) = st.index.find(c.first, c.id()) else { continue };
-            let e = indexed(slot);
-            if !noted.contains(e) || e.state.leases() != 0 {
-                debug_assert!(false, "a noted entry was leased before A10");
-                st.order.push(*c);
-                continue;
-            }
             #[cfg(debug_assertions)]
-            assert_eq!(self.full_note_victim(st), Some(c.id()), "the noted prefix chose another victim than the full note");
-            let prio = e.priority.load(Ordering::Relaxed);
+            let full_note_victim = self.full_note_victim(st);
+            // The victim check and the removal in one descent of the index.
+            let victim = |slot: &Slot<EntryPtr<R>>| {
+                let e = indexed(slot);
+                noted.contains(e) && e.state.leases() == 0
+            };
+            let slot = match st.index.remove_if(c.first, c.id(), victim) {
+                Removal::Absent => continue,
+                Removal::Kept => {
+                    debug_assert!(false, "a noted entry was leased before A10");
+                    st.order.push(*c);
+                    continue;
+                }
+                Removal::Removed(slot) => slot,
+            };
+            #[cfg(debug_assertions)]
+            assert_eq!(full_note_victim, Some(c.id()), "the noted prefix chose another victim than the full note");
+            let prio = indexed(&slot).priority.load(Ordering::Relaxed);
             st.max_exclusive(&self.gds_floor, prio);
             st.add_exclusive(&self.counters.evictions, 1);
-            self.uncache(shared, st, c.first, c.id(), deregs, false);
+            self.retire(shared, st, slot, deregs, false);
         }
         #[cfg(debug_assertions)]
         if self.over_limits(st) {
