@@ -24,13 +24,18 @@ static int failures;
           mrcache_status_name(st_), #want, mrcache_last_error(NULL)); failures++; } } while (0)
 #define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
 
-/* A registrar that only counts (one per cache: two "NICs"). */
-struct nic { unsigned long reg, dereg; };
+/* A registrar that only counts (one per cache: two "NICs"). The counters
+ * are atomic: the header lets callbacks run on any thread at once, and they
+ * do here. The monitor thread performs a round's deregistrations after it
+ * unlocks the caches, so one of them can run while this thread's destroy
+ * flushes the same cache; plain `++` from both lost an update (a CI run saw
+ * n1.dereg one short after destroy). */
+struct nic { _Atomic unsigned long reg, dereg; };
 static int reg(void *p, void *addr, size_t len, uint32_t access, void **handle, uint32_t *lkey, uint32_t *rkey) {
   struct nic *n = p;
   (void)len; (void)access;
-  n->reg++;
-  *handle = addr; *lkey = (uint32_t)n->reg; *rkey = 1;
+  unsigned long id = ++n->reg;
+  *handle = addr; *lkey = (uint32_t)id; *rkey = 1;
   return 0;
 }
 static int dereg(void *p, void *handle) { (void)handle; ((struct nic *)p)->dereg++; return 0; }
