@@ -207,7 +207,6 @@ pub struct IntervalIndex<T, const ROOM: usize = { FANOUT + 1 }> {
     max_id: u64,
 }
 
-/// What a removal left behind in a subtree.
 /// What [`IntervalIndex::remove_if`] did.
 #[derive(Debug)]
 pub enum Removal<T> {
@@ -219,6 +218,7 @@ pub enum Removal<T> {
     Removed(Slot<T>),
 }
 
+/// What a removal left behind in a subtree.
 struct Removed<T> {
     slot: Slot<T>,
     empty: bool,
