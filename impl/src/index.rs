@@ -218,6 +218,14 @@ pub enum Removal<T> {
     Removed(Slot<T>),
 }
 
+/// Why [`IntervalIndex::remove_in`] removed nothing: the two [`Removal`]s
+/// that leave the index unchanged (a removal's own result is [`Removed`]).
+#[derive(Debug)]
+enum NotRemoved {
+    Absent,
+    Kept,
+}
+
 /// What a removal left behind in a subtree.
 struct Removed<T> {
     slot: Slot<T>,
@@ -557,7 +565,8 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         let mut take = Some(take);
         let removed = match self.remove_in(self.root, self.height, (first, id), &mut take) {
             Ok(removed) => removed,
-            Err(refusal) => return refusal,
+            Err(NotRemoved::Absent) => return Removal::Absent,
+            Err(NotRemoved::Kept) => return Removal::Kept,
         };
         self.answers_version += 1;
         self.len -= 1;
@@ -584,7 +593,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         level: u32,
         key: (u64, u64),
         take: &mut Option<F>,
-    ) -> Result<Removed<T>, Removal<T>> {
+    ) -> Result<Removed<T>, NotRemoved> {
         if level == 0 {
             let leaf = &mut self.leaves[node as usize];
             let n = leaf.n;
@@ -593,11 +602,11 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 pos += 1;
             }
             if pos == n || leaf.starts[pos] != key.0 {
-                return Err(Removal::Absent);
+                return Err(NotRemoved::Absent);
             }
             let accepted = take.take().is_some_and(|take| take(&leaf.slots[pos]));
             if !accepted {
-                return Err(Removal::Kept);
+                return Err(NotRemoved::Kept);
             }
             leaf.starts.copy_within(pos + 1..n, pos);
             leaf.ep.copy_within(pos + 1..n, pos);

@@ -21,7 +21,9 @@
 //! capture), [`gen`] (swarm op generation, seeded for long runs, with
 //! proptest's shrinking for the integration tests), [`generations`] (page
 //! generations, the physical truth of freshness checks without real memory)
-//! and [`watchdog`] (no test may hang). Anonymous mappings come from `mrcache::mem`.
+//! and [`watchdog`] (no test may hang). Anonymous mappings come from
+//! `mrcache::mem`; fresh pages at a fixed address (the DMA arena's churns,
+//! replay's releases) from one private helper, `pages::map_at`.
 //!
 //! Never a dependency of a production build: it exists to break and observe
 //! the cache.
@@ -36,6 +38,7 @@ pub mod env;
 pub mod gen;
 pub mod generations;
 pub mod lin;
+mod pages;
 pub mod registrar;
 pub mod rng;
 pub mod watchdog;

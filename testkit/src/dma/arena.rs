@@ -8,32 +8,13 @@
 
 use mrcache::mem::page_size;
 
-/// Anonymous private read-write pages at `addr` (`MAP_FIXED` replaces what
-/// is there; `MAP_FIXED_NOREPLACE` fails if anything is). `Err(errno)`.
+/// Anonymous private pages at `addr` (`MAP_FIXED` replaces what is there;
+/// `MAP_FIXED_NOREPLACE` fails if anything is). `Err(errno)`.
 pub(super) fn map_at(addr: u64, len: u64, fixed: libc::c_int, prot: libc::c_int) -> Result<(), i32> {
     // SAFETY: callers pass page-aligned ranges inside mappings this harness
     // owns (arena slots, scratch areas) and hold the slot's lock, so no Rust
     // reference into them is live; MAP_FIXED_NOREPLACE never replaces anything.
-    let p = unsafe {
-        libc::mmap(
-            addr as *mut libc::c_void,
-            len as usize,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
-    }
-    if p as u64 != addr {
-        // An old kernel took NOREPLACE as a hint: undo, report EEXIST.
-        // SAFETY: the mapping we just got, nobody else knows of it.
-        unsafe { libc::munmap(p, len as usize) };
-        return Err(libc::EEXIST);
-    }
-    Ok(())
+    unsafe { crate::pages::map_at(addr, len, fixed, prot) }
 }
 
 pub(super) const RW_PROT: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;

@@ -78,21 +78,13 @@ impl RealMemory {
         if start < self.base || start + bytes > self.base + self.len as u64 {
             return Err(format!("release event {r} falls outside the replay arena"));
         }
-        // SAFETY: the range lies inside our own arena (checked above); no
-        // Rust object lives there, and leases on it only hold registrations.
-        let q = unsafe {
-            libc::mmap(
-                start as *mut libc::c_void,
-                bytes as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
+        // SAFETY: the range lies inside our own arena (checked above) and is
+        // page-aligned; no Rust object lives there, and leases on it only
+        // hold registrations.
+        let fresh = unsafe {
+            crate::pages::map_at(start, bytes, libc::MAP_FIXED | libc::MAP_NORESERVE, libc::PROT_READ | libc::PROT_WRITE)
         };
-        if q == libc::MAP_FAILED {
-            return Err(format!("cannot remap {r} in the arena: {}", std::io::Error::last_os_error()));
-        }
+        fresh.map_err(|errno| format!("cannot remap {r} in the arena: {}", std::io::Error::from_raw_os_error(errno)))?;
         Ok(())
     }
 }
