@@ -341,7 +341,8 @@ impl<R: Registrar> Cache<R> {
             //# recomputed under the lock (unleased → dereg list; leased → set
             //# INVALID, deregistered at last release).
             let (e, id) = self.insert(shared, &mut st, plan, handle, deregs);
-            inc(&self.counters.misses);
+            // Its only writer, always under the lock exclusive.
+            st.add_exclusive(&self.counters.misses, 1);
             //= spec.md#F1
             //# until a monitor runs in the child, a miss's registration is not
             //# cached
@@ -537,7 +538,7 @@ impl<R: Registrar> Cache<R> {
         let bytes = plan.range.len;
         let view = RegView { id, addr: plan.range.addr, len: bytes, access: plan.access };
         let keys = self.registrar.keys(&handle);
-        let entry = Box::new(Entry::<R> {
+        let mut entry = Box::new(Entry::<R> {
             state: EntryState::new(1),
             key_first: plan.span.first,
             key_end_access: super::entry::end_access(plan.span.end, plan.access),
@@ -557,8 +558,8 @@ impl<R: Registrar> Cache<R> {
             handle: ManuallyDrop::new(handle),
         });
         // The use that creates it (stamped before it is findable: nobody else
-        // can see it before we unlock).
-        self.touch(&entry);
+        // can see it before we unlock, so without a locked instruction).
+        self.touch_new(&mut entry);
         let e = EntryPtr::new(entry);
         st.index.insert(plan.span, id, plan.access, e);
         // Memo tables grow with the index; the old one's pages are given

@@ -1,7 +1,8 @@
 //! The counters behind [`crate::Cache::stats`] (spec.md#S8): plain data
 //! (layer 1), read by `stats.rs`.
 //!
-//! The three counters the hit path bumps (`acquires`, `hits`, `releases`) are
+//! The three counters the hit path bumps (`acquires`, `hits`, `releases`),
+//! and `deregistrations` (performed after unlocking, by any thread), are
 //! striped per thread: a thread bumps the slot its [`thread_token`] hashes
 //! to if it owns that slot (the first token to claim a slot owns it for
 //! good), with a plain load + store (no locked read-modify-write, no shared
@@ -11,9 +12,12 @@
 //! with `fetch_add`. Where there is no token (other targets, loom), each
 //! thread gets a process-wide slot number once instead (a thread-local),
 //! and a thread whose number is below [`SLOTS`] is the only writer of that
-//! slot; later threads use the overflow slot. Everything else is bumped on slow paths with
-//! `fetch_add`. A [`crate::Cache::stats`] snapshot sums the slots; it is exact
-//! when no operation is in flight (always, in sequential use).
+//! slot; later threads use the overflow slot. Counters written only under
+//! the cache lock exclusive (`misses`, `registrations`, ...) are bumped with
+//! a load and a store (`Locked::add_exclusive`); everything else on slow
+//! paths with `fetch_add`. A [`crate::Cache::stats`] snapshot sums the
+//! slots; it is exact when no operation is in flight (always, in sequential
+//! use).
 //!
 //! These are plain `std` atomics even under loom (see [`crate::sync`]).
 
@@ -62,14 +66,19 @@ pub(crate) struct HotSlot {
     pub acquires: plain::AtomicU64,
     pub hits: plain::AtomicU64,
     pub releases: plain::AtomicU64,
+    pub deregistrations: plain::AtomicU64,
 }
 
-/// Which hot counter to bump.
+/// Which striped counter to bump.
 #[derive(Clone, Copy)]
 pub(crate) enum Hot {
     Acquires,
     Hits,
     Releases,
+    /// Not on the hit path, but bumped after unlocking by whichever thread
+    /// performs a deregistration: a locked `fetch_add` per evicting miss
+    /// otherwise.
+    Deregistrations,
 }
 
 impl HotSlot {
@@ -79,6 +88,7 @@ impl HotSlot {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
             Hot::Releases => &self.releases,
+            Hot::Deregistrations => &self.deregistrations,
         }
     }
 }
@@ -129,14 +139,14 @@ impl HotCounters {
     }
 }
 
-/// Slow-path counters (spec.md#S8), one `fetch_add` each.
+/// Slow-path counters (spec.md#S8): one `fetch_add` each, or a load and a
+/// store for those written only under the lock exclusive.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub misses: plain::AtomicU64,
     pub errors: plain::AtomicU64,
     pub release_events: plain::AtomicU64,
     pub registrations: plain::AtomicU64,
-    pub deregistrations: plain::AtomicU64,
     pub bytes_registered: plain::AtomicU64,
     pub peak_pinned_bytes: plain::AtomicU64,
     pub invalidations: plain::AtomicU64,

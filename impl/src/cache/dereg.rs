@@ -7,7 +7,7 @@
 //! the steps that need layer 5 live in layer 5 (module docs of `cache`).
 
 use super::Cache;
-use super::counters::inc;
+use super::counters::{inc, Hot};
 use super::entry::{Entry, EntryPtr};
 use super::generation::{Generation, held_by_this_thread};
 use crate::hit_memo::RetiredMemo;
@@ -133,7 +133,7 @@ impl<R: Registrar> Cache<R> {
     }
 
     pub(super) fn count_dereg(&self, shared: &Generation<R>, bytes: u64) {
-        inc(&self.counters.deregistrations);
+        self.hot.bump(Hot::Deregistrations);
         shared.live_regs.fetch_sub(1, Ordering::Relaxed);
         shared.live_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }

@@ -440,6 +440,22 @@ impl<R: Registrar> Cache<R> {
         }
     }
 
+    /// [`Self::touch`] for an entry nobody else can see yet (A9, before it is
+    /// findable): the same stamps as `touch` gives a fresh entry (both start
+    /// at 0), stored plainly through `&mut` instead of by `fetch_max`.
+    #[inline]
+    pub(super) fn touch_new(&self, entry: &mut Entry<R>) {
+        if !self.limits_active {
+            return;
+        }
+        debug_assert!(*entry.last_use.get_mut() == 0 && *entry.priority.get_mut() == 0, "touch_new on a used entry");
+        let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        *entry.last_use.get_mut() = now;
+        if self.config.contract.eviction == EvictionPolicy::CostAware {
+            *entry.priority.get_mut() = self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost);
+        }
+    }
+
     //= spec.md#S2.5
     /// Every findable entry leaves the lookup (unleased ones are deregistered
     /// now, leased ones at their last release).

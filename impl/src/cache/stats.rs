@@ -89,7 +89,7 @@ impl<R: Registrar> Cache<R> {
             releases: self.hot.sum(Hot::Releases) + lane_releases,
             release_events: get(&c.release_events),
             registrations: get(&c.registrations),
-            deregistrations: get(&c.deregistrations),
+            deregistrations: self.hot.sum(Hot::Deregistrations),
             bytes_registered: get(&c.bytes_registered),
             pinned_bytes: shared.live_bytes.load(Ordering::Relaxed),
             peak_pinned_bytes: get(&c.peak_pinned_bytes),
