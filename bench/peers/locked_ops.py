@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import signal
 import tempfile
 
 LOCKED = re.compile(r"^(lock\s|xchg\s+%\w+,\s*(-?0x[0-9a-f]+)?\(|xchg\s+(-?0x[0-9a-f]+)?\(|mfence)")
@@ -68,6 +69,7 @@ def site(obj, addr):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if len(sys.argv) < 5 or "--" not in sys.argv:
         sys.exit(__doc__)
     n_a, n_b = int(sys.argv[1]), int(sys.argv[2])

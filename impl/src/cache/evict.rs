@@ -431,11 +431,26 @@ impl<R: Registrar> Cache<R> {
         if !self.limits_active {
             return;
         }
+        let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
+        // Already the latest use: every stamp is a distinct clock value, so
+        // an entry whose stamp is the clock's is the most recently used, and
+        // a new stamp would change no order between entries (nor, with its
+        // priority already at the floor plus its cost, GreedyDual-Size's).
+        // Skipped, that saves two locked instructions, as on the release
+        // right after the acquire of the same entry. A stamp this load does
+        // not see was taken by a use concurrent with this one, which may
+        // take effect after it.
+        if entry.last_use.load(Ordering::Relaxed) == self.clock.load(Ordering::Relaxed)
+            && (!cost_aware
+                || entry.priority.load(Ordering::Relaxed) >= self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost))
+        {
+            return;
+        }
         // fetch_max, not a store: two concurrent uses may store out of
         // order, and the eviction order needs keys that only grow.
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         entry.last_use.fetch_max(now, Ordering::Relaxed);
-        if self.config.contract.eviction == EvictionPolicy::CostAware {
+        if cost_aware {
             entry.priority.fetch_max(self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost), Ordering::Relaxed);
         }
     }
