@@ -349,6 +349,16 @@ fn catches_dereg_leased_on_invalidate() {
     replays_on_the_real_cache(&found);
 }
 
+#[test]
+fn catches_lru_skips_restamp() {
+    // The skip of `Cache::touch` (an entry holding the clock's latest stamp
+    // takes no new one) taken on every use: victims follow creation order.
+    let mut faults = Faults::default();
+    faults.lru_skips_restamp = true;
+    let found = catches("lru-skips-restamp", faults, None, 12);
+    replays_on_the_real_cache(&found);
+}
+
 /// The fault switches are the shared list's (`mrcache_types::mutants`), one
 /// field each.
 #[test]

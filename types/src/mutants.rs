@@ -61,7 +61,7 @@ pub struct FaultSwitch {
 }
 
 /// The cache's fault switches.
-pub const FAULT_SWITCHES: [FaultSwitch; 8] = [
+pub const FAULT_SWITCHES: [FaultSwitch; 9] = [
     FaultSwitch { name: "skip-seq-recheck", field: "skip_seq_recheck", mirrors: Some("no-seq-recheck") },
     FaultSwitch { name: "monitor-off", field: "monitor_off", mirrors: None },
     FaultSwitch { name: "leak-deregistration", field: "leak_deregistration", mirrors: None },
@@ -69,6 +69,7 @@ pub const FAULT_SWITCHES: [FaultSwitch; 8] = [
     FaultSwitch { name: "note-skips-revoke", field: "note_skips_revoke", mirrors: Some("note-skips-revoke") },
     FaultSwitch { name: "over-limit-flag-late", field: "over_limit_flag_late", mirrors: Some("over-limit-flag-late") },
     FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: Some("remove-without-window") },
+    FaultSwitch { name: "lru-skips-restamp", field: "lru_skips_restamp", mirrors: None },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

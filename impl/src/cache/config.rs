@@ -53,6 +53,11 @@ pub struct Faults {
     /// event and opens no window (the behaviour before issue 23; S7.4(b)
     /// open again). Mirrors the checker's `remove-without-window`.
     pub remove_without_window: bool,
+    /// A use of a cached entry takes no new LRU stamp (only its creation
+    /// stamps it), as if every use found its entry already the latest:
+    /// eviction then follows creation order instead of S6.3's least recent
+    /// use (the skip in `Cache::touch` taken too eagerly).
+    pub lru_skips_restamp: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].
     pub(super) dereg_leased_on_invalidate: bool,
