@@ -431,6 +431,9 @@ impl<R: Registrar> Cache<R> {
         if !self.limits_active {
             return;
         }
+        if fault!(self.config, lru_skips_restamp) {
+            return;
+        }
         let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
         // Already the latest use: every stamp is a distinct clock value, so
         // an entry whose stamp is the clock's is the most recently used, and
@@ -440,9 +443,6 @@ impl<R: Registrar> Cache<R> {
         // right after the acquire of the same entry. A stamp this load does
         // not see was taken by a use concurrent with this one, which may
         // take effect after it.
-        if fault!(self.config, lru_skips_restamp) {
-            return;
-        }
         if entry.last_use.load(Ordering::Relaxed) == self.clock.load(Ordering::Relaxed)
             && (!cost_aware
                 || entry.priority.load(Ordering::Relaxed) >= self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost))
