@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Instructions and locked (atomic read-modify-write) instructions per operation, by callgrind.
 
-A locked instruction (`lock`-prefixed, or `xchg` with memory) is a full barrier on x86: it
+A locked instruction (`lock`-prefixed, or `xchg` with memory; `mfence` is counted with them)
+is a full barrier on x86: it
 drains the store buffer and costs tens of cycles even uncontended, which an instruction count
 does not show. This runs a command under callgrind at two run lengths and divides the
 difference by the difference in operations, so set-up and warm-up cancel out:
