@@ -356,6 +356,7 @@ fn catches_lru_skips_restamp() {
     let mut faults = Faults::default();
     faults.lru_skips_restamp = true;
     let found = catches("lru-skips-restamp", faults, None, 12);
+    assert!(found.divergence.message.contains("C3"), "{}", found.divergence);
     replays_on_the_real_cache(&found);
 }
 

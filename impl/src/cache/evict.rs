@@ -444,8 +444,7 @@ impl<R: Registrar> Cache<R> {
         // not see was taken by a use concurrent with this one, which may
         // take effect after it.
         if entry.last_use.load(Ordering::Relaxed) == self.clock.load(Ordering::Relaxed)
-            && (!cost_aware
-                || entry.priority.load(Ordering::Relaxed) >= self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost))
+            && (!cost_aware || entry.priority.load(Ordering::Relaxed) >= self.gds_priority(entry))
         {
             return;
         }
@@ -454,8 +453,15 @@ impl<R: Registrar> Cache<R> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         entry.last_use.fetch_max(now, Ordering::Relaxed);
         if cost_aware {
-            entry.priority.fetch_max(self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost), Ordering::Relaxed);
+            entry.priority.fetch_max(self.gds_priority(entry), Ordering::Relaxed);
         }
+    }
+
+    /// GreedyDual-Size's `H` for a use of `entry` now: the inflation floor
+    /// plus its per-page cost.
+    #[inline]
+    fn gds_priority(&self, entry: &Entry<R>) -> u64 {
+        self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost)
     }
 
     /// [`Self::touch`] for an entry nobody else can see yet (A9, before it is
@@ -470,7 +476,7 @@ impl<R: Registrar> Cache<R> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         *entry.last_use.get_mut() = now;
         if self.config.contract.eviction == EvictionPolicy::CostAware {
-            *entry.priority.get_mut() = self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost);
+            *entry.priority.get_mut() = self.gds_priority(entry);
         }
     }
 
