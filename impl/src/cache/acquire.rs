@@ -102,15 +102,31 @@ impl<R: Registrar> Cache<R> {
     }
 
     /// The rest of [`Self::acquire`] after [`Self::acquire_on_lane`] gave
-    /// `None`: A1 onwards (or the range's error).
-    #[inline]
+    /// `None`: A1 onwards (or the range's error). A1's hit is inlined here,
+    /// so a caller that is itself one call (the C API's miss path) takes
+    /// its lease from registers: a lease returned from a call is read back
+    /// with wider loads than it was stored with, and store forwarding fails.
+    #[inline(always)]
     pub fn acquire_past_lane(&self, addr: u64, len: u64, access: Access) -> Result<Lease<'_, R>, Error> {
-        self.acquire_locked(self.shared(), Range::new(addr, len), access)
+        self.acquire_a1(self.shared(), Range::new(addr, len), access)
     }
 
-    /// A1 onwards (the lane had no memo for the request).
+    /// A1 onwards, as a call: [`Self::acquire`]'s callers inline the lane
+    /// hit only.
     #[inline(never)]
     pub(super) fn acquire_locked<'c>(
+        &'c self,
+        shared: &'c Generation<R>,
+        range: Result<Range, RangeError>,
+        access: Access,
+    ) -> Result<Lease<'c, R>, Error> {
+        self.acquire_a1(shared, range, access)
+    }
+
+    /// A1 onwards (the lane had no memo for the request); the misses go on
+    /// in [`Self::acquire_slow`], a call.
+    #[inline(always)]
+    fn acquire_a1<'c>(
         &'c self,
         shared: &'c Generation<R>,
         range: Result<Range, RangeError>,
