@@ -459,8 +459,12 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             while pos > 0 && leaf.starts[pos - 1] == key.0 && leaf.slots[pos - 1].id > key.1 {
                 pos -= 1;
             }
-            leaf.starts.copy_within(pos..n, pos + 1);
-            leaf.ep.copy_within(pos..n, pos + 1);
+            // An append (a fill in address order, the new end of a cycle)
+            // moves nothing: no call to `memmove` for zero bytes.
+            if pos < n {
+                leaf.starts.copy_within(pos..n, pos + 1);
+                leaf.ep.copy_within(pos..n, pos + 1);
+            }
             leaf.starts[pos] = key.0;
             leaf.ep[pos].end = slot.end;
             leaf.slots.insert(pos, slot);

@@ -132,10 +132,11 @@ impl<R: Registrar> Cache<R> {
         range: Result<Range, RangeError>,
         access: Access,
     ) -> Result<Lease<'c, R>, Error> {
-        self.hot.bump(Hot::Acquires);
+        // The acquire is counted at each exit (with the hit, on A1's).
         let range = match range {
             Ok(r) => r,
             Err(e) => {
+                self.hot.bump(Hot::Acquires);
                 inc(&self.counters.errors);
                 return Err(Error::from_range(e));
             }
@@ -172,11 +173,12 @@ impl<R: Registrar> Cache<R> {
                     // A hook's try-lock failed against our shared lock.
                     DeregList::new(self, shared).finish();
                 }
-                self.hot.bump(Hot::Hits);
+                self.hot.bump_each(&[Hot::Acquires, Hot::Hits]);
                 return Ok(Lease::new(self, shared, e, true, false));
             }
             a1_missed_at = Some(st.index.inserts());
         }
+        self.hot.bump(Hot::Acquires);
         self.acquire_slow(shared, range, span, access, a1_missed_at)
     }
 

@@ -106,6 +106,13 @@ impl HotCounters {
 
     #[inline]
     pub fn bump(&self, which: Hot) {
+        self.bump_each(&[which]);
+    }
+
+    /// Bumps each counter of `which` by one, finding this thread's slot
+    /// once (an A1 hit counts an acquire and a hit).
+    #[inline(always)]
+    pub fn bump_each(&self, which: &[Hot]) {
         let token = thread_token();
         if token != 0 {
             let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
@@ -113,23 +120,29 @@ impl HotCounters {
             // Relaxed: a thread reads its own token here only if its own
             // compare-exchange put it there (module docs).
             if owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()) {
-                // Only the owning thread writes this slot: no RMW needed.
-                let c = slot.get(which);
-                c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+                for &w in which {
+                    // Only the owning thread writes this slot: no RMW needed.
+                    let c = slot.get(w);
+                    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+                }
             } else {
-                self.overflow.get(which).fetch_add(1, Relaxed);
+                for &w in which {
+                    self.overflow.get(w).fetch_add(1, Relaxed);
+                }
             }
             return;
         }
         let i = slot_index();
-        match self.slots.get(i) {
-            Some(slot) => {
-                // Only this thread ever writes this slot: no RMW needed.
-                let c = slot.get(which);
-                c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
-            }
-            None => {
-                self.overflow.get(which).fetch_add(1, Relaxed);
+        for &w in which {
+            match self.slots.get(i) {
+                Some(slot) => {
+                    // Only this thread ever writes this slot: no RMW needed.
+                    let c = slot.get(w);
+                    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+                }
+                None => {
+                    self.overflow.get(w).fetch_add(1, Relaxed);
+                }
             }
         }
     }

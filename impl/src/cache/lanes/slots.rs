@@ -230,10 +230,19 @@ impl<R: Registrar> Lanes<R> {
 
     /// [`Self::mine`], claiming a lane if the thread has none (before LN2,
     /// without the cache lock: the first claim allocates).
+    #[inline(always)]
     pub(in crate::cache) fn mine_or_claim(&self) -> Option<&Lane<R>> {
         if let Some(l) = self.mine() {
             return Some(l);
         }
+        self.claim()
+    }
+
+    /// A claim of a free or new lane (a thread's first A1 on this
+    /// generation, or after its claim was lost): out of line.
+    #[cold]
+    #[inline(never)]
+    fn claim(&self) -> Option<&Lane<R>> {
         for cell in self.table.iter() {
             let mut p = cell.load(Ordering::Acquire);
             if p.is_null() {
