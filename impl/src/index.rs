@@ -88,11 +88,11 @@ use mrcache_types::{Access, PageSpan};
 /// splits).
 pub const FANOUT: usize = 32;
 
-/// One indexed entry (its first page is kept in the leaf's `starts` array).
+/// One indexed entry (its first and end pages are kept in the leaf's
+/// `starts` and `ep` arrays, where the searches read them: a copy here
+/// would cost every entry 8 bytes and every shift of a leaf 8 more per entry).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slot<T> {
-    /// One past the last page.
-    pub end: u64,
     pub id: u64,
     pub access: Access,
     pub value: T,
@@ -429,8 +429,8 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
 
     /// Inserts an entry. `O(B · log n)`.
     pub fn insert(&mut self, span: PageSpan, id: u64, access: Access, value: T) {
-        let slot = Slot { end: span.end, id, access, value };
-        if let Some((lo, max_end, node)) = self.insert_in(self.root, self.height, (span.first, id), slot) {
+        let slot = Slot { id, access, value };
+        if let Some((lo, max_end, node)) = self.insert_in(self.root, self.height, (span.first, id), span.end, slot) {
             let old = self.root;
             let old_max = self.node_max_end(old, self.height);
             let mut root = Inner::new();
@@ -451,7 +451,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
 
     /// Inserts into the subtree at `node`; on a split, returns the new right
     /// sibling as (key bound, max end, node).
-    fn insert_in(&mut self, node: u32, level: u32, key: (u64, u64), slot: Slot<T>) -> Option<((u64, u64), u64, u32)> {
+    fn insert_in(&mut self, node: u32, level: u32, key: (u64, u64), end: u64, slot: Slot<T>) -> Option<((u64, u64), u64, u32)> {
         if level == 0 {
             let leaf = &mut self.leaves[node as usize];
             let n = leaf.n;
@@ -466,7 +466,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 leaf.ep.copy_within(pos..n, pos + 1);
             }
             leaf.starts[pos] = key.0;
-            leaf.ep[pos].end = slot.end;
+            leaf.ep[pos].end = end;
             leaf.slots.insert(pos, slot);
             leaf.n += 1;
             leaf.refresh_after(pos);
@@ -495,8 +495,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             inner.lo_id[0] = key.1;
         }
         let child = inner.child[ci];
-        let end = slot.end;
-        let split = self.insert_in(child, level - 1, key, slot);
+        let split = self.insert_in(child, level - 1, key, end, slot);
         let Some((lo, max_end, new)) = split else {
             let inner = &mut self.inners[node as usize];
             if end > inner.em[ci].end {
@@ -667,12 +666,15 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         out
     }
 
-    fn drain_sorted(&mut self) -> Vec<(u64, Slot<T>)> {
+    /// Every entry as `(span, slot)`, in `(first, id)` order, leaving the
+    /// tree empty.
+    fn drain_sorted(&mut self) -> Vec<(PageSpan, Slot<T>)> {
         let mut out = Vec::with_capacity(self.len);
         for l in self.leaf_order() {
             let leaf = &mut self.leaves[l as usize];
-            let starts = leaf.starts;
-            out.extend(starts.into_iter().zip(std::mem::take(&mut leaf.slots)));
+            let (starts, ep) = (leaf.starts, leaf.ep);
+            let spans = starts.into_iter().zip(ep).map(|(first, e)| PageSpan { first, end: e.end });
+            out.extend(spans.zip(std::mem::take(&mut leaf.slots)));
         }
         self.reset();
         out
@@ -685,7 +687,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     }
 
     /// Builds the tree from entries sorted by `(first, id)`, nodes 3/4 full.
-    fn bulk_load(&mut self, items: Vec<(u64, Slot<T>)>) {
+    fn bulk_load(&mut self, items: Vec<(PageSpan, Slot<T>)>) {
         self.reset();
         let n = items.len();
         if n == 0 {
@@ -697,10 +699,10 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         let mut it = items.into_iter().peekable();
         while it.peek().is_some() {
             let mut leaf = Leaf::new();
-            for (start, slot) in it.by_ref().take(per) {
+            for (span, slot) in it.by_ref().take(per) {
                 let i = leaf.n;
-                leaf.starts[i] = start;
-                leaf.ep[i].end = slot.end;
+                leaf.starts[i] = span.first;
+                leaf.ep[i].end = span.end;
                 leaf.slots.push(slot);
                 leaf.n += 1;
             }
@@ -732,28 +734,28 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     /// Removes every entry, in `(first, id)` order.
     pub fn take_all(&mut self) -> Vec<(PageSpan, Slot<T>)> {
         self.answers_version += 1;
-        self.drain_sorted().into_iter().map(|(first, s)| (PageSpan { first, end: s.end }, s)).collect()
+        self.drain_sorted()
     }
 
     /// Kept for the callers: the summaries are never stale.
     #[inline(always)]
     pub fn refresh(&mut self) {}
 
-    /// Calls `f(first, slot)` in descending `(first, id)` order for every
+    /// Calls `f(span, slot)` in descending `(first, id)` order for every
     /// entry with `first <= max_start` and `end >= min_end`.
     #[inline]
-    fn visit<'a>(&'a self, max_start: u64, min_end: u64, f: &mut impl FnMut(u64, &'a Slot<T>)) {
+    fn visit<'a>(&'a self, max_start: u64, min_end: u64, f: &mut impl FnMut(PageSpan, &'a Slot<T>)) {
         self.visit_in(self.root, self.height, max_start, min_end, f)
     }
 
-    fn visit_in<'a>(&'a self, node: u32, level: u32, max_start: u64, min_end: u64, f: &mut impl FnMut(u64, &'a Slot<T>)) {
+    fn visit_in<'a>(&'a self, node: u32, level: u32, max_start: u64, min_end: u64, f: &mut impl FnMut(PageSpan, &'a Slot<T>)) {
         if level == 0 {
             let leaf = &self.leaves[node as usize];
             let mut i = leaf.starts[..leaf.n].partition_point(|&s| s <= max_start);
             while i > 0 && leaf.ep[i - 1].pmax >= min_end {
                 i -= 1;
                 if leaf.ep[i].end >= min_end {
-                    f(leaf.starts[i], &leaf.slots[i]);
+                    f(PageSpan { first: leaf.starts[i], end: leaf.ep[i].end }, &leaf.slots[i]);
                 }
             }
             return;
@@ -838,8 +840,8 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         if span.end == 0 {
             return out;
         }
-        self.visit(span.end - 1, span.first.saturating_add(1), &mut |first, s| {
-            out.push((PageSpan { first, end: s.end }, s));
+        self.visit(span.end - 1, span.first.saturating_add(1), &mut |entry, s| {
+            out.push((entry, s));
         });
         out.reverse();
         out

@@ -16,7 +16,7 @@ use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
 use mrcache_types::config::{per_page_cost_ns, EvictionPolicy, OverlapPolicy};
-use mrcache_types::{Access, PageSpan, Range, RangeError, RegView, RegistrarFailure};
+use mrcache_types::{Access, PageSpan, Range, RangeError, RegistrarFailure};
 use std::mem::ManuallyDrop;
 use std::sync::PoisonError;
 
@@ -554,7 +554,6 @@ impl<R: Registrar> Cache<R> {
         };
         let id = st.add_exclusive(&self.next_id, 1);
         let bytes = plan.range.len;
-        let view = RegView { id, addr: plan.range.addr, len: bytes, access: plan.access };
         let keys = self.registrar.keys(&handle);
         let mut entry = Box::new(Entry::<R> {
             state: EntryState::new(1),
@@ -565,13 +564,17 @@ impl<R: Registrar> Cache<R> {
             // Read only by GreedyDual-Size's touch: not computed (a 128-bit
             // division) for other policies.
             cost: if self.config.contract.eviction == EvictionPolicy::CostAware {
-                per_page_cost_ns(plan.span.count(), self.page_size)
+                // Below 80,000 for a valid page size (`Entry::cost`).
+                u32::try_from(per_page_cost_ns(plan.span.count(), self.page_size)).unwrap_or(u32::MAX)
             } else {
                 0
             },
             memoized: plain::AtomicBool::new(false),
             noted: plain::AtomicU64::new(0),
-            view,
+            view_id: id,
+            view_addr: plan.range.addr,
+            view_len: bytes,
+            view_access: plan.access,
             keys,
             handle: ManuallyDrop::new(handle),
         });

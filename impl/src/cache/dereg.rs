@@ -112,7 +112,7 @@ impl<R: Registrar> Cache<R> {
     pub(super) fn deregister_entry(&self, shared: &Generation<R>, e: EntryPtr<R>, handle_gone: bool) {
         // SAFETY: the handoff made us the only owner; created by Box::leak.
         let boxed = unsafe { Box::from_raw(e.as_ptr()) };
-        let Entry { handle, view, .. } = *boxed;
+        let Entry { handle, view_len, .. } = *boxed;
         if fault!(self.config, leak_deregistration) {
             // P4 fault: the registration is never deregistered.
             std::mem::forget(ManuallyDrop::into_inner(handle));
@@ -123,7 +123,7 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         self.call_deregister(ManuallyDrop::into_inner(handle));
-        self.count_dereg(shared, view.len);
+        self.count_dereg(shared, view_len);
     }
 
     pub(super) fn call_deregister(&self, h: R::Handle) {

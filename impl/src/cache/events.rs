@@ -124,7 +124,7 @@ impl<R: Registrar> Cache<R> {
             let p = e.as_ptr();
             self.revoke(shared, |q| q == p);
         }
-        st.cached_bytes -= entry.view.len;
+        st.cached_bytes -= entry.view_len;
         st.sub_exclusive(&shared.cached, 1);
         #[cfg(any(test, feature = "faults"))]
         let early = invalidation && self.config.faults.dereg_leased_on_invalidate && entry.state.leases() > 0;
@@ -140,14 +140,14 @@ impl<R: Registrar> Cache<R> {
             return match entry.state.invalidate(EntryState::HANDLE_GONE) {
                 Invalidated::Owner => {
                     // The last lease went meanwhile: the entry is ours to free.
-                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    deregs.items.push(Dereg::Early(h, entry.view_len));
                     // SAFETY: we own it (count was 0); its handle was read above.
                     drop(unsafe { Box::from_raw(e.as_ptr()) });
                     false
                 }
                 Invalidated::Leased => {
                     inc(&self.counters.deferred_deregistrations);
-                    deregs.items.push(Dereg::Early(h, entry.view.len));
+                    deregs.items.push(Dereg::Early(h, entry.view_len));
                     true
                 }
             };

@@ -187,7 +187,7 @@ impl<R: Registrar> Cache<R> {
             }
             e.noted.store(noted.0, Ordering::Relaxed);
             n += 1;
-            b += e.view.len;
+            b += e.view_len;
             prefix.push(c);
         }
         // The full note A10 is checked against (debug builds): the prefix,
@@ -461,7 +461,7 @@ impl<R: Registrar> Cache<R> {
     /// plus its per-page cost.
     #[inline]
     fn gds_priority(&self, entry: &Entry<R>) -> u64 {
-        self.gds_floor.load(Ordering::Relaxed).saturating_add(entry.cost)
+        self.gds_floor.load(Ordering::Relaxed).saturating_add(u64::from(entry.cost))
     }
 
     /// [`Self::touch`] for an entry nobody else can see yet (A9, before it is

@@ -129,7 +129,7 @@ impl<'c, R: Registrar> Lease<'c, R> {
 
     /// The registration: id, page-aligned byte range, access (spec.md#S1.3).
     pub fn view(&self) -> RegView {
-        self.entry().view
+        self.entry().view()
     }
 
     /// The NIC keys the registrar reported for it.

@@ -141,7 +141,7 @@ impl<R: Registrar> Cache<R> {
         let mut v: Vec<RegView> = st
             .index
             .iter()
-            .map(|(_, slot)| indexed(slot).view)
+            .map(|(_, slot)| indexed(slot).view())
             .collect();
         v.sort_by_key(|r| r.id);
         v
