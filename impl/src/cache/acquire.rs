@@ -33,7 +33,12 @@ pub(super) struct Plan {
 /// memoized if the request is its key). The same answer either way: the
 /// canonical covering entry (debug builds check it against the index).
 #[inline(always)]
-fn covering_answer<R: Registrar>(st: &Locked<R>, span: PageSpan, access: Access) -> Option<(EntryPtr<R>, &Entry<R>)> {
+fn covering_answer<R: Registrar>(
+    st: &Locked<R>,
+    span: PageSpan,
+    access: Access,
+    page_size: u64,
+) -> Option<(EntryPtr<R>, &Entry<R>)> {
     let version = st.index.answers_version();
     if let Some(bits) = st.memo.get(version, span.first) {
         // SAFETY: the memo holds only `memo_bits` of index answers.
@@ -41,7 +46,7 @@ fn covering_answer<R: Registrar>(st: &Locked<R>, span: PageSpan, access: Access)
         // SAFETY: the memo's answer at the current version (its module
         // docs), so findable.
         let entry = unsafe { answered(st, e) };
-        if entry.has_key(span, access) {
+        if entry.has_key(span, access, page_size) {
             debug_assert!(
                 st.index.covering(span, access).is_some_and(|s| s.value.as_ptr() == e.as_ptr()),
                 "the hit memo answered other than the index"
@@ -51,7 +56,7 @@ fn covering_answer<R: Registrar>(st: &Locked<R>, span: PageSpan, access: Access)
     }
     let slot = st.index.covering(span, access)?;
     let entry = indexed(slot);
-    if entry.has_key(span, access) {
+    if entry.has_key(span, access, page_size) {
         st.memo.put(version, span.first, slot.value.memo_bits());
     }
     Some((slot.value, entry))
@@ -157,7 +162,7 @@ impl<R: Registrar> Cache<R> {
             // revoke holds no memo yet (memos are set under the lock).
             let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some((e, entry)) = covering_answer(&st, span, access) {
+            if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
                 entry.state.acquire();
                 //= spec.md#LN2
                 //# memoize (in A1, under the lock shared)
@@ -557,8 +562,6 @@ impl<R: Registrar> Cache<R> {
         let keys = self.registrar.keys(&handle);
         let mut entry = Box::new(Entry::<R> {
             state: EntryState::new(1),
-            key_first: plan.span.first,
-            key_end_access: super::entry::end_access(plan.span.end, plan.access),
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
             // Read only by GreedyDual-Size's touch: not computed (a 128-bit

@@ -12,9 +12,9 @@ use std::ptr::NonNull;
 /// One cached registration. Immutable after creation except for its atomics.
 ///
 /// `repr(C)`: what a hit touches leads, in the first 72 bytes: the state
-/// word, the key the hit memo checks and the LRU stamp (A1), then the keys
-/// and the view a lease hands out (the C API copies them into its lease
-/// slot at every acquire). A `Box` is 16-byte aligned, so those 72 bytes
+/// word and the LRU stamp (A1), then the keys and the view a lease hands
+/// out (the C API copies them into its lease slot at every acquire), which
+/// is also the key the hit memo checks. A `Box` is 16-byte aligned, so those 72 bytes
 /// lie on at most two cache lines, and the hit memo prefetches both (at
 /// the entry and 64 bytes on: [`crate::hit_memo`]). Eviction's fields
 /// follow. (Not aligned further: an over-aligned `Box` cost glibc ~110
@@ -22,22 +22,20 @@ use std::ptr::NonNull;
 ///
 /// The view is kept field by field, not as a [`RegView`], so that its
 /// one-byte access shares a word with `memoized` and the cost instead of
-/// padding a word of its own: the fields before the handle take 88 bytes,
-/// not 104, and with the C API's 16-byte handle an entry is a 112-byte glibc
-/// chunk instead of 128 (fewer pages touched per registration: the fill's
-/// page faults).
+/// padding a word of its own, and it doubles as the key the hit memo
+/// checks (no separate copy of the page span): the fields before the
+/// handle take 72 bytes, not 104, and with the C API's 16-byte handle an
+/// entry is a 96-byte glibc chunk instead of 128 (fewer pages touched per
+/// registration: the fill's page faults).
 #[repr(C)]
 pub(crate) struct Entry<R: Registrar> {
     pub(crate) state: EntryState,
-    /// The entry's key: its page span and access. A hit memo answer is
-    /// taken only for a request equal to it (`crate::hit_memo`).
-    pub(super) key_first: u64,
-    /// The end page, with the access bits above [`KEY_ACCESS_SHIFT`].
-    pub(super) key_end_access: u64,
     /// Logical time of the last use (LRU).
     pub(super) last_use: plain::AtomicU64,
     pub(crate) keys: Keys,
-    /// The view ([`Entry::view`]): id, byte range and access.
+    /// The view ([`Entry::view`]): id, byte range and access. The byte
+    /// range is the entry's page span times the page size (A4's plan), so
+    /// the view is also the entry's key ([`Entry::has_key`]).
     pub(crate) view_id: u64,
     pub(crate) view_addr: u64,
     pub(crate) view_len: u64,
@@ -66,7 +64,7 @@ const _: () = {
     assert!(std::mem::offset_of!(Entry<C>, view_access) + std::mem::size_of::<Access>() <= HIT_BYTES);
     assert!(std::mem::offset_of!(Entry<C>, view_id) >= std::mem::offset_of!(Entry<C>, keys));
     // The fields before the handle (type docs).
-    assert!(std::mem::size_of::<Entry<C>>() - std::mem::size_of::<CountingHandle>() == 88);
+    assert!(std::mem::size_of::<Entry<C>>() - std::mem::size_of::<CountingHandle>() == 72);
     assert!(std::mem::offset_of!(Entry<C>, keys) + std::mem::size_of::<Keys>() <= HIT_BYTES);
     assert!(std::mem::offset_of!(Entry<C>, last_use) + 8 <= HIT_BYTES);
     // A 16-byte aligned entry starts at byte 0, 16, 32 or 48 of a line: its
@@ -121,17 +119,6 @@ pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
     unsafe { slot.value.0.as_ref() }
 }
 
-/// Where an entry's access bits sit in `key_end_access`: page numbers stay
-/// below 2⁵⁵ (pages of at least 512 bytes, spec.md#S6.2).
-const KEY_ACCESS_SHIFT: u32 = 56;
-
-/// An end page and an access, as an entry's key holds them.
-#[inline(always)]
-pub(super) fn end_access(end: u64, access: Access) -> u64 {
-    debug_assert!(end >> KEY_ACCESS_SHIFT == 0, "end page {end} beyond 2^56");
-    end | (access.bits() as u64) << KEY_ACCESS_SHIFT
-}
-
 impl<R: Registrar> Entry<R> {
     /// The registration a lease hands out (spec.md#S1.3).
     #[inline(always)]
@@ -139,10 +126,17 @@ impl<R: Registrar> Entry<R> {
         RegView { id: self.view_id, addr: self.view_addr, len: self.view_len, access: self.view_access }
     }
 
-    /// Whether a request is exactly this entry's key (span and access).
+    /// Whether a request is exactly this entry's key (span and access),
+    /// for pages of `page_size` bytes: the view's byte range is the key's
+    /// pages times the page size (A4's plan). A request's first page times
+    /// the page size is at most its address, so it does not overflow; its
+    /// length in bytes may (a range ending at 2⁶⁴), and then it matches no
+    /// entry, whose length fits.
     #[inline(always)]
-    pub(super) fn has_key(&self, span: PageSpan, access: Access) -> bool {
-        self.key_first == span.first && self.key_end_access == end_access(span.end, access)
+    pub(super) fn has_key(&self, span: PageSpan, access: Access, page_size: u64) -> bool {
+        self.view_addr == span.first.wrapping_mul(page_size)
+            && span.count().checked_mul(page_size) == Some(self.view_len)
+            && self.view_access == access
     }
 }
 
