@@ -427,10 +427,15 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         }
     }
 
-    /// Inserts an entry. `O(B · log n)`.
+    /// Inserts an entry. `O(B · log n)`; `O(log n)` with no search for an
+    /// append (see [`Self::append`]).
     pub fn insert(&mut self, span: PageSpan, id: u64, access: Access, value: T) {
         let slot = Slot { id, access, value };
-        if let Some((lo, max_end, node)) = self.insert_in(self.root, self.height, (span.first, id), span.end, slot) {
+        let split = match self.append(span, id, slot) {
+            Ok(()) => None,
+            Err(slot) => self.insert_in(self.root, self.height, (span.first, id), span.end, slot),
+        };
+        if let Some((lo, max_end, node)) = split {
             let old = self.root;
             let old_max = self.node_max_end(old, self.height);
             let mut root = Inner::new();
@@ -447,6 +452,47 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
             self.answers_version += 1;
         }
         self.max_id = self.max_id.max(id);
+    }
+
+    /// Appends an entry whose key `(first page, id)` is above every key in
+    /// the tree to the rightmost leaf, if it has room: the common insert of
+    /// a fill in address order and of a cache cycling through its buffers.
+    /// The rightmost leaf is reached down the last children (no search),
+    /// nothing shifts, and the only summaries that change are the end and
+    /// prefix maximum of the last child on each level, which rise to the
+    /// new end at most. Gives the slot back, changing nothing, when the key
+    /// is not above every key or the leaf is full (a split: the general
+    /// path).
+    fn append(&mut self, span: PageSpan, id: u64, slot: Slot<T>) -> Result<(), Slot<T>> {
+        // Down the last children to the rightmost leaf (bounded by the
+        // height); it holds the largest keys.
+        let mut node = self.root;
+        for _ in 0..self.height {
+            let inner = &self.inners[node as usize];
+            node = inner.child[inner.n - 1];
+        }
+        let leaf = &self.leaves[node as usize];
+        let n = leaf.n;
+        if n >= Self::FAN || (n == 0 && self.height > 0) || (n > 0 && leaf.key(n - 1) >= (span.first, id)) {
+            return Err(slot);
+        }
+        let leaf = &mut self.leaves[node as usize];
+        leaf.starts[n] = span.first;
+        let before = if n == 0 { 0 } else { leaf.ep[n - 1].pmax };
+        leaf.ep[n] = EndMax { end: span.end, pmax: before.max(span.end) };
+        leaf.slots.push(slot);
+        leaf.n += 1;
+        // The same path again, raising the last child's summaries.
+        let mut node = self.root;
+        for _ in 0..self.height {
+            let inner = &mut self.inners[node as usize];
+            let last = inner.n - 1;
+            inner.em[last].end = inner.em[last].end.max(span.end);
+            let before = if last == 0 { 0 } else { inner.em[last - 1].pmax };
+            inner.em[last].pmax = before.max(inner.em[last].end);
+            node = inner.child[last];
+        }
+        Ok(())
     }
 
     /// Inserts into the subtree at `node`; on a split, returns the new right
@@ -868,6 +914,9 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Step {
         Insert(u64, u64, u8),
+        /// An insert at the largest first page so far plus a gap (0: the
+        /// same first page, a higher id): the index's append path.
+        Append(u64, u64, u8),
         Remove(usize),
         Refresh,
         Cover(u64, u64, u8),
@@ -877,6 +926,7 @@ mod tests {
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             4 => (0u64..200, 1u64..40, 0u8..16).prop_map(|(f, l, a)| Step::Insert(f, f + l, a)),
+            3 => (0u64..3, 1u64..40, 0u8..16).prop_map(|(g, l, a)| Step::Append(g, l, a)),
             2 => any::<usize>().prop_map(Step::Remove),
             1 => Just(Step::Refresh),
             3 => (0u64..220, 1u64..20, 0u8..16).prop_map(|(f, l, a)| Step::Cover(f, f + l, a)),
@@ -896,6 +946,13 @@ mod tests {
                     let acc = Access::from_bits(a).unwrap();
                     idx.insert(sp(f, e), next_id, acc, next_id * 10);
                     naive.push((sp(f, e), next_id, acc));
+                    next_id += 1;
+                }
+                Step::Append(gap, l, a) => {
+                    let acc = Access::from_bits(a).unwrap();
+                    let f = naive.iter().map(|x| x.0.first).max().unwrap_or(0) + gap;
+                    idx.insert(sp(f, f + l), next_id, acc, next_id * 10);
+                    naive.push((sp(f, f + l), next_id, acc));
                     next_id += 1;
                 }
                 Step::Remove(k) => {
