@@ -453,9 +453,12 @@ mod tests {
         }
         /// munmap, then map fresh zero pages at the same address and touch them.
         fn remap_fresh(&self) {
-            // SAFETY: we own the mapping; nothing borrows it.
-            assert_eq!(unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len as usize) }, 0);
-            // SAFETY: MAP_FIXED over the hole we just made.
+            // MAP_FIXED over our own mapping replaces its pages in one call
+            // (the old ones are released as by munmap). A munmap first would
+            // leave a hole that another test thread's mmap could take, and
+            // the MAP_FIXED would then silently replace that thread's memory.
+            // SAFETY: MAP_FIXED over our own mapping of `len` bytes; nothing
+            // borrows it.
             let p = unsafe {
                 libc::mmap(
                     self.addr as *mut libc::c_void,
@@ -599,9 +602,14 @@ mod tests {
     fn unmapped_range_fails_with_fault() {
         let _g = serial();
         let reg = UringRegistrar::new(1).unwrap();
+        // Pages the kernel cannot pin: mapped PROT_NONE, so the range stays
+        // ours. (A range unmapped by this test could be mapped again by
+        // another test thread before the registration, which then succeeds:
+        // seen once in a full `cargo test`.)
         let m = Anon::new(8192);
+        // SAFETY: our own mapping; nothing borrows it.
+        assert_eq!(unsafe { libc::mprotect(m.addr as *mut libc::c_void, 8192, libc::PROT_NONE) }, 0);
         let r = m.range();
-        drop(m);
         let e = reg.register(r, RW).unwrap_err();
         assert_eq!(e.failure, RegistrarFailure::Fault, "{e}");
         assert_eq!(e.verb, VERB_UPDATE);
