@@ -14,11 +14,11 @@ use std::ptr::NonNull;
 /// `repr(C)`: what a hit touches leads, in the first 72 bytes: the state
 /// word and the LRU stamp (A1), then the keys and the view a lease hands
 /// out (the C API copies them into its lease slot at every acquire), which
-/// is also the key the hit memo checks. A `Box` is 16-byte aligned, so those 72 bytes
-/// lie on at most two cache lines, and the hit memo prefetches both (at
-/// the entry and 64 bytes on: [`crate::hit_memo`]). Eviction's fields
-/// follow. (Not aligned further: an over-aligned `Box` cost glibc ~110
-/// bytes an entry in fragments.)
+/// is also the key the hit memo checks. A `Box` is 16-byte aligned, so
+/// those 72 bytes lie on at most two cache lines, and the hit memo
+/// prefetches both (at the entry and 64 bytes on: [`crate::hit_memo`]).
+/// Eviction's fields follow. (Not aligned further: an over-aligned `Box`
+/// cost glibc ~110 bytes an entry in fragments.)
 ///
 /// The view is kept field by field, not as a [`RegView`], so that its
 /// one-byte access shares a word with `memoized` and the cost instead of
