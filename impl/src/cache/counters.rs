@@ -114,29 +114,20 @@ impl HotCounters {
     #[inline(always)]
     pub fn bump_each(&self, which: &[Hot]) {
         let token = thread_token();
-        if token != 0 {
+        let own = if token != 0 {
             let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
             let owner = slot.owner.load(Relaxed);
             // Relaxed: a thread reads its own token here only if its own
             // compare-exchange put it there (module docs).
-            if owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()) {
-                for &w in which {
-                    // Only the owning thread writes this slot: no RMW needed.
-                    let c = slot.get(w);
-                    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
-                }
-            } else {
-                for &w in which {
-                    self.overflow.get(w).fetch_add(1, Relaxed);
-                }
-            }
-            return;
-        }
-        let i = slot_index();
+            (owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()))
+                .then_some(slot)
+        } else {
+            self.slots.get(slot_index())
+        };
         for &w in which {
-            match self.slots.get(i) {
+            match own {
+                // Only the owning thread writes this slot: no RMW needed.
                 Some(slot) => {
-                    // Only this thread ever writes this slot: no RMW needed.
                     let c = slot.get(w);
                     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
                 }

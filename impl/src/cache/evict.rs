@@ -434,7 +434,7 @@ impl<R: Registrar> Cache<R> {
         if fault!(self.config, lru_skips_restamp) {
             return;
         }
-        let cost_aware = self.config.contract.eviction == EvictionPolicy::CostAware;
+        let cost_aware = self.cost_aware();
         // Already the latest use: every stamp is a distinct clock value, so
         // an entry whose stamp is the clock's is the most recently used, and
         // a new stamp would change no order between entries (nor, with its
@@ -475,7 +475,7 @@ impl<R: Registrar> Cache<R> {
         debug_assert!(*entry.last_use.get_mut() == 0 && *entry.priority.get_mut() == 0, "touch_new on a used entry");
         let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
         *entry.last_use.get_mut() = now;
-        if self.config.contract.eviction == EvictionPolicy::CostAware {
+        if self.cost_aware() {
             *entry.priority.get_mut() = self.gds_priority(entry);
         }
     }

@@ -184,15 +184,19 @@ mod tests {
         assert_eq!(ids, [9, 1, 3, 2]);
     }
 
-    #[test]
-    fn push_pop_is_push_then_pop() {
-        let mut g = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |m: u64| {
+    /// A seeded xorshift64: `next(m)` is the next value below `m`.
+    fn xorshift(mut g: u64) -> impl FnMut(u64) -> u64 {
+        move |m| {
             g ^= g << 13;
             g ^= g >> 7;
             g ^= g << 17;
             g % m
-        };
+        }
+    }
+
+    #[test]
+    fn push_pop_is_push_then_pop() {
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..200 {
             let (mut a, mut b) = (EvictionOrder::default(), EvictionOrder::default());
             for id in 0..next(20) {
@@ -213,13 +217,7 @@ mod tests {
     /// (used entries) and push_pops, as the victim search makes them.
     #[test]
     fn run_and_heap_pop_as_one_heap() {
-        let mut g = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |m: u64| {
-            g ^= g << 13;
-            g ^= g >> 7;
-            g ^= g << 17;
-            g % m
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for round in 0..300 {
             let (mut order, mut reference) = (EvictionOrder::default(), BinaryHeap::new());
             let (mut clock, mut id) = (0u64, 0u64);
