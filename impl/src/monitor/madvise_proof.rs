@@ -10,6 +10,9 @@
 //!   file. A thread blocked in another system call is not inside the
 //!   madvise ([`Seen::Elsewhere`]); a running one, or one blocked in an
 //!   overlapping madvise or in process_madvise, might be ([`Seen::Inside`]).
+//!   An io_uring worker's `syscall` file says nothing of what it runs, so a
+//!   worker (its `stat` flags say which) is judged by its `wchan` instead:
+//!   idle, or not yet proven out ([`Seen::WorkerBusy`], never signalled).
 //! - [`Signal`] sends such a thread the proof signal with a fresh token. The
 //!   handler runs only on a return to user mode, after the signal was sent,
 //!   so once it has stored the token ([`Signal::acknowledged`]) the thread
@@ -241,6 +244,12 @@ impl Signal {
     }
 }
 
+/// Proof signals sent and not yet acknowledged nor forgotten (their
+/// threads exited): the prover keeps at most one per thread.
+pub fn signals_outstanding() -> usize {
+    SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner).busy.iter().filter(|&&b| b).count()
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)
 }
@@ -250,12 +259,20 @@ fn release_slot(token: u64) {
     s.busy[(token as usize) & (SLOTS - 1)] = false;
 }
 
-/// Where a thread was when its `syscall` file was read.
+/// Where a thread was when its files were read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
     /// Running, or blocked in an overlapping madvise or in process_madvise:
-    /// it may be inside the madvise that raised the event.
+    /// it may be inside the madvise that raised the event. The proof signal
+    /// can show that it left.
     Inside,
+    /// An io_uring worker (`PF_IO_WORKER`) not seen idle: it may be running
+    /// a request, `IORING_OP_MADVISE` among them. It never returns to user
+    /// mode, so it never runs the signal handler (the kernel keeps the
+    /// signal pending on it forever), and its `syscall` file shows the call
+    /// that created it, not what it runs: it is looked at again until it is
+    /// seen idle or has exited.
+    WorkerBusy,
     /// Blocked elsewhere (another system call, a madvise on other pages, or
     /// no system call): not inside that madvise.
     Elsewhere,
@@ -265,13 +282,88 @@ pub enum Seen {
     Unknown,
 }
 
-/// Reads thread `tid`'s `syscall` file and classifies it against `range`.
-pub fn look(tid: i32, range: Range) -> Seen {
+/// `PF_IO_WORKER` in the flags of `/proc/<tid>/stat` (include/linux/sched.h):
+/// an io_uring worker or SQPOLL thread of the process.
+const PF_IO_WORKER: u64 = 0x10;
+
+/// Reads one file of thread `tid`: its text, or how the read failed.
+fn read_task_file(tid: i32, name: &str) -> Result<String, Seen> {
     let mut s = String::new();
-    match fs::File::open(format!("/proc/self/task/{tid}/syscall")).and_then(|mut f| f.read_to_string(&mut s)) {
-        Ok(_) => classify(&s, range),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) => Seen::Exited,
-        Err(_) => Seen::Unknown,
+    match fs::File::open(format!("/proc/self/task/{tid}/{name}")).and_then(|mut f| f.read_to_string(&mut s)) {
+        Ok(_) => Ok(s),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) => Err(Seen::Exited),
+        Err(_) => Err(Seen::Unknown),
+    }
+}
+
+/// What one look at a thread's files found, before it is judged against a
+/// window's range ([`Observation::against`]). One observation serves every
+/// window whose event was read before it was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// A thread's `syscall` file.
+    Syscall(String),
+    /// An io_uring worker's verdict ([`classify_worker`]), or the thread's
+    /// exit, or an unreadable file: the same for every range.
+    Settled(Seen),
+}
+
+impl Observation {
+    /// Where the observed thread was, against `range`.
+    pub fn against(&self, range: Range) -> Seen {
+        match self {
+            Observation::Syscall(text) => classify(text, range),
+            Observation::Settled(seen) => *seen,
+        }
+    }
+}
+
+/// Looks at thread `tid`: an io_uring worker by where it waits
+/// ([`classify_worker`]), any other thread by its `syscall` file
+/// ([`classify`], once a range is known).
+pub fn observe(tid: i32) -> Observation {
+    let flags = match read_task_file(tid, "stat") {
+        Ok(stat) => match stat_flags(&stat) {
+            Some(flags) => flags,
+            None => return Observation::Settled(Seen::Unknown),
+        },
+        Err(seen) => return Observation::Settled(seen),
+    };
+    if flags & PF_IO_WORKER != 0 {
+        return Observation::Settled(match read_task_file(tid, "wchan") {
+            Ok(wchan) => classify_worker(&wchan),
+            Err(seen) => seen,
+        });
+    }
+    match read_task_file(tid, "syscall") {
+        Ok(text) => Observation::Syscall(text),
+        Err(seen) => Observation::Settled(seen),
+    }
+}
+
+/// Where thread `tid` is, against `range` ([`observe`]).
+pub fn look(tid: i32, range: Range) -> Seen {
+    observe(tid).against(range)
+}
+
+/// The `flags` field (the ninth) of a `stat` file (proc(5)). The command
+/// name (second field) is in parentheses and may hold spaces and
+/// parentheses, so the fields are counted from the last `)`.
+pub fn stat_flags(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // state ppid pgrp session tty_nr tpgid flags
+    after_comm.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// Classifies an io_uring worker by its `wchan` file: the function it
+/// sleeps in, or `0` while it runs or is runnable. A worker sleeping in its
+/// idle loop (`io_wq_worker`, or `io_sq_thread` for the SQPOLL thread: a
+/// sleep inside a request shows that request's function) is between
+/// requests, so it is not inside any madvise it ran for the process.
+pub fn classify_worker(wchan: &str) -> Seen {
+    match wchan.trim() {
+        "io_wq_worker" | "io_sq_thread" => Seen::Elsewhere,
+        _ => Seen::WorkerBusy,
     }
 }
 
@@ -416,6 +508,80 @@ mod tests {
         assert_eq!(classify(&format!("{} 0x3 0x0 0x1 0x4 0x0 0x0 0x1 0x2\n", libc::SYS_process_madvise), range), Seen::Inside);
         assert_eq!(classify("", range), Seen::Unknown);
         assert_eq!(classify("28 zz", range), Seen::Unknown);
+    }
+
+    #[test]
+    fn stat_flags_and_worker_waits_are_read() {
+        // The name may hold spaces and parentheses: fields count from the last ')'.
+        let stat = "4242 (iou-wrk-) 4) S 1 4240 4240 0 -1 4194384 0 0 0 0 1 2 0 0 20 0 1 0\n";
+        assert_eq!(stat_flags(stat), Some(4194384));
+        assert_ne!(stat_flags(stat).unwrap() & PF_IO_WORKER, 0);
+        assert_eq!(stat_flags("4242 (a b) R 1 2 3 0 -1 4194560 0\n").map(|f| f & PF_IO_WORKER), Some(0));
+        assert_eq!(stat_flags("4242 (cut"), None);
+        assert_eq!(stat_flags("4242 (x) R 1 2"), None);
+        // Idle between requests, or anything else (running: 0; inside a
+        // request: that request's function).
+        assert_eq!(classify_worker("io_wq_worker"), Seen::Elsewhere);
+        assert_eq!(classify_worker("io_sq_thread\n"), Seen::Elsewhere);
+        assert_eq!(classify_worker("0"), Seen::WorkerBusy);
+        assert_eq!(classify_worker("wait_for_partner"), Seen::WorkerBusy);
+        assert_eq!(classify_worker(""), Seen::WorkerBusy);
+    }
+
+    /// An io_uring worker blocked inside a request (an `openat` of a FIFO
+    /// no one writes) is not proven out of a madvise, whatever its
+    /// `syscall` file says (the call that created it); idle again, it is.
+    #[test]
+    fn an_io_uring_worker_is_seen_busy_inside_a_request_and_elsewhere_when_idle() {
+        use io_uring::{opcode, types, IoUring};
+        use std::ffi::CString;
+        let dir = std::env::temp_dir().join(format!("mrcache-fifo-{}", std::process::id()));
+        let _ = fs::remove_file(&dir);
+        let path = CString::new(dir.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let before: Vec<i32> = list_tasks().unwrap();
+        let mut ring = IoUring::new(4).unwrap();
+        let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr()).flags(libc::O_RDONLY)
+            .build()
+            .flags(io_uring::squeue::Flags::ASYNC) // to a worker, which blocks (inline, it would open non-blocking)
+            .user_data(7);
+        // SAFETY: `path` outlives the request (we wait for its completion below).
+        unsafe { ring.submission().push(&open).unwrap() };
+        ring.submit().unwrap();
+        let is_worker = |tid: i32| {
+            read_task_file(tid, "stat").ok().and_then(|s| stat_flags(&s)).is_some_and(|f| f & PF_IO_WORKER != 0)
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let worker = loop {
+            let found = list_tasks().unwrap().into_iter().find(|t| !before.contains(t) && is_worker(*t));
+            if let Some(tid) = found {
+                if read_task_file(tid, "wchan").is_ok_and(|w| !matches!(w.trim(), "0" | "io_wq_worker")) {
+                    break tid; // asleep inside the open
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "no io_uring worker blocked in the open");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        // Its syscall file is not a madvise: read as a plain thread's, it
+        // would be `Elsewhere`.
+        let syscall = read_task_file(worker, "syscall").unwrap();
+        assert_eq!(classify(&syscall, r(0, u64::MAX / 2)), Seen::Elsewhere, "{syscall}");
+        assert_eq!(look(worker, r(0, u64::MAX / 2)), Seen::WorkerBusy);
+        // A writer lets the open finish; the worker goes back to waiting for work.
+        let writer = fs::OpenOptions::new().write(true).open(&dir).unwrap();
+        ring.submit_and_wait(1).unwrap();
+        let cqe = ring.completion().next().unwrap();
+        assert!(cqe.result() >= 0, "openat: {}", cqe.result());
+        // SAFETY: the descriptor the open returned, ours to close.
+        unsafe { libc::close(cqe.result()) };
+        drop(writer);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !matches!(look(worker, r(0, u64::MAX / 2)), Seen::Elsewhere | Seen::Exited) {
+            assert!(std::time::Instant::now() < deadline, "the worker was never seen idle");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _ = fs::remove_file(&dir);
     }
 
     #[test]

@@ -26,11 +26,12 @@
 //!   then leaves the members: no entry of it outlives its monitor.
 //! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
 
-use super::madvise_proof::{self, InstallError, Seen, SendOutcome, Sent, Signal};
+use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal};
 use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
+use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -243,8 +244,8 @@ impl EventSource for HubSource {
 struct Unproven {
     range: Range,
     ids: Vec<u64>,
-    /// Threads that may still be inside the madvise, with the signal sent
-    /// to each (None: not sent yet).
+    /// Threads that may still be inside the madvise, with the token of the
+    /// signal that will prove each out (None: none taken yet).
     waiting: Vec<(i32, Option<Sent>)>,
     /// Not scanned yet: the thread list could not be read, or did not hold
     /// still (threads starting and exiting under it). Nothing is proven
@@ -253,100 +254,147 @@ struct Unproven {
 }
 
 impl Unproven {
-    /// Lists the threads other than `me` that may be inside the madvise
-    /// into `waiting`; false (and still `unknown`) if the list cannot be had.
-    /// A scan at any time after the event was read is sound: a thread
-    /// seen outside the madvise then has left it (or was never in it).
-    fn scan(&mut self, me: i32) -> bool {
-        let Some(tids) = madvise_proof::threads(me) else { return false };
-        for tid in tids {
-            match madvise_proof::look(tid, self.range) {
+    /// Adds the threads of `tids` that may be inside the madvise to
+    /// `waiting`. A scan at any time after the event was read is sound: a
+    /// thread seen outside the madvise then has left it (or was never in it).
+    fn scan(&mut self, tids: &[i32], looks: &mut Looks) {
+        for &tid in tids {
+            match looks.at(tid).against(self.range) {
                 Seen::Elsewhere | Seen::Exited => {}
-                Seen::Inside | Seen::Unknown => self.waiting.push((tid, None)),
+                Seen::Inside | Seen::WorkerBusy | Seen::Unknown => self.waiting.push((tid, None)),
             }
         }
         self.unknown = false;
-        true
+    }
+}
+
+/// The looks at threads taken in one pass of the prover: each thread's files
+/// are read once per pass, however many windows wait on it (every window of
+/// the pass had its event read before the pass began, so one look serves
+/// them all). A pass costs a read per thread, not per thread and window.
+#[derive(Default)]
+struct Looks {
+    seen: HashMap<i32, Observation>,
+    /// The process's threads, listed at most once per pass (None inside:
+    /// the list could not be had).
+    threads: Option<Option<Vec<i32>>>,
+}
+
+impl Looks {
+    fn at(&mut self, tid: i32) -> &Observation {
+        self.seen.entry(tid).or_insert_with(|| madvise_proof::observe(tid))
+    }
+
+    fn threads(&mut self, me: i32) -> Option<Vec<i32>> {
+        self.threads.get_or_insert_with(|| madvise_proof::threads(me)).clone()
     }
 }
 
 /// The monitor thread's half of M4: scans threads for each new window,
 /// signals those that may be inside the madvise, and closes a window once
 /// none may be.
+///
+/// A thread has at most one proof signal outstanding, whatever the number
+/// of windows waiting on it: so the signal slots and the per-pass work are
+/// bounded by the process's threads, even for threads that never run the
+/// handler (they block the signal, or are io_uring workers, which the
+/// prover never signals but the same bound covers).
 struct Prover {
     signal: Signal,
     me: i32,
     unproven: Vec<Unproven>,
-    /// Sends whose thread was since seen elsewhere: their signal is still
-    /// pending, so their slot stays taken until acknowledged (or exit).
-    lingering: Vec<(i32, Sent)>,
+    /// The signal outstanding per thread: sent, and not acknowledged at the
+    /// start of the last pass. At most one per thread.
+    outstanding: Vec<(i32, Sent)>,
 }
 
 impl Prover {
     fn new(signal: Signal) -> Self {
-        Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), lingering: Vec::new() }
+        Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), outstanding: Vec::new() }
     }
 
     /// Starts proving each window of `opened`: a range, and the caches
     /// that opened a window on it.
     fn begin(&mut self, opened: Vec<(Range, Vec<u64>)>) {
+        let mut looks = Looks::default();
         for (range, ids) in opened {
             let mut w = Unproven { range, ids, waiting: Vec::new(), unknown: true };
-            w.scan(self.me);
+            if let Some(tids) = looks.threads(self.me) {
+                w.scan(&tids, &mut looks);
+            }
             self.unproven.push(w);
         }
     }
 
     /// One pass over the windows: sends, checks, closes. Returns whether
     /// any window is still unproven.
+    ///
+    /// Every window of the pass had its event read before the pass began.
+    /// So a signal found unacknowledged at the start of the pass has its
+    /// handler, if it ever runs, run after that read, at a return to user
+    /// mode: a window may wait on a signal another window sent (the thread
+    /// was either inside the madvise at the start of the pass and has left
+    /// it by then, or not inside it, which it cannot enter again: it began
+    /// before the read).
     fn advance(&mut self, hub: &Hub) -> bool {
         let signal = self.signal;
-        self.lingering.retain(|&(tid, sent)| {
+        // Signals resolved since the last pass: acknowledged (their slots
+        // are free again), or their thread exited.
+        let mut acknowledged: Vec<Sent> = Vec::new();
+        let mut looks = Looks::default();
+        self.outstanding.retain(|&(tid, sent)| {
             if signal.acknowledged(sent) {
+                acknowledged.push(sent);
                 return false;
             }
-            if madvise_proof::look(tid, Range { addr: 0, len: 1 }) == Seen::Exited {
+            if *looks.at(tid) == Observation::Settled(Seen::Exited) {
                 signal.forget_exited(sent);
                 return false;
             }
             true
         });
-        let mut lingering = Vec::new();
         let me = self.me;
+        let outstanding = &mut self.outstanding;
         self.unproven.retain_mut(|w| {
-            if w.unknown && !w.scan(me) {
-                return true; // scanned again on the next pass
+            if w.unknown {
+                match looks.threads(me) {
+                    Some(tids) => w.scan(&tids, &mut looks),
+                    None => return true, // scanned again on the next pass
+                }
             }
             w.waiting.retain_mut(|(tid, sent)| {
                 if let Some(s) = *sent {
-                    if signal.acknowledged(s) {
+                    if acknowledged.contains(&s) {
                         return false; // its handler ran after the send
                     }
+                    if !outstanding.iter().any(|&(_, o)| o == s) {
+                        return false; // forgotten: the thread exited
+                    }
                 }
-                match madvise_proof::look(*tid, w.range) {
-                    Seen::Exited => {
-                        if let Some(s) = *sent {
-                            signal.forget_exited(s);
-                        }
-                        false
-                    }
-                    Seen::Elsewhere => {
-                        if let Some(s) = *sent {
-                            lingering.push((*tid, s));
-                        }
-                        false
-                    }
+                match looks.at(*tid).against(w.range) {
+                    Seen::Exited => false,
+                    // Its signal, if any, stays outstanding (still pending
+                    // for it): its slot is freed when it acknowledges.
+                    Seen::Elsewhere => false,
                     Seen::Inside => {
                         if sent.is_none() {
-                            match signal.send(*tid) {
-                                SendOutcome::Sent(s) => *sent = Some(s),
-                                SendOutcome::Gone => return false,
-                                SendOutcome::Later => {}
+                            if let Some(&(_, s)) = outstanding.iter().find(|&&(t, _)| t == *tid) {
+                                *sent = Some(s);
+                            } else {
+                                match signal.send(*tid) {
+                                    SendOutcome::Sent(s) => {
+                                        outstanding.push((*tid, s));
+                                        *sent = Some(s);
+                                    }
+                                    SendOutcome::Gone => return false,
+                                    SendOutcome::Later => {}
+                                }
                             }
                         }
                         true
                     }
-                    Seen::Unknown => true,
+                    // Never signalled (see `Seen::WorkerBusy`): looked at again.
+                    Seen::WorkerBusy | Seen::Unknown => true,
                 }
             });
             if w.waiting.is_empty() && !w.unknown {
@@ -357,7 +405,6 @@ impl Prover {
             }
             true
         });
-        self.lingering.extend(lingering);
         !self.unproven.is_empty()
     }
 }
