@@ -160,10 +160,10 @@ fn slot_index(first: u64, bits: u32) -> usize {
     (h & ((1u64 << bits) - 1)) as usize
 }
 
-/// The offset of the second prefetch into the entry a memo slot names: a
-/// 16-byte aligned entry's first 72 bytes (what a hit reads) lie on the
-/// lines of its bytes 0 and 64 (start offsets in a line are 0, 16, 32 or
-/// 48, and 48 + 72 <= 128).
+/// The offset of the second prefetch into the entry a memo slot names: an
+/// 8-byte aligned entry's first 72 bytes (what a hit reads) lie on the
+/// lines of its bytes 0 and 64 (start offsets in a line are 0, 8, ..., 56,
+/// and 56 + 72 <= 128).
 pub(crate) const SECOND_PREFETCH: usize = 64;
 
 /// Where the current table is, readable without the lock, for a prefetch

@@ -560,7 +560,7 @@ impl<R: Registrar> Cache<R> {
         let id = st.add_exclusive(&self.next_id, 1);
         let bytes = plan.range.len;
         let keys = self.registrar.keys(&handle);
-        let mut entry = Box::new(Entry::<R> {
+        let mut entry = Entry::<R> {
             state: EntryState::new(1),
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
@@ -580,11 +580,11 @@ impl<R: Registrar> Cache<R> {
             view_access: plan.access,
             keys,
             handle: ManuallyDrop::new(handle),
-        });
+        };
         // The use that creates it (stamped before it is findable: nobody else
         // can see it before we unlock, so without a locked instruction).
         self.touch_new(&mut entry);
-        let e = EntryPtr::new(entry);
+        let e = EntryPtr::new(st.entries.alloc(&shared.returned_entries, entry));
         st.index.insert(plan.span, id, plan.access, e);
         // Memo tables grow with the index; the old one's pages are given
         // back after unlocking.

@@ -8,7 +8,7 @@
 
 use super::Cache;
 use super::counters::{inc, Hot};
-use super::entry::{Entry, EntryPtr};
+use super::entry::EntryPtr;
 use super::generation::{Generation, held_by_this_thread};
 use crate::hit_memo::RetiredMemo;
 use crate::registrar::Registrar;
@@ -16,8 +16,10 @@ use crate::sync::Ordering;
 use std::mem::ManuallyDrop;
 
 pub(super) enum Dereg<R: Registrar> {
-    /// A cached entry this operation owns: deregister and free it.
-    Entry(EntryPtr<R>),
+    /// A cached entry this operation owned: its handle and bytes, to
+    /// deregister and count (its memory went back to the pool under the
+    /// lock, `EntryPool::put_back`).
+    Cached(ManuallyDrop<R::Handle>, u64),
     /// A registration that was never cached (A7, A8): deregister, uncounted.
     Discard(R::Handle),
     /// The P3 fault: a leased entry's handle, deregistered early (counted).
@@ -60,7 +62,7 @@ impl<'c, R: Registrar> DeregList<'c, R> {
         let cache = self.cache;
         let shared = self.shared;
         let perform = |item: Dereg<R>| match item {
-            Dereg::Entry(e) => cache.deregister_entry(shared, e, false),
+            Dereg::Cached(h, bytes) => cache.deregister_handle(shared, h, bytes),
             Dereg::Discard(h) => {
                 inc(&cache.counters.discarded_registrations);
                 cache.call_deregister(h);
@@ -108,22 +110,32 @@ impl<R: Registrar> Items<R> {
 }
 
 impl<R: Registrar> Cache<R> {
-    /// Deregisters and frees an entry this thread owns (A-H).
+    /// Deregisters and frees an entry this thread owns (A-H), without the
+    /// lock (R1): its memory goes back through the given-back list.
     pub(super) fn deregister_entry(&self, shared: &Generation<R>, e: EntryPtr<R>, handle_gone: bool) {
-        // SAFETY: the handoff made us the only owner; created by Box::leak.
-        let boxed = unsafe { Box::from_raw(e.as_ptr()) };
-        let Entry { handle, view_len, .. } = *boxed;
+        // SAFETY: the handoff made us the only owner: nobody reads the entry
+        // after this; its handle is moved out once, here, and its other
+        // fields need no drop (`EntryPool::LAYOUT_OK`).
+        let (handle, view_len) = unsafe { e.take_handle() };
+        // SAFETY: from this generation's pool (A9), given back once (A-H).
+        unsafe { shared.returned_entries.give_back(e.non_null()) };
+        if handle_gone {
+            // Already deregistered (and counted) by the P3 fault.
+            return;
+        }
+        self.deregister_handle(shared, handle, view_len);
+    }
+
+    /// Deregisters a cached entry's handle and counts it (A-H's owner,
+    /// after the entry's memory went back to the pool).
+    pub(super) fn deregister_handle(&self, shared: &Generation<R>, handle: ManuallyDrop<R::Handle>, bytes: u64) {
         if fault!(self.config, leak_deregistration) {
             // P4 fault: the registration is never deregistered.
             std::mem::forget(ManuallyDrop::into_inner(handle));
             return;
         }
-        if handle_gone {
-            // Already deregistered (and counted) by the P3 fault.
-            return;
-        }
         self.call_deregister(ManuallyDrop::into_inner(handle));
-        self.count_dereg(shared, view_len);
+        self.count_dereg(shared, bytes);
     }
 
     pub(super) fn call_deregister(&self, h: R::Handle) {

@@ -14,11 +14,10 @@ use std::ptr::NonNull;
 /// `repr(C)`: what a hit touches leads, in the first 72 bytes: the state
 /// word and the LRU stamp (A1), then the keys and the view a lease hands
 /// out (the C API copies them into its lease slot at every acquire), which
-/// is also the key the hit memo checks. A `Box` is 16-byte aligned, so
-/// those 72 bytes lie on at most two cache lines, and the hit memo
-/// prefetches both (at the entry and 64 bytes on: [`crate::hit_memo`]).
-/// Eviction's fields follow. (Not aligned further: an over-aligned `Box`
-/// cost glibc ~110 bytes an entry in fragments.)
+/// is also the key the hit memo checks. An entry is 8-byte aligned in its
+/// pool's block ([`super::entry_pool`]), so those 72 bytes lie on at most
+/// two cache lines, and the hit memo prefetches both (at the entry and 64
+/// bytes on: [`crate::hit_memo`]). Eviction's fields follow.
 ///
 /// The view is kept field by field, not as a [`RegView`], so that its
 /// one-byte access shares a word with `memoized` and the cost instead of
@@ -57,7 +56,7 @@ pub(crate) struct Entry<R: Registrar> {
 }
 
 /// Where a hit's fields end (`Entry`'s docs): the hit memo's two prefetches
-/// cover `[0, HIT_BYTES)` of a 16-byte aligned entry.
+/// cover `[0, HIT_BYTES)` of an 8-byte aligned entry.
 const HIT_BYTES: usize = 72;
 const _: () = {
     use crate::registrar::counting::{CountingHandle, CountingRegistrar as C};
@@ -67,10 +66,11 @@ const _: () = {
     assert!(std::mem::size_of::<Entry<C>>() - std::mem::size_of::<CountingHandle>() == 72);
     assert!(std::mem::offset_of!(Entry<C>, keys) + std::mem::size_of::<Keys>() <= HIT_BYTES);
     assert!(std::mem::offset_of!(Entry<C>, last_use) + 8 <= HIT_BYTES);
-    // A 16-byte aligned entry starts at byte 0, 16, 32 or 48 of a line: its
+    // An 8-byte aligned entry starts at byte 0, 8, ..., or 56 of a line: its
     // first HIT_BYTES lie on that line and the next, the lines of its bytes
     // 0 and 64.
-    assert!(crate::hit_memo::SECOND_PREFETCH == 64 && 48 + HIT_BYTES <= 128);
+    assert!(std::mem::align_of::<Entry<C>>() >= 8);
+    assert!(crate::hit_memo::SECOND_PREFETCH == 64 && 56 + HIT_BYTES <= 128);
 };
 
 /// A raw pointer to an [`Entry`]; ownership follows spec.md#A-H (module docs).
@@ -141,10 +141,27 @@ impl<R: Registrar> Entry<R> {
 }
 
 impl<R: Registrar> EntryPtr<R> {
-    /// A9: the pointer to a new entry, leaked here and freed by the owner of
-    /// its deregistration (A-H).
-    pub(super) fn new(entry: Box<Entry<R>>) -> Self {
-        EntryPtr(NonNull::from(Box::leak(entry)))
+    /// A9: the pointer to a new entry in its generation's pool
+    /// ([`super::entry_pool`]), given back by the owner of its
+    /// deregistration (A-H).
+    pub(super) fn new(entry: NonNull<Entry<R>>) -> Self {
+        EntryPtr(entry)
+    }
+
+    /// Moves the handle out, with the entry's bytes, for its deregistration.
+    ///
+    /// # Safety
+    /// The caller owns the entry's deregistration (A-H) and gives its memory
+    /// back right after: nobody reads the entry again.
+    pub(super) unsafe fn take_handle(self) -> (ManuallyDrop<R::Handle>, u64) {
+        let p = self.0.as_ptr();
+        // SAFETY: alive and ours (the contract); the handle is read once.
+        unsafe { (std::ptr::read(&(*p).handle), (*p).view_len) }
+    }
+
+    /// The entry's memory, for the pool.
+    pub(super) fn non_null(self) -> NonNull<Entry<R>> {
+        self.0
     }
 
     /// The pointer a lane slot's `ptr` or `pin` holds.

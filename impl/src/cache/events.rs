@@ -141,8 +141,9 @@ impl<R: Registrar> Cache<R> {
                 Invalidated::Owner => {
                     // The last lease went meanwhile: the entry is ours to free.
                     deregs.items.push(Dereg::Early(h, entry.view_len));
-                    // SAFETY: we own it (count was 0); its handle was read above.
-                    drop(unsafe { Box::from_raw(e.as_ptr()) });
+                    // SAFETY: we own it (count was 0); its handle was read
+                    // above; from this generation's pool (A9).
+                    unsafe { st.entries.put_back(e.non_null()) };
                     false
                 }
                 Invalidated::Leased => {
@@ -157,7 +158,15 @@ impl<R: Registrar> Cache<R> {
         //# owns the deregistration iff the count it saw was 0
         match entry.state.invalidate(0) {
             Invalidated::Owner => {
-                deregs.items.push(Dereg::Entry(e));
+                // SAFETY: we own its deregistration (count was 0, INVALID
+                // now set) and it left the index, its lane memos revoked
+                // above: nobody reads it after this; its memory goes back to
+                // this generation's pool, whose lock we hold, and its handle
+                // is deregistered after unlocking (A11).
+                let (handle, bytes) = unsafe { e.take_handle() };
+                // SAFETY: as above; from this generation's pool (A9).
+                unsafe { st.entries.put_back(e.non_null()) };
+                deregs.items.push(Dereg::Cached(handle, bytes));
                 false
             }
             Invalidated::Leased => {

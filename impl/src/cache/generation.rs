@@ -4,6 +4,7 @@
 use super::Cache;
 use super::counters::get;
 use super::entry::{Entry, EntryPtr};
+use super::entry_pool::{EntryPool, Returned};
 use super::source::EventSource;
 use super::evict_order::{Candidate, EvictionOrder};
 use super::lanes;
@@ -34,6 +35,8 @@ pub(super) struct InFlight {
 /// What the cache lock protects.
 pub(crate) struct Locked<R: Registrar> {
     pub(super) index: IntervalIndex<EntryPtr<R>>,
+    /// The memory of this generation's entries (A9 takes it here).
+    pub(super) entries: EntryPool<R>,
     /// A1's answers, valid while the index's answers version holds.
     pub(super) memo: HitMemo,
     pub(super) inflight: Vec<InFlight>,
@@ -122,6 +125,8 @@ pub(crate) struct Generation<R: Registrar> {
     /// Where the lock's hit memo is, for A1's prefetch before the lock.
     pub(super) memo_hint: MemoHint,
     pub(super) queue: InvalidationQueue,
+    /// Entry memory given back by deregistrations, for A9 to reuse.
+    pub(super) returned_entries: Returned,
     /// Set by A10 when every remaining entry is leased and a limit is still
     /// exceeded; read by R2.
     pub(super) over_limit: AtomicBool,
@@ -166,6 +171,7 @@ impl<R: Registrar> Generation<R> {
             memo_hint: unsafe { MemoHint::new(&memo) },
             lock: RwLock::new(Locked {
                 index: IntervalIndex::new(),
+                entries: EntryPool::new(),
                 memo,
                 inflight: Vec::new(),
                 next_token: 0,
@@ -178,6 +184,7 @@ impl<R: Registrar> Generation<R> {
                 full_note: Vec::new(),
             }),
             queue: InvalidationQueue::with_capacity(queue_capacity),
+            returned_entries: Returned::new(),
             over_limit: AtomicBool::new(false),
             cached: plain::AtomicU64::new(0),
             live_regs: plain::AtomicU64::new(0),

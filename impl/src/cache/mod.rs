@@ -87,8 +87,9 @@
 //! | | `counters` | the slow-path counters and the striped hot counters |
 //! | | `config` | [`CacheConfig`], [`Monitoring`], the fault switches, [`LANE_SLOTS`] |
 //! | | `source` | the event source: [`EventSource`], [`ReleaseEvent`], [`Watched`] |
-//! | 2. lanes and the OS | `os` | the system calls: `membarrier`, `pthread_atfork` and the `MADV_WIPEONFORK` page, the fork generation |
+//! | 2. lanes, the OS, entry memory | `os` | the system calls: `membarrier`, `pthread_atfork` and the `MADV_WIPEONFORK` page, the fork generation |
 //! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
+//! | | `entry_pool` | entry memory: blocks carved by A9, given back by deregistrations to a push-only list |
 //! | 3. the generation | `generation` | `Generation` (one generation) and `Locked` (its locked part), the write guard, `answered` |
 //! | | `fork` | the cache's fork check (F1) and the installing of a fresh generation (S2.6) |
 //! | | `Cache` (this file) | the cache's fields, construction, the freeing of its generations (the end of `Drop`), and the error and hot-path counts |
@@ -129,7 +130,8 @@ mod queue;
 mod entry_state;
 mod source;
 mod window;
-// Layer 2: lane slots and claims, the system calls.
+// Layer 2: lane slots and claims, the system calls, entry memory.
+mod entry_pool;
 mod lanes;
 mod os;
 // Layer 3: the generation.
@@ -374,6 +376,7 @@ mod layers {
         ("source", 1),
         ("os", 2),
         ("lanes", 2),
+        ("entry_pool", 2),
         ("generation", 3),
         ("fork", 3),
         ("Cache", 3),

@@ -1,0 +1,280 @@
+//! Entry memory, recycled per generation, instead of a `malloc` and a
+//! `free` per registration.
+//!
+//! A9 takes memory for a new entry under the lock exclusive
+//! ([`EntryPool::alloc`]). The owner of a deregistration (A-H) gives it
+//! back: under the lock, straight to the allocator's free list
+//! ([`EntryPool::put_back`]: an eviction, an invalidation, a flush); without
+//! it (the last release of an invalidated entry, R1), to a list any thread
+//! can push to ([`Returned::give_back`]).
+//!
+//! - Blocks of entries are carved in order and never moved or freed before
+//!   the generation drops: an entry's address is stable, as a `Box`'s was.
+//! - Memory given back goes on a push-only list ([`Returned`]): one
+//!   compare-exchange per entry, from any thread. The allocator takes the
+//!   whole list with one swap, under the lock, into its own free list
+//!   (plain, the lock's). A list only pushed to and emptied whole has no
+//!   ABA problem: no pop ever reads a node another thread may take.
+//! - Memory is recycled only once its entry is freed, which A-H makes happen
+//!   exactly once, after the entry left the index and every lease and pin
+//!   on it went (as before, with `free`): the stale raw pointers the lanes
+//!   may hold are never read after that (LN5), so reuse at the same address
+//!   is no different from `malloc` handing the address back.
+//!
+//! The fill (cold misses) carved a fresh `malloc` chunk per entry (about
+//! 190 instructions); here it is a pointer bump. An evicting miss reuses
+//! its last victim's memory, as `malloc`'s thread cache did, with no
+//! atomic instruction.
+
+use super::entry::Entry;
+use crate::registrar::Registrar;
+use crate::sync::{AtomicPtr, Ordering};
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+
+/// Entries per block. A block of C API entries (88 bytes) is about 22 KiB.
+#[cfg(not(loom))]
+const BLOCK: usize = 256;
+/// Under loom, blocks of two, so the cache's loom tests (a handful of
+/// entries) reach the take of the given-back list and the reuse.
+#[cfg(loom)]
+const BLOCK: usize = 2;
+
+/// A free entry's memory: the link of the free lists, in its first bytes.
+struct Free {
+    next: *mut Free,
+}
+
+/// Entries given back since the allocator last took them: a push-only
+/// list of free memory, shared by every thread that deregisters.
+pub(crate) struct Returned {
+    head: AtomicPtr<Free>,
+}
+
+impl Returned {
+    pub(crate) fn new() -> Self {
+        Returned { head: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+
+    /// Gives back the memory of an entry whose fields were moved out or
+    /// need no drop.
+    ///
+    /// # Safety
+    /// `e` came from [`EntryPool::alloc`] of the pool this list serves, and
+    /// nobody reads the entry again (A-H: its deregistration owner, once).
+    pub(super) unsafe fn give_back<R: Registrar>(&self, e: NonNull<Entry<R>>) {
+        let node = e.as_ptr().cast::<Free>();
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: the entry's memory is ours (the contract), aligned and
+            // large enough for a pointer (`EntryPool::LAYOUT_OK`).
+            unsafe { node.write(Free { next: head }) };
+            // Release: the allocator's Acquire swap sees this link, and every
+            // write to the entry before it, before it reuses the memory.
+            match self.head.compare_exchange_weak(head, node, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Takes every entry given back so far (null: none).
+    fn take_all(&self) -> *mut Free {
+        // A load first: most misses find the list empty, and a swap is a
+        // locked instruction. Acquire: pairs with `give_back`'s Release.
+        if self.head.load(Ordering::Relaxed).is_null() {
+            return std::ptr::null_mut();
+        }
+        self.head.swap(std::ptr::null_mut(), Ordering::Acquire)
+    }
+}
+
+/// The allocator's side, under the cache lock exclusive (in `Locked`).
+pub(crate) struct EntryPool<R: Registrar> {
+    blocks: Vec<Box<[MaybeUninit<Entry<R>>]>>,
+    /// Entries of the last block not handed out yet.
+    carved: usize,
+    /// Free memory taken from [`Returned`] (null: none).
+    free: *mut Free,
+}
+
+// SAFETY: the pool owns its blocks; its raw pointers point into them and are
+// used only by the holder of the lock exclusive that guards the pool.
+unsafe impl<R: Registrar> Send for EntryPool<R> {}
+// SAFETY: as above; `&EntryPool` gives no access to entries.
+unsafe impl<R: Registrar> Sync for EntryPool<R> {}
+
+impl<R: Registrar> EntryPool<R> {
+    /// The free list's link fits in an entry's memory, aligned.
+    const LAYOUT_OK: () = assert!(
+        std::mem::size_of::<Entry<R>>() >= std::mem::size_of::<Free>()
+            && std::mem::align_of::<Entry<R>>() >= std::mem::align_of::<Free>()
+            && !std::mem::needs_drop::<Entry<R>>()
+    );
+
+    pub(crate) fn new() -> Self {
+        EntryPool {
+            blocks: Vec::new(),
+            carved: BLOCK,
+            free: std::ptr::null_mut(),
+        }
+    }
+
+    /// Takes back the memory of an entry freed under the lock exclusive (its
+    /// fields moved out or needing no drop): the next A9 reuses it without
+    /// an atomic instruction.
+    ///
+    /// # Safety
+    /// `e` came from [`EntryPool::alloc`] of this pool, and nobody reads
+    /// the entry again (A-H: its deregistration owner, once).
+    pub(super) unsafe fn put_back(&mut self, e: NonNull<Entry<R>>) {
+        let node = e.as_ptr().cast::<Free>();
+        // SAFETY: the entry's memory is ours (the contract), aligned and
+        // large enough for a pointer (`LAYOUT_OK`).
+        unsafe { node.write(Free { next: self.free }) };
+        self.free = node;
+    }
+
+    /// Memory for one entry, holding `entry` (A9, under the lock exclusive):
+    /// from the free list, else the next of the last block; once the block
+    /// is used up, what was given back meanwhile, and only if nothing was, a
+    /// new block.
+    ///
+    /// Taking the given-back list only when the block is used up costs one
+    /// swap (a locked instruction) per block of allocations, not one per
+    /// evicting miss, and at most one block of memory that a take on every
+    /// allocation would not have carved.
+    pub(super) fn alloc(&mut self, returned: &Returned, entry: Entry<R>) -> NonNull<Entry<R>> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::LAYOUT_OK;
+        if self.free.is_null() && self.carved == BLOCK {
+            self.free = returned.take_all();
+        }
+        let p: *mut Entry<R> = if !self.free.is_null() {
+            let node = self.free;
+            // SAFETY: a node of our free lists: memory of a freed entry of
+            // this pool, its link written by `give_back` (and made visible by
+            // `take_all`'s Acquire).
+            self.free = unsafe { (*node).next };
+            node.cast()
+        } else {
+            if self.carved == BLOCK {
+                self.blocks.push(Box::new_uninit_slice(BLOCK));
+                self.carved = 0;
+            }
+            let block = self.blocks.last_mut().expect("pushed above");
+            let p = block[self.carved].as_mut_ptr();
+            self.carved += 1;
+            p
+        };
+        // SAFETY: `p` is memory for one entry that nobody else uses: never
+        // handed out, or given back by its only owner.
+        unsafe {
+            p.write(entry);
+            NonNull::new_unchecked(p)
+        }
+    }
+}
+
+// The blocks are freed with the pool (the generation's drop). Entries still
+// in them then are those a forgotten generation never freed (spec.md#S2.6):
+// their handles are leaked, as before, and nothing reads them after the
+// cache is gone.
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::cache::entry_state::EntryState;
+    use crate::registrar::counting::{CountingHandle, CountingRegistrar};
+    use crate::registrar::Keys;
+    use crate::sync::plain;
+    use mrcache_types::{Access, Range};
+    use std::collections::HashSet;
+    use std::mem::ManuallyDrop;
+
+    fn entry(id: u64) -> Entry<CountingRegistrar> {
+        Entry {
+            state: EntryState::new(0),
+            last_use: plain::AtomicU64::new(0),
+            keys: Keys { lkey: id as u32, rkey: 0 },
+            view_id: id,
+            view_addr: id << 12,
+            view_len: 4096,
+            view_access: Access::LOCAL_WRITE,
+            memoized: plain::AtomicBool::new(false),
+            cost: 0,
+            priority: plain::AtomicU64::new(0),
+            noted: plain::AtomicU64::new(0),
+            handle: ManuallyDrop::new(CountingHandle {
+                id,
+                range: Range { addr: id << 12, len: 4096 },
+                access: Access::LOCAL_WRITE,
+            }),
+        }
+    }
+
+    /// Handed-out memory is never handed out again before it is given back;
+    /// given-back memory is reused, so an evicting workload (one freed per
+    /// one taken) stays within two blocks.
+    #[test]
+    fn memory_is_unique_while_held_and_reused_once_given_back() {
+        let mut pool = EntryPool::<CountingRegistrar>::new();
+        let returned = Returned::new();
+        let mut held: Vec<NonNull<Entry<CountingRegistrar>>> = Vec::new();
+        let mut seen_held = HashSet::new();
+        for id in 0..1000u64 {
+            let p = pool.alloc(&returned, entry(id));
+            assert!(seen_held.insert(p.as_ptr() as usize), "memory handed out twice while held");
+            // SAFETY: just written by `alloc`, held by this test alone.
+            assert_eq!(unsafe { p.as_ref() }.view_id, id);
+            held.push(p);
+        }
+        for id in 1000..100_000u64 {
+            let victim = held.remove(0);
+            seen_held.remove(&(victim.as_ptr() as usize));
+            // Both ways back: under the lock (an eviction) and from any
+            // thread (a last release).
+            if id % 3 == 0 {
+                // SAFETY: from this pool, given back once, not read again.
+                unsafe { returned.give_back(victim) };
+            } else {
+                // SAFETY: as above.
+                unsafe { pool.put_back(victim) };
+            }
+            let p = pool.alloc(&returned, entry(id));
+            assert!(seen_held.insert(p.as_ptr() as usize), "memory handed out twice while held");
+            held.push(p);
+        }
+        // Held entries are intact (no reuse overwrote one).
+        for (k, p) in held.iter().enumerate() {
+            // SAFETY: held by this test.
+            assert_eq!(unsafe { p.as_ref() }.view_id, 99_000 + k as u64);
+        }
+        assert!(pool.blocks.len() <= 1000 / BLOCK + 2, "{} blocks for 1,000 live entries", pool.blocks.len());
+    }
+
+    /// Memory given back from several threads at once is all taken, each
+    /// piece once.
+    #[test]
+    fn concurrent_give_backs_are_each_taken_once() {
+        let mut pool = EntryPool::<CountingRegistrar>::new();
+        let returned = Returned::new();
+        let all: Vec<usize> = (0..4 * BLOCK as u64).map(|id| pool.alloc(&returned, entry(id)).as_ptr() as usize).collect();
+        std::thread::scope(|s| {
+            for chunk in all.chunks(BLOCK) {
+                let returned = &returned;
+                s.spawn(move || {
+                    for &p in chunk {
+                        // SAFETY: from the pool, given back once, by this thread only.
+                        unsafe { returned.give_back(NonNull::new(p as *mut Entry<CountingRegistrar>).unwrap()) };
+                    }
+                });
+            }
+        });
+        // The last block is used up: the next allocations take the list.
+        let again: HashSet<usize> =
+            (0..4 * BLOCK as u64).map(|id| pool.alloc(&returned, entry(id)).as_ptr() as usize).collect();
+        assert_eq!(again, all.iter().copied().collect::<HashSet<_>>(), "every piece given back is reused, once");
+        assert_eq!(pool.blocks.len(), 4, "no new block while memory was given back");
+    }
+}
