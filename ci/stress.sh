@@ -20,6 +20,15 @@
 # merge 29.6 s (0 / 0, 310,559 churned); 2,370,000 histories linearizable in
 # 583 s; fuzz 120 s: 32.0 M sequential ops, 91,688 histories, 586,323 DMA
 # acquires, 0 violations; 14 min in all.
+# Measured 2026-12-06 (seventeenth session, after the madvise proof kept one
+# signal per thread: before, the S7.4 step never finished, since a thread that
+# never acknowledges, the registrar's io_uring worker, took a signal slot per
+# window): uffd 1,000,000 acquires in 111.5 s (0 stale, 0 PFN mismatches,
+# 291,627 churned acquires); explicit + merge 53.6 s (0 / 0, 310,884); the
+# S7.4 windows, 50,000 rounds per monitor, 42.9 s (uffd 29.8 s of it; 0 stale
+# after munmap or madvise returned); 100x the histories, linearizable, 771 s
+# (builds beside it); fuzz 120 s: 37.5 M sequential ops, 114,006 histories,
+# 640,775 DMA ops, 0 violations.
 # Measured on the 2-vCPU development machine (2026-12-02, after the A6/A10
 # and pressure-trim fixes, before the lanes): 1,000,000 acquires with uffd in 64 s (0 stale
 # DMAs, 0 PFN mismatches, 291,393 acquires on churned memory, 250,002
