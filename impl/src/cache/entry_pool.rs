@@ -45,6 +45,47 @@ struct Free {
     next: *mut Free,
 }
 
+/// Debug builds fill a freed entry's bytes after the link with this, and
+/// check them when the memory is handed out again: a write through a stale
+/// pointer after the free is caught there, and a read sees an impossible
+/// state word (the pool hides such errors from valgrind, which saw each
+/// entry's `free`).
+#[cfg(debug_assertions)]
+const POISON: u8 = 0xA5;
+
+/// Poisons `node`'s bytes after its link (debug builds).
+///
+/// # Safety
+/// `node` is the memory of a freed entry of `size` bytes, owned by the caller.
+#[inline]
+unsafe fn poison(node: *mut Free, size: usize) {
+    #[cfg(debug_assertions)]
+    // SAFETY: inside the entry's memory (the contract).
+    unsafe {
+        let link = std::mem::size_of::<Free>();
+        std::ptr::write_bytes(node.cast::<u8>().add(link), POISON, size - link);
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (node, size);
+}
+
+/// Checks the poison of free memory about to be handed out (debug builds).
+///
+/// # Safety
+/// As for [`poison`], and `node` was poisoned when it was freed.
+#[inline]
+unsafe fn check_poison(node: *mut Free, size: usize) {
+    #[cfg(debug_assertions)]
+    {
+        let link = std::mem::size_of::<Free>();
+        // SAFETY: inside the entry's memory (the contract).
+        let bytes = unsafe { std::slice::from_raw_parts(node.cast::<u8>().add(link), size - link) };
+        assert!(bytes.iter().all(|&b| b == POISON), "a freed entry was written to after its free (A-H)");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (node, size);
+}
+
 /// Entries given back since the allocator last took them: a push-only
 /// list of free memory, shared by every thread that deregisters.
 pub(crate) struct Returned {
@@ -64,6 +105,8 @@ impl Returned {
     /// nobody reads the entry again (A-H: its deregistration owner, once).
     pub(super) unsafe fn give_back<R: Registrar>(&self, e: NonNull<Entry<R>>) {
         let node = e.as_ptr().cast::<Free>();
+        // SAFETY: the entry's memory is ours (the contract).
+        unsafe { poison(node, std::mem::size_of::<Entry<R>>()) };
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: the entry's memory is ours (the contract), aligned and
@@ -131,7 +174,10 @@ impl<R: Registrar> EntryPool<R> {
         let node = e.as_ptr().cast::<Free>();
         // SAFETY: the entry's memory is ours (the contract), aligned and
         // large enough for a pointer (`LAYOUT_OK`).
-        unsafe { node.write(Free { next: self.free }) };
+        unsafe {
+            poison(node, std::mem::size_of::<Entry<R>>());
+            node.write(Free { next: self.free });
+        }
         self.free = node;
     }
 
@@ -153,9 +199,12 @@ impl<R: Registrar> EntryPool<R> {
         let p: *mut Entry<R> = if !self.free.is_null() {
             let node = self.free;
             // SAFETY: a node of our free lists: memory of a freed entry of
-            // this pool, its link written by `give_back` (and made visible by
-            // `take_all`'s Acquire).
-            self.free = unsafe { (*node).next };
+            // this pool, poisoned and its link written by `give_back` or
+            // `put_back` (made visible by `take_all`'s Acquire).
+            unsafe {
+                check_poison(node, std::mem::size_of::<Entry<R>>());
+                self.free = (*node).next;
+            }
             node.cast()
         } else {
             if self.carved == BLOCK {
@@ -251,6 +300,23 @@ mod tests {
             assert_eq!(unsafe { p.as_ref() }.view_id, 99_000 + k as u64);
         }
         assert!(pool.blocks.len() <= 1000 / BLOCK + 2, "{} blocks for 1,000 live entries", pool.blocks.len());
+    }
+
+    /// Debug builds catch a write to an entry after its free when the
+    /// memory is handed out again.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "written to after its free")]
+    fn a_write_after_the_free_is_caught_at_the_next_alloc() {
+        let mut pool = EntryPool::<CountingRegistrar>::new();
+        let returned = Returned::new();
+        let e = pool.alloc(&returned, entry(1));
+        // SAFETY: from this pool, given back once.
+        unsafe { pool.put_back(e) };
+        // A stale writer: the LRU stamp of the freed entry.
+        // SAFETY: the memory is the pool's (a test of exactly this misuse).
+        unsafe { (*e.as_ptr()).last_use.store(7, std::sync::atomic::Ordering::Relaxed) };
+        let _ = pool.alloc(&returned, entry(2));
     }
 
     /// Memory given back from several threads at once is all taken, each
