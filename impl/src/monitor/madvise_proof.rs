@@ -28,7 +28,6 @@
 
 use mrcache_types::Range;
 use std::fs;
-use std::io::Read;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -287,7 +286,9 @@ pub enum Seen {
 const PF_IO_WORKER: u64 = 0x10;
 
 /// Reads one file of thread `tid`: its text, or how the read failed.
+#[cfg(test)]
 fn read_task_file(tid: i32, name: &str) -> Result<String, Seen> {
+    use std::io::Read;
     let mut s = String::new();
     match fs::File::open(format!("/proc/self/task/{tid}/{name}")).and_then(|mut f| f.read_to_string(&mut s)) {
         Ok(_) => Ok(s),
@@ -322,22 +323,125 @@ impl Observation {
 /// ([`classify_worker`]), any other thread by its `syscall` file
 /// ([`classify`], once a range is known).
 pub fn observe(tid: i32) -> Observation {
-    let flags = match read_task_file(tid, "stat") {
-        Ok(stat) => match stat_flags(&stat) {
-            Some(flags) => flags,
-            None => return Observation::Settled(Seen::Unknown),
-        },
-        Err(seen) => return Observation::Settled(seen),
-    };
-    if flags & PF_IO_WORKER != 0 {
-        return Observation::Settled(match read_task_file(tid, "wchan") {
-            Ok(wchan) => classify_worker(&wchan),
-            Err(seen) => seen,
-        });
-    }
-    match read_task_file(tid, "syscall") {
-        Ok(text) => Observation::Syscall(text),
+    match TaskFile::open(tid) {
+        Ok(file) => file.observe(),
         Err(seen) => Observation::Settled(seen),
+    }
+}
+
+/// The one `/proc` file that tells where a thread is: `wchan` for an
+/// io_uring worker, `syscall` for any other thread. Opened through the
+/// thread's directory, so the `stat` that says which and the file itself
+/// belong to the same thread even if its id is reused; and a thread that
+/// exits makes every later read fail (ESRCH), whatever reuses its id.
+struct TaskFile {
+    worker: bool,
+    file: fs::File,
+}
+
+impl TaskFile {
+    fn open(tid: i32) -> Result<TaskFile, Seen> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let dir = std::ffi::CString::new(format!("/proc/self/task/{tid}")).expect("no NUL");
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe { libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(seen_of(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh descriptor, ours alone.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let open_in = |name: &std::ffi::CStr| -> Result<fs::File, Seen> {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a directory descriptor we own and a NUL-terminated name.
+            let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(seen_of(std::io::Error::last_os_error()));
+            }
+            // SAFETY: a fresh descriptor, ours alone.
+            Ok(unsafe { fs::File::from_raw_fd(fd) })
+        };
+        let stat = read_from_start(&open_in(c"stat")?)?;
+        let worker = stat_flags(&stat).ok_or(Seen::Unknown)? & PF_IO_WORKER != 0;
+        let file = open_in(if worker { c"wchan" } else { c"syscall" })?;
+        Ok(TaskFile { worker, file })
+    }
+
+    /// Reads the file again: where the thread is now.
+    fn observe(&self) -> Observation {
+        match read_from_start(&self.file) {
+            Ok(text) if self.worker => Observation::Settled(classify_worker(&text)),
+            Ok(text) => Observation::Syscall(text),
+            Err(seen) => Observation::Settled(seen),
+        }
+    }
+}
+
+/// A `/proc` file's text, read from its start (a new snapshot each time).
+fn read_from_start(file: &fs::File) -> Result<String, Seen> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let mut len = 0;
+    // Bounded: the buffer fills in at most 512 reads.
+    while len < buf.len() {
+        match file.read_at(&mut buf[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) => return Err(seen_of(e)),
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
+}
+
+fn seen_of(e: std::io::Error) -> Seen {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => Seen::Exited,
+        _ => Seen::Unknown,
+    }
+}
+
+/// Threads' `/proc` files kept open between the prover's passes: a look
+/// at a known thread is one read, not three opens and two reads. At most
+/// [`KEPT_FILES`] are kept (the process's own descriptors come first);
+/// threads beyond them are looked at through fresh opens.
+#[derive(Default)]
+pub struct TaskFiles {
+    known: std::collections::HashMap<i32, TaskFile>,
+}
+
+/// Descriptors [`TaskFiles`] keeps open at most.
+pub const KEPT_FILES: usize = 64;
+
+impl TaskFiles {
+    /// As [`observe`], through a kept file if `tid` has one.
+    pub fn observe(&mut self, tid: i32) -> Observation {
+        if let Some(file) = self.known.get(&tid) {
+            let seen = file.observe();
+            if seen == Observation::Settled(Seen::Exited) {
+                self.known.remove(&tid); // its id may be reused: never read through it again
+            }
+            return seen;
+        }
+        match TaskFile::open(tid) {
+            Ok(file) => {
+                let seen = file.observe();
+                if self.known.len() < KEPT_FILES && seen != Observation::Settled(Seen::Exited) {
+                    self.known.insert(tid, file);
+                }
+                seen
+            }
+            Err(seen) => Observation::Settled(seen),
+        }
+    }
+
+    /// Closes the files of threads not in `listed` (a full listing of the
+    /// process's threads): they exited.
+    pub fn keep_only(&mut self, listed: &[i32]) {
+        self.known.retain(|tid, _| listed.contains(tid));
+    }
+
+    /// Files kept open now.
+    pub fn kept(&self) -> usize {
+        self.known.len()
     }
 }
 
@@ -526,6 +630,36 @@ mod tests {
         assert_eq!(classify_worker("0"), Seen::WorkerBusy);
         assert_eq!(classify_worker("wait_for_partner"), Seen::WorkerBusy);
         assert_eq!(classify_worker(""), Seen::WorkerBusy);
+    }
+
+    /// A kept file reads where the thread is now; once the thread exits
+    /// it says so (never another thread's state, whatever reuses the id),
+    /// and the file is closed; at most `KEPT_FILES` are kept.
+    #[test]
+    fn kept_files_follow_their_thread_and_close_on_exit() {
+        let mut files = TaskFiles::default();
+        let parked = Parked::spawn();
+        let tid = parked.tid;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while files.observe(tid).against(r(0, 4096)) != Seen::Elsewhere {
+            assert!(std::time::Instant::now() < deadline, "the parked thread was never seen blocked");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(files.kept(), 1);
+        parked.finish();
+        wait_reaped(tid);
+        assert_eq!(files.observe(tid), Observation::Settled(Seen::Exited));
+        assert_eq!(files.kept(), 0, "an exited thread's file is closed");
+        // Listed threads only; a bounded number.
+        let me = gettid();
+        let parked: Vec<Parked> = (0..KEPT_FILES + 4).map(|_| Parked::spawn()).collect();
+        for p in &parked {
+            let _ = files.observe(p.tid);
+        }
+        assert_eq!(files.kept(), KEPT_FILES);
+        files.keep_only(&threads(me).unwrap()[..1]);
+        assert!(files.kept() <= 1);
+        parked.into_iter().for_each(Parked::finish);
     }
 
     /// An io_uring worker blocked inside a request (an `openat` of a FIFO

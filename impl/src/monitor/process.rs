@@ -26,7 +26,7 @@
 //!   then leaves the members: no entry of it outlives its monitor.
 //! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
 
-use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal};
+use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFiles};
 use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
 use crate::registrar::Registrar;
@@ -271,22 +271,35 @@ impl Unproven {
 /// The looks at threads taken in one pass of the prover: each thread's files
 /// are read once per pass, however many windows wait on it (every window of
 /// the pass had its event read before the pass began, so one look serves
-/// them all). A pass costs a read per thread, not per thread and window.
-#[derive(Default)]
-struct Looks {
+/// them all). A pass costs a read per thread, not per thread and window;
+/// the files stay open between passes ([`TaskFiles`]).
+struct Looks<'f> {
+    files: &'f mut TaskFiles,
     seen: HashMap<i32, Observation>,
     /// The process's threads, listed at most once per pass (None inside:
     /// the list could not be had).
     threads: Option<Option<Vec<i32>>>,
 }
 
-impl Looks {
+impl<'f> Looks<'f> {
+    fn new(files: &'f mut TaskFiles) -> Self {
+        Looks { files, seen: HashMap::new(), threads: None }
+    }
+
     fn at(&mut self, tid: i32) -> &Observation {
-        self.seen.entry(tid).or_insert_with(|| madvise_proof::observe(tid))
+        let files = &mut *self.files;
+        self.seen.entry(tid).or_insert_with(|| files.observe(tid))
     }
 
     fn threads(&mut self, me: i32) -> Option<Vec<i32>> {
-        self.threads.get_or_insert_with(|| madvise_proof::threads(me)).clone()
+        if self.threads.is_none() {
+            let listed = madvise_proof::threads(me);
+            if let Some(tids) = &listed {
+                self.files.keep_only(tids);
+            }
+            self.threads = Some(listed);
+        }
+        self.threads.clone().flatten()
     }
 }
 
@@ -303,6 +316,8 @@ struct Prover {
     signal: Signal,
     me: i32,
     unproven: Vec<Unproven>,
+    /// The threads' `/proc` files, kept open between passes.
+    files: TaskFiles,
     /// The signal outstanding per thread: sent, and not acknowledged at the
     /// start of the last pass. At most one per thread.
     outstanding: Vec<(i32, Sent)>,
@@ -310,13 +325,19 @@ struct Prover {
 
 impl Prover {
     fn new(signal: Signal) -> Self {
-        Prover { signal, me: madvise_proof::gettid(), unproven: Vec::new(), outstanding: Vec::new() }
+        Prover {
+            signal,
+            me: madvise_proof::gettid(),
+            unproven: Vec::new(),
+            files: TaskFiles::default(),
+            outstanding: Vec::new(),
+        }
     }
 
     /// Starts proving each window of `opened`: a range, and the caches
     /// that opened a window on it.
     fn begin(&mut self, opened: Vec<(Range, Vec<u64>)>) {
-        let mut looks = Looks::default();
+        let mut looks = Looks::new(&mut self.files);
         for (range, ids) in opened {
             let mut w = Unproven { range, ids, waiting: Vec::new(), unknown: true };
             if let Some(tids) = looks.threads(self.me) {
@@ -341,7 +362,7 @@ impl Prover {
         // Signals resolved since the last pass: acknowledged (their slots
         // are free again), or their thread exited.
         let mut acknowledged: Vec<Sent> = Vec::new();
-        let mut looks = Looks::default();
+        let mut looks = Looks::new(&mut self.files);
         self.outstanding.retain(|&(tid, sent)| {
             if signal.acknowledged(sent) {
                 acknowledged.push(sent);
