@@ -134,7 +134,11 @@ impl Returned {
 
 /// The allocator's side, under the cache lock exclusive (in `Locked`).
 pub(crate) struct EntryPool<R: Registrar> {
-    blocks: Vec<Box<[MaybeUninit<Entry<R>>]>>,
+    /// Each block's first entry, from a leaked `Box<[MaybeUninit<Entry>]>`
+    /// of `BLOCK` (freed by `Drop`). Raw, not boxed: a `&mut` to a block
+    /// while carving would, under Rust's aliasing rules, invalidate the
+    /// pointers to its live entries that other threads are using.
+    blocks: Vec<NonNull<MaybeUninit<Entry<R>>>>,
     /// Entries of the last block not handed out yet.
     carved: usize,
     /// Free memory taken from [`Returned`] (null: none).
@@ -208,11 +212,15 @@ impl<R: Registrar> EntryPool<R> {
             node.cast()
         } else {
             if self.carved == BLOCK {
-                self.blocks.push(Box::new_uninit_slice(BLOCK));
+                let block: Box<[MaybeUninit<Entry<R>>]> = Box::new_uninit_slice(BLOCK);
+                let first = Box::into_raw(block).cast::<MaybeUninit<Entry<R>>>();
+                // SAFETY: `Box::into_raw` never returns null.
+                self.blocks.push(unsafe { NonNull::new_unchecked(first) });
                 self.carved = 0;
             }
-            let block = self.blocks.last_mut().expect("pushed above");
-            let p = block[self.carved].as_mut_ptr();
+            let block = *self.blocks.last().expect("pushed above");
+            // SAFETY: `carved < BLOCK`: inside the block's allocation.
+            let p = unsafe { block.as_ptr().add(self.carved) }.cast::<Entry<R>>();
             self.carved += 1;
             p
         };
@@ -225,10 +233,20 @@ impl<R: Registrar> EntryPool<R> {
     }
 }
 
-// The blocks are freed with the pool (the generation's drop). Entries still
-// in them then are those a forgotten generation never freed (spec.md#S2.6):
-// their handles are leaked, as before, and nothing reads them after the
-// cache is gone.
+impl<R: Registrar> Drop for EntryPool<R> {
+    /// Frees the blocks (the generation's drop). Entries still in them are
+    /// those a forgotten generation never freed (spec.md#S2.6): their
+    /// handles are leaked, as before, and nothing reads them after the
+    /// cache is gone.
+    fn drop(&mut self) {
+        for first in self.blocks.drain(..) {
+            let slice = std::ptr::slice_from_raw_parts_mut(first.as_ptr(), BLOCK);
+            // SAFETY: from `Box::into_raw` of a boxed slice of `BLOCK`, freed
+            // once, here; `MaybeUninit` runs no destructor.
+            drop(unsafe { Box::from_raw(slice) });
+        }
+    }
+}
 
 #[cfg(all(test, not(loom)))]
 mod tests {

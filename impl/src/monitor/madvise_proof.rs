@@ -632,6 +632,31 @@ mod tests {
         assert_eq!(classify_worker(""), Seen::WorkerBusy);
     }
 
+    /// A thread whose name the kernel cut inside a UTF-8 character (its
+    /// `stat` is then not valid UTF-8) is still looked at: with a strict
+    /// read it was `Unknown` forever, and every window stayed open.
+    #[test]
+    fn a_thread_name_cut_mid_character_is_read() {
+        let (tx, rx) = std::sync::mpsc::channel::<i32>();
+        let (wake, parked) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::Builder::new()
+            .name("wörker-ééééééé-x".into())
+            .spawn(move || {
+                tx.send(gettid()).unwrap();
+                let _ = parked.recv();
+            })
+            .unwrap();
+        let tid = rx.recv().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while look(tid, r(0, 4096)) != Seen::Elsewhere {
+            assert_ne!(look(tid, r(0, 4096)), Seen::Unknown, "the stat of a thread with a cut name was not read");
+            assert!(std::time::Instant::now() < deadline, "the parked thread was never seen blocked");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        wake.send(()).unwrap();
+        h.join().unwrap();
+    }
+
     /// A kept file reads where the thread is now; once the thread exits
     /// it says so (never another thread's state, whatever reuses the id),
     /// and the file is closed; at most `KEPT_FILES` are kept.
