@@ -334,13 +334,14 @@ pub fn observe(tid: i32) -> Observation {
 /// thread's directory, so the `stat` that says which and the file itself
 /// belong to the same thread even if its id is reused; and a thread that
 /// exits makes every later read fail (ESRCH), whatever reuses its id.
-struct TaskFile {
+pub struct TaskFile {
     worker: bool,
     file: fs::File,
 }
 
 impl TaskFile {
-    fn open(tid: i32) -> Result<TaskFile, Seen> {
+    /// Opens thread `tid`'s file; `Err(Exited)` if it is gone.
+    pub fn open(tid: i32) -> Result<TaskFile, Seen> {
         use std::os::fd::{FromRawFd, OwnedFd};
         let dir = std::ffi::CString::new(format!("/proc/self/task/{tid}")).expect("no NUL");
         // SAFETY: a NUL-terminated path; the descriptor is owned below.
@@ -366,8 +367,13 @@ impl TaskFile {
         Ok(TaskFile { worker, file })
     }
 
+    /// Another handle on the same thread's file (a `dup`).
+    fn try_clone(&self) -> Option<TaskFile> {
+        Some(TaskFile { worker: self.worker, file: self.file.try_clone().ok()? })
+    }
+
     /// Reads the file again: where the thread is now.
-    fn observe(&self) -> Observation {
+    pub fn observe(&self) -> Observation {
         match read_from_start(&self.file) {
             Ok(text) if self.worker => Observation::Settled(classify_worker(&text)),
             Ok(text) => Observation::Syscall(text),
@@ -430,6 +436,16 @@ impl TaskFiles {
                 seen
             }
             Err(seen) => Observation::Settled(seen),
+        }
+    }
+
+    /// A handle on thread `tid`'s file: a copy of the kept one (its id may
+    /// have been reused since it was kept, but then the copy, like the
+    /// kept file, reads the old thread's exit), or a fresh open.
+    pub fn handle(&self, tid: i32) -> Option<TaskFile> {
+        match self.known.get(&tid) {
+            Some(file) => file.try_clone(),
+            None => TaskFile::open(tid).ok(),
         }
     }
 

@@ -26,7 +26,7 @@
 //!   then leaves the members: no entry of it outlives its monitor.
 //! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
 
-use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFiles};
+use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFile, TaskFiles};
 use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
 use crate::registrar::Registrar;
@@ -303,6 +303,18 @@ impl<'f> Looks<'f> {
     }
 }
 
+/// A proof signal sent and not yet acknowledged.
+struct Outstanding {
+    tid: i32,
+    sent: Sent,
+    /// The thread it was sent to, opened before the send: it says when that
+    /// thread exits even if its id is reused meanwhile (a look by id would
+    /// see the new thread, and the signal, never to be acknowledged, would
+    /// keep its slot). None past `KEPT_FILES` outstanding signals, or if it
+    /// could not be opened: then looked at by id.
+    thread: Option<TaskFile>,
+}
+
 /// The monitor thread's half of M4: scans threads for each new window,
 /// signals those that may be inside the madvise, and closes a window once
 /// none may be.
@@ -320,7 +332,7 @@ struct Prover {
     files: TaskFiles,
     /// The signal outstanding per thread: sent, and not acknowledged at the
     /// start of the last pass. At most one per thread.
-    outstanding: Vec<(i32, Sent)>,
+    outstanding: Vec<Outstanding>,
 }
 
 impl Prover {
@@ -363,13 +375,17 @@ impl Prover {
         // are free again), or their thread exited.
         let mut acknowledged: Vec<Sent> = Vec::new();
         let mut looks = Looks::new(&mut self.files);
-        self.outstanding.retain(|&(tid, sent)| {
-            if signal.acknowledged(sent) {
-                acknowledged.push(sent);
+        self.outstanding.retain(|o| {
+            if signal.acknowledged(o.sent) {
+                acknowledged.push(o.sent);
                 return false;
             }
-            if *looks.at(tid) == Observation::Settled(Seen::Exited) {
-                signal.forget_exited(sent);
+            let exited = match &o.thread {
+                Some(thread) => thread.observe() == Observation::Settled(Seen::Exited),
+                None => *looks.at(o.tid) == Observation::Settled(Seen::Exited),
+            };
+            if exited {
+                signal.forget_exited(o.sent);
                 return false;
             }
             true
@@ -388,7 +404,7 @@ impl Prover {
                     if acknowledged.contains(&s) {
                         return false; // its handler ran after the send
                     }
-                    if !outstanding.iter().any(|&(_, o)| o == s) {
+                    if !outstanding.iter().any(|o| o.sent == s) {
                         return false; // forgotten: the thread exited
                     }
                 }
@@ -399,12 +415,19 @@ impl Prover {
                     Seen::Elsewhere => false,
                     Seen::Inside => {
                         if sent.is_none() {
-                            if let Some(&(_, s)) = outstanding.iter().find(|&&(t, _)| t == *tid) {
-                                *sent = Some(s);
+                            if let Some(o) = outstanding.iter().find(|o| o.tid == *tid) {
+                                *sent = Some(o.sent);
                             } else {
+                                // At most KEPT_FILES of these are open (the
+                                // process's own descriptors come first).
+                                let thread = if outstanding.len() < madvise_proof::KEPT_FILES {
+                                    looks.files.handle(*tid)
+                                } else {
+                                    None
+                                };
                                 match signal.send(*tid) {
                                     SendOutcome::Sent(s) => {
-                                        outstanding.push((*tid, s));
+                                        outstanding.push(Outstanding { tid: *tid, sent: s, thread });
                                         *sent = Some(s);
                                     }
                                     SendOutcome::Gone => return false,
