@@ -10,11 +10,12 @@
 //!
 //! - Blocks of entries are carved in order and never moved or freed before
 //!   the generation drops: an entry's address is stable, as a `Box`'s was.
-//! - Memory given back goes on a push-only list ([`Returned`]): one
-//!   compare-exchange per entry, from any thread. The allocator takes the
-//!   whole list with one swap, under the lock, into its own free list
-//!   (plain, the lock's). A list only pushed to and emptied whole has no
-//!   ABA problem: no pop ever reads a node another thread may take.
+//! - Memory given back without the lock goes on a push-only list
+//!   ([`Returned`]): one compare-exchange per entry, from any thread. The
+//!   allocator takes the whole list with one swap, under the lock, into its
+//!   own free list (plain, the lock's). A list only pushed to and emptied
+//!   whole has no ABA problem: no pop ever reads a node another thread may
+//!   take.
 //! - Memory is recycled only once its entry is freed, which A-H makes happen
 //!   exactly once, after the entry left the index and every lease and pin
 //!   on it went (as before, with `free`): the stale raw pointers the lanes
@@ -52,6 +53,19 @@ struct Free {
 /// entry's `free`).
 #[cfg(debug_assertions)]
 const POISON: u8 = 0xA5;
+
+/// The memory of a freed entry as a free-list node, poisoned after its link
+/// (debug builds); the caller writes the link.
+///
+/// # Safety
+/// `e` came from an [`EntryPool`] and nobody reads the entry again (A-H).
+#[inline]
+unsafe fn as_free<R: Registrar>(e: NonNull<Entry<R>>) -> *mut Free {
+    let node = e.as_ptr().cast::<Free>();
+    // SAFETY: the entry's memory is the caller's (the contract).
+    unsafe { poison(node, std::mem::size_of::<Entry<R>>()) };
+    node
+}
 
 /// Poisons `node`'s bytes after its link (debug builds).
 ///
@@ -104,9 +118,8 @@ impl Returned {
     /// `e` came from [`EntryPool::alloc`] of the pool this list serves, and
     /// nobody reads the entry again (A-H: its deregistration owner, once).
     pub(super) unsafe fn give_back<R: Registrar>(&self, e: NonNull<Entry<R>>) {
-        let node = e.as_ptr().cast::<Free>();
-        // SAFETY: the entry's memory is ours (the contract).
-        unsafe { poison(node, std::mem::size_of::<Entry<R>>()) };
+        // SAFETY: the contract.
+        let node = unsafe { as_free(e) };
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: the entry's memory is ours (the contract), aligned and
@@ -175,13 +188,11 @@ impl<R: Registrar> EntryPool<R> {
     /// `e` came from [`EntryPool::alloc`] of this pool, and nobody reads
     /// the entry again (A-H: its deregistration owner, once).
     pub(super) unsafe fn put_back(&mut self, e: NonNull<Entry<R>>) {
-        let node = e.as_ptr().cast::<Free>();
+        // SAFETY: the contract.
+        let node = unsafe { as_free(e) };
         // SAFETY: the entry's memory is ours (the contract), aligned and
         // large enough for a pointer (`LAYOUT_OK`).
-        unsafe {
-            poison(node, std::mem::size_of::<Entry<R>>());
-            node.write(Free { next: self.free });
-        }
+        unsafe { node.write(Free { next: self.free }) };
         self.free = node;
     }
 

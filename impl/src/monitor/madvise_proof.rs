@@ -288,13 +288,7 @@ const PF_IO_WORKER: u64 = 0x10;
 /// Reads one file of thread `tid`: its text, or how the read failed.
 #[cfg(test)]
 fn read_task_file(tid: i32, name: &str) -> Result<String, Seen> {
-    use std::io::Read;
-    let mut s = String::new();
-    match fs::File::open(format!("/proc/self/task/{tid}/{name}")).and_then(|mut f| f.read_to_string(&mut s)) {
-        Ok(_) => Ok(s),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) => Err(Seen::Exited),
-        Err(_) => Err(Seen::Unknown),
-    }
+    read_from_start(&fs::File::open(format!("/proc/self/task/{tid}/{name}")).map_err(seen_of)?)
 }
 
 /// What one look at a thread's files found, before it is judged against a
