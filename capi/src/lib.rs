@@ -446,16 +446,12 @@ fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: 
 pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
     guard_status(move || {
         let h = check_or_return!(handle cache; not_in_callback);
-        match h.leases.take(lease) {
-            Some(l) => {
-                l.release();
-                MRCACHE_OK
-            }
-            None => {
-                // E4: counted as a release call and an error (spec.md#S2).
-                h.cache.count_unknown_release();
-                fail(slab::invalid(lease))
-            }
+        if h.leases.release(lease) {
+            MRCACHE_OK
+        } else {
+            // E4: counted as a release call and an error (spec.md#S2).
+            h.cache.count_unknown_release();
+            fail(slab::invalid(lease))
         }
     })
 }

@@ -153,8 +153,9 @@ pub(crate) struct Lanes<R: Registrar> {
     /// A claimed lane by its holder's [`thread_token`] bucket: the hot path's
     /// way to this thread's lane without a thread-local lookup (in a shared
     /// library, a call). Only a hint: [`Self::mine`] checks the lane's
-    /// holder. The last claimer of a bucket keeps it.
-    by_token: Box<[plain::AtomicPtr<Lane<R>>]>,
+    /// holder. The last claimer of a bucket keeps it. A fixed-size array:
+    /// a bucket needs no bounds check on the hit path.
+    by_token: Box<[plain::AtomicPtr<Lane<R>>; TOKEN_BUCKETS]>,
     /// LN4/LN5 ordering.
     pub(in crate::cache) mutex: crate::sync::Mutex<()>,
 }
@@ -168,7 +169,7 @@ impl<R: Registrar> Lanes<R> {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             slots_per_lane: slots_per_lane as usize,
             table: (0..MAX_LANES).map(|_| plain::AtomicPtr::new(std::ptr::null_mut())).collect(),
-            by_token: (0..TOKEN_BUCKETS).map(|_| plain::AtomicPtr::new(std::ptr::null_mut())).collect(),
+            by_token: Box::new(std::array::from_fn(|_| plain::AtomicPtr::new(std::ptr::null_mut()))),
             mutex: crate::sync::Mutex::new(()),
         }
     }
