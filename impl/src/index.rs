@@ -419,6 +419,14 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         }
     }
 
+    /// The largest end page of any entry (0 when empty): a request whose
+    /// pages end after it has no covering entry.
+    #[inline(always)]
+    pub fn max_end(&self) -> u64 {
+        self.node_max_end(self.root, self.height)
+    }
+
+    #[inline(always)]
     fn node_max_end(&self, node: u32, level: u32) -> u64 {
         if level == 0 {
             self.leaves[node as usize].max_end()
@@ -823,6 +831,11 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
         // The usual case, one loop: a single descent while, at every node,
         // only the last candidate child (or entry) can reach `span.end`.
         let (f, g) = (span.first, span.end);
+        // Past every entry's end (a fill in address order, a buffer pool
+        // cycling onwards): no entry covers, and no node need be searched.
+        if g > self.max_end() {
+            return None;
+        }
         let (mut node, mut level) = (self.root as usize, self.height);
         while level > 0 {
             let inner = &self.inners[node];
