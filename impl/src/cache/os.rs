@@ -108,6 +108,9 @@ pub(crate) fn install() {
 /// The slow paths' fork check without a system call: whether this process
 /// is a child the atfork handler did not see (a raw clone), counted in
 /// [`fork_generation`] once it returns. `None` when there is no wipe word.
+/// Inlined up to the usual answer (the word ARMED: no fork unseen): every
+/// miss asks, and the call cost more than the answer.
+#[inline(always)]
 pub(crate) fn wipe_check() -> Option<()> {
     let w = WIPED_IN_CHILD.load(Ordering::Acquire);
     if w.is_null() {
@@ -115,6 +118,17 @@ pub(crate) fn wipe_check() -> Option<()> {
     }
     // SAFETY: set once by `install` to a page that is never unmapped.
     let w = unsafe { &*w };
+    if w.load(Ordering::Acquire) == ARMED {
+        return Some(());
+    }
+    count_unseen_fork(w)
+}
+
+/// [`wipe_check`] when the wipe word is not ARMED: a child the atfork
+/// handler did not see (0), or another thread counting its fork.
+#[cold]
+#[inline(never)]
+fn count_unseen_fork(w: &plain::AtomicU64) -> Option<()> {
     // Bounded: leaves once the word is ARMED, which the one thread that
     // moved it from 0 to REARMING stores right after counting the fork.
     loop {
