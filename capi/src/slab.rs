@@ -10,7 +10,10 @@
 //!   stale handle (its generation is gone) and a foreign one (another
 //!   cache's tag, an index never handed out) fail the compare-exchange or
 //!   the decoding and get `MRCACHE_INVALID_LEASE`; nothing is dereferenced
-//!   on their behalf.
+//!   on their behalf. Between that compare-exchange and the slot's return
+//!   to a free list the slot belongs to the releasing thread, which drops
+//!   the lease in the cell (the cell still holds it, the slot is not LIVE
+//!   and on no list); the slot goes back even if that drop panics.
 //! - slots are never freed before the slab: chunks are allocated once (on
 //!   first use) and freed in `Drop`, so any index below the fresh counter
 //!   names memory that stays valid.
@@ -346,18 +349,19 @@ impl LeaseSlab {
         let next = (generation + 1) & GEN_MASK;
         // AcqRel: acquire pairs with `insert`'s LIVE store (the cell's
         // lease); the read-modify-write makes one of two racing releases of
-        // a handle the taker.
+        // a handle the one that releases.
         if slot.state.compare_exchange(generation << 1 | LIVE, next << 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
+        // The slot goes back to a free list after the drop below, also if
+        // the drop panics (the C entry point catches it): else the slot
+        // would be lost for the cache's life.
+        let _back = SlotBack { slab: self, index, next, slot };
         // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
         // the inserting thread wrote (acquire order), only we touch it, and
         // it is dropped once (no handle reaches a slot that is not LIVE, and
-        // no insert reaches it until it is back on a free list, below).
+        // no insert reaches it until `_back` returns it to a free list).
         unsafe { (*slot.lease.get()).assume_init_drop() };
-        if !self.push_local(index, next) {
-            self.push_free(index, slot);
-        }
         true
     }
 
@@ -399,6 +403,24 @@ impl LeaseSlab {
             // the LIVE store that this load reads.
             .filter(|s| s.state.load(Ordering::Acquire) & LIVE != 0 && s.fork_generation.load(Ordering::Relaxed) == now)
             .count() as u64
+    }
+}
+
+/// Returns a released slot to this thread's free list or the shared one
+/// when dropped ([`LeaseSlab::release`]).
+struct SlotBack<'a> {
+    slab: &'a LeaseSlab,
+    index: u32,
+    next: u32,
+    slot: &'a Slot,
+}
+
+impl Drop for SlotBack<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !self.slab.push_local(self.index, self.next) {
+            self.slab.push_free(self.index, self.slot);
+        }
     }
 }
 
