@@ -826,16 +826,24 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
 
     /// The canonical covering entry: lowest id among entries whose span
     /// contains `span` and whose access suffices for `access` (spec.md#S2.1).
-    #[inline]
+    ///
+    /// Inlined up to one check: a request whose pages end past every
+    /// entry's end (a fill in address order, a buffer pool cycling onwards)
+    /// has no covering entry, and the search's call is skipped too.
+    #[inline(always)]
     pub fn covering(&self, span: PageSpan, access: Access) -> Option<&Slot<T>> {
+        if span.end > self.max_end() {
+            return None;
+        }
+        self.covering_search(span, access)
+    }
+
+    /// [`Self::covering`] when an entry may reach the request's end.
+    #[inline(never)]
+    fn covering_search(&self, span: PageSpan, access: Access) -> Option<&Slot<T>> {
         // The usual case, one loop: a single descent while, at every node,
         // only the last candidate child (or entry) can reach `span.end`.
         let (f, g) = (span.first, span.end);
-        // Past every entry's end (a fill in address order, a buffer pool
-        // cycling onwards): no entry covers, and no node need be searched.
-        if g > self.max_end() {
-            return None;
-        }
         let (mut node, mut level) = (self.root as usize, self.height);
         while level > 0 {
             let inner = &self.inners[node];

@@ -54,13 +54,6 @@ fn covering_answer<R: Registrar>(
             return Some((e, entry));
         }
     }
-    // Past every entry's end (a fill in address order, a buffer pool
-    // cycling onwards): the index has no covering entry, and the lookup's
-    // call and root search are skipped. After the memo: a memo hit costs
-    // nothing more.
-    if span.end > st.index.max_end() {
-        return None;
-    }
     let slot = st.index.covering(span, access)?;
     let entry = indexed(slot);
     if entry.has_key(span, access, page_size) {
