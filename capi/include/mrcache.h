@@ -40,7 +40,8 @@
  *    mrcache_last_error, and anything on another cache.
  *  - mrcache_acquire, mrcache_release, mrcache_flush, mrcache_trim,
  *    mrcache_monitor_start and mrcache_destroy on the same cache return
- *    MRCACHE_BUSY from inside its callbacks.
+ *    MRCACHE_BUSY from inside its callbacks, however nested (also from a
+ *    callback of another cache that one of its callbacks called into).
  */
 
 #ifndef MRCACHE_H

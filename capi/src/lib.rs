@@ -19,6 +19,7 @@
 mod registrar;
 mod slab;
 mod thread_token;
+mod threads;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, Mo
 use mrcache_types::{Access, ReleaseKind};
 use registrar::{not_in_callback, CRegistrar};
 use slab::LeaseSlab;
+use threads::ThreadBucket;
 use status::*;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -213,8 +215,7 @@ macro_rules! check {
     }};
     (handle $cache:ident; not_in_callback) => {{
         let h = check!(handle $cache);
-        not_in_callback(h.cache.registrar())?;
-        h
+        (h, not_in_callback(h.cache.registrar())?)
     }};
 }
 
@@ -230,10 +231,10 @@ macro_rules! check_or_return {
     (live $cache:ident; not_in_callback) => {{
         // SAFETY: non-null, and the caller passes a live handle (header).
         let h = unsafe { &*$cache };
-        if let Err(f) = not_in_callback(h.cache.registrar()) {
-            return fail(f);
+        match not_in_callback(h.cache.registrar()) {
+            Ok(mine) => (h, mine),
+            Err(f) => return fail(f),
         }
-        h
     }};
     (handle $cache:ident; not_in_callback) => {{
         check_or_return!(non_null $cache);
@@ -361,7 +362,7 @@ pub unsafe extern "C" fn mrcache_create(
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        let h = check!(handle cache; not_in_callback);
+        let (h, _) = check!(handle cache; not_in_callback);
         let held = h.leases.held();
         if held > 0 {
             return Err(Failure::new(MRCACHE_BUSY, format!("{held} leases are still held: release them first")));
@@ -396,7 +397,7 @@ pub unsafe extern "C" fn mrcache_acquire(
         // SAFETY: non-null and writable (header).
         unsafe { lease.write(mrcache_lease_t { opaque: 0 }) };
         check_or_return!(non_null addr);
-        let h = check_or_return!(live cache; not_in_callback);
+        let (h, mine) = check_or_return!(live cache; not_in_callback);
         let Some(access) = u8::try_from(access).ok().and_then(Access::from_bits) else {
             return fail(bad_access(access));
         };
@@ -405,21 +406,22 @@ pub unsafe extern "C" fn mrcache_acquire(
         // it back stalls store forwarding.
         match h.cache.acquire_on_lane(addr as u64, len as u64, access) {
             // SAFETY: `lease` is non-null and writable (header).
-            Some(l) => unsafe { hand_out(h, l, lease) },
-            None => acquire_past_lane(h, addr as u64, len as u64, access, lease),
+            Some(l) => unsafe { hand_out(h, mine, l, lease) },
+            None => acquire_past_lane(h, mine, addr as u64, len as u64, access, lease),
         }
     })
 }
 
-/// Puts `l` in a handle slot and writes its handle to `*lease`.
+/// Puts `l` in a handle slot (from `mine`, the calling thread's bucket, if
+/// it has one) and writes its handle to `*lease`.
 ///
 /// # Safety
 /// `lease` is non-null and writable.
 #[inline(always)]
-unsafe fn hand_out(h: &mrcache_t, l: Lease<'_, CRegistrar>, lease: *mut mrcache_lease_t) -> mrcache_status_t {
+unsafe fn hand_out(h: &mrcache_t, mine: Option<&ThreadBucket>, l: Lease<'_, CRegistrar>, lease: *mut mrcache_lease_t) -> mrcache_status_t {
     // SAFETY: the handle (which owns the cache) outlives the lease:
     // mrcache_destroy refuses while the slab holds one.
-    match h.leases.insert(unsafe { l.erase_borrow() }) {
+    match h.leases.insert(mine, unsafe { l.erase_borrow() }) {
         Ok(out) => {
             // SAFETY: the caller's contract.
             unsafe { lease.write(out) };
@@ -431,10 +433,17 @@ unsafe fn hand_out(h: &mrcache_t, l: Lease<'_, CRegistrar>, lease: *mut mrcache_
 
 /// `mrcache_acquire` after a lane miss: A1 onwards.
 #[inline(never)]
-fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: *mut mrcache_lease_t) -> mrcache_status_t {
+fn acquire_past_lane(
+    h: &mrcache_t,
+    mine: Option<&ThreadBucket>,
+    addr: u64,
+    len: u64,
+    access: Access,
+    lease: *mut mrcache_lease_t,
+) -> mrcache_status_t {
     match h.cache.acquire_past_lane(addr, len, access) {
         // SAFETY: `lease` was checked non-null by the caller, writable (header).
-        Ok(l) => unsafe { hand_out(h, l, lease) },
+        Ok(l) => unsafe { hand_out(h, mine, l, lease) },
         Err(e) => fail(Failure::from(e)),
     }
 }
@@ -445,8 +454,8 @@ fn acquire_past_lane(h: &mrcache_t, addr: u64, len: u64, access: Access, lease: 
 #[inline(never)]
 pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
     guard_status(move || {
-        let h = check_or_return!(handle cache; not_in_callback);
-        if h.leases.release(lease) {
+        let (h, mine) = check_or_return!(handle cache; not_in_callback);
+        if h.leases.release(mine, lease) {
             MRCACHE_OK
         } else {
             // E4: counted as a release call and an error (spec.md#S2).
@@ -544,7 +553,7 @@ pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        let h = check!(handle cache; not_in_callback);
+        let (h, _) = check!(handle cache; not_in_callback);
         h.cache.flush();
         Ok(())
     })
@@ -554,7 +563,7 @@ pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        let h = check!(handle cache; not_in_callback);
+        let (h, _) = check!(handle cache; not_in_callback);
         h.cache.trim();
         Ok(())
     })
@@ -598,7 +607,7 @@ pub unsafe extern "C" fn mrcache_last_error(errno_out: *mut c_int) -> *const c_c
 #[no_mangle]
 pub unsafe extern "C" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
-        let h = check!(handle cache; not_in_callback);
+        let (h, _) = check!(handle cache; not_in_callback);
         let mut slot = h.monitor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match MonitorThread::start(&h.cache) {
             Ok(m) => {

@@ -6,12 +6,15 @@
 //! (spec.md#A4, L1), so a callback may free memory (a munmap is seen by the
 //! uffd monitor, a hook's `mrcache_invalidate` only queues: H1/H2). A
 //! callback may not acquire, release, flush, trim, start a monitor or destroy
-//! on the same cache: those return `MRCACHE_BUSY` there.
+//! on the same cache: those return `MRCACHE_BUSY` there, and also in a
+//! callback of another cache called from inside one of its own (the thread
+//! is still inside its callback).
 
 use crate::status::{Failure, MRCACHE_BUSY};
+use crate::threads::{Mine, ThreadBucket, ThreadBuckets, MAX_DEPTH};
 use mrcache_impl::registrar::{Keys, Registrar, RegistrarError};
 use mrcache_types::{Access, Range};
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,45 +53,91 @@ pub struct mrcache_registrar_t {
 }
 
 thread_local! {
-    /// The cache (its id) whose registrar callback this thread is inside, or 0.
-    static IN_CALLBACK_OF: Cell<u64> = const { Cell::new(0) };
+    /// The caches (their ids) whose registrar callbacks this thread is
+    /// inside and that have no bucket for it ([`ThreadBuckets::mine`] is
+    /// `None`), innermost last. Only threads without a bucket use it.
+    static IN_CALLBACKS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Marks this thread as inside a callback of cache `id` until dropped
-/// (restoring any outer mark: a callback may use another cache), and counts
-/// it in the cache's `active` callbacks.
-struct InCallback<'a> {
-    outer: u64,
-    active: &'a AtomicU64,
+/// Marks this thread as inside a callback of the registrar's cache until
+/// dropped. With a bucket, the mark is its depth (a plain load and store of
+/// a line of this thread's); without one (or nested deeper than a bucket
+/// counts), the cache id pushed on [`IN_CALLBACKS`] and counted in the
+/// cache's `active`.
+enum InCallback<'a> {
+    Bucket(&'a ThreadBucket),
+    Shared(&'a CRegistrar),
 }
 
 impl<'a> InCallback<'a> {
-    fn enter(id: u64, active: &'a AtomicU64) -> InCallback<'a> {
-        active.fetch_add(1, Ordering::SeqCst);
-        InCallback { outer: IN_CALLBACK_OF.with(|c| c.replace(id)), active }
+    fn enter(r: &'a CRegistrar) -> InCallback<'a> {
+        match r.threads.mine() {
+            Mine::Idle(b) => {
+                b.enter_callback();
+                InCallback::Bucket(b)
+            }
+            Mine::InCallback(b) if b.depth() < MAX_DEPTH => {
+                b.enter_callback();
+                InCallback::Bucket(b)
+            }
+            Mine::InCallback(_) | Mine::None => {
+                r.active.fetch_add(1, Ordering::SeqCst);
+                IN_CALLBACKS.with(|s| s.borrow_mut().push(r.cache_id));
+                InCallback::Shared(r)
+            }
+        }
     }
 }
 
 impl Drop for InCallback<'_> {
     fn drop(&mut self) {
-        IN_CALLBACK_OF.with(|c| c.set(self.outer));
-        self.active.fetch_sub(1, Ordering::SeqCst);
+        match self {
+            InCallback::Bucket(b) => b.leave_callback(),
+            InCallback::Shared(r) => {
+                IN_CALLBACKS.with(|s| {
+                    let mut s = s.borrow_mut();
+                    // The innermost mark of this cache is this guard's:
+                    // guards drop in reverse order of entry.
+                    if let Some(i) = s.iter().rposition(|&id| id == r.cache_id) {
+                        s.remove(i);
+                    }
+                });
+                r.active.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
     }
 }
 
-/// `Err(BUSY)` if this thread is inside a registrar callback of `registrar`'s
-/// cache. The hit path pays one load: the thread-local flag is read only
-/// while some thread runs a callback of this cache (a thread inside one has
-/// counted itself in `active` before setting its flag).
+#[cold]
+fn busy() -> Failure {
+    Failure::new(
+        MRCACHE_BUSY,
+        "called from inside a registrar callback of the same cache (only mrcache_invalidate, mrcache_stats, mrcache_lease_keys, mrcache_lease_view and mrcache_last_error are allowed there)",
+    )
+}
+
+/// `Err(BUSY)` if this thread is inside a registrar callback of
+/// `registrar`'s cache (however nested); else this thread's bucket, if it
+/// has one, for the slab's free lists. With a bucket, the check is the
+/// load and compare that finds it; without one, the thread-local marks are
+/// read only while some thread without a bucket runs a callback of this
+/// cache (such a thread counts itself in `active` before its mark). A
+/// thread with a bucket that is nested deeper than the bucket counts is
+/// found by its bucket already (depth [`MAX_DEPTH`]).
 #[inline(always)]
-pub(crate) fn not_in_callback(registrar: &CRegistrar) -> Result<(), Failure> {
-    if registrar.active.load(Ordering::SeqCst) != 0 && IN_CALLBACK_OF.with(|c| c.get()) == registrar.cache_id {
-        return Err(Failure::new(
-            MRCACHE_BUSY,
-            "called from inside a registrar callback of the same cache (only mrcache_invalidate, mrcache_stats, mrcache_lease_keys, mrcache_lease_view and mrcache_last_error are allowed there)",
-        ));
+pub(crate) fn not_in_callback(registrar: &CRegistrar) -> Result<Option<&ThreadBucket>, Failure> {
+    match registrar.threads.mine() {
+        Mine::Idle(b) => Ok(Some(b)),
+        Mine::InCallback(_) => Err(busy()),
+        Mine::None => {
+            if registrar.active.load(Ordering::SeqCst) != 0
+                && IN_CALLBACKS.with(|s| s.borrow().contains(&registrar.cache_id))
+            {
+                return Err(busy());
+            }
+            Ok(None)
+        }
     }
-    Ok(())
 }
 
 /// The C callbacks as the cache's [`Registrar`].
@@ -96,10 +145,13 @@ pub struct CRegistrar {
     ctx: *mut c_void,
     reg: RegFn,
     dereg: DeregFn,
-    /// The owning cache's id, for the re-entry flag.
+    /// The owning cache's id, for the thread-local marks.
     pub(crate) cache_id: u64,
-    /// Callbacks running now, on any thread.
+    /// Callbacks running now on threads without a bucket.
     active: AtomicU64,
+    /// Each thread's state in this cache: its callback depth, and its free
+    /// lease slots (the slab's, passed to it by the entry points).
+    pub(crate) threads: ThreadBuckets,
 }
 
 // SAFETY: the header requires both callbacks to be callable from any thread
@@ -110,7 +162,7 @@ unsafe impl Sync for CRegistrar {}
 
 impl CRegistrar {
     pub(crate) fn new(r: &mrcache_registrar_t, cache_id: u64) -> Option<CRegistrar> {
-        Some(CRegistrar { ctx: r.ctx, reg: r.reg?, dereg: r.dereg?, cache_id, active: AtomicU64::new(0) })
+        Some(CRegistrar { ctx: r.ctx, reg: r.reg?, dereg: r.dereg?, cache_id, active: AtomicU64::new(0), threads: ThreadBuckets::new() })
     }
 }
 
@@ -140,7 +192,7 @@ impl Registrar for CRegistrar {
         #[cfg(test)]
         crate::tests::maybe_panic();
         let rc = {
-            let _mark = InCallback::enter(self.cache_id, &self.active);
+            let _mark = InCallback::enter(self);
             // SAFETY: the callback's contract (header): it reads nothing but
             // its arguments and writes the three out-pointers, which point at
             // our locals.
@@ -157,7 +209,7 @@ impl Registrar for CRegistrar {
 
     fn deregister(&self, handle: CHandle) -> Result<(), RegistrarError> {
         let rc = {
-            let _mark = InCallback::enter(self.cache_id, &self.active);
+            let _mark = InCallback::enter(self);
             // SAFETY: `handle.ptr` is what `reg` returned, passed back once.
             unsafe { (self.dereg)(self.ctx, handle.ptr) }
         };
@@ -211,5 +263,43 @@ pub(crate) mod verbs {
     pub(crate) unsafe extern "C" fn dereg(_ctx: *mut c_void, handle: *mut c_void) -> c_int {
         // SAFETY: `handle` is an `ibv_mr *` that `reg` returned, passed once.
         unsafe { ibv_dereg_mr(handle as *mut ibv_mr) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn never_reg(_: *mut c_void, _: *mut c_void, _: usize, _: u32, _: *mut *mut c_void, _: *mut u32, _: *mut u32) -> c_int {
+        libc::EINVAL
+    }
+
+    unsafe extern "C" fn never_dereg(_: *mut c_void, _: *mut c_void) -> c_int {
+        libc::EINVAL
+    }
+
+    /// Callbacks nested deeper than a bucket's mark counts go on the
+    /// thread-local marks; the thread is inside a callback at every depth,
+    /// and outside once every guard is dropped, on both kinds of marks.
+    #[test]
+    fn nesting_beyond_the_bucket_depth_is_still_inside() {
+        let r = mrcache_registrar_t { ctx: std::ptr::null_mut(), reg: Some(never_reg), dereg: Some(never_dereg) };
+        let r = CRegistrar::new(&r, 77).expect("both callbacks given");
+        let Ok(bucket) = not_in_callback(&r) else { panic!("outside every callback") };
+        let has_bucket = bucket.is_some();
+        let mut marks = Vec::new();
+        for depth in 1..=MAX_DEPTH + 5 {
+            marks.push(InCallback::enter(&r));
+            assert!(not_in_callback(&r).is_err(), "inside at depth {depth}");
+            let shared = matches!(marks.last(), Some(InCallback::Shared(_)));
+            assert_eq!(shared, !has_bucket || depth > MAX_DEPTH, "depth {depth}");
+        }
+        while let Some(mark) = marks.pop() {
+            assert!(not_in_callback(&r).is_err(), "inside at depth {}", marks.len() + 1);
+            drop(mark);
+        }
+        assert!(not_in_callback(&r).is_ok(), "outside again");
+        assert_eq!(r.active.load(Ordering::SeqCst), 0);
+        assert!(IN_CALLBACKS.with(|s| s.borrow().is_empty()));
     }
 }

@@ -18,22 +18,24 @@
 //!   first use) and freed in `Drop`, so any index below the fresh counter
 //!   names memory that stays valid.
 //! - free slots are on the slab's lock-free free list or in the local free
-//!   list of one thread ([`LocalFree`]: up to [`LOCAL_FREE_MAX`] slots),
-//!   which serves that thread's acquires and releases without an atomic
-//!   read-modify-write or a thread-local lookup; a slot is in exactly one
-//!   place.
+//!   list of one thread (its [`ThreadBucket`] of this cache: up to
+//!   [`LOCAL_FREE_MAX`] slots), which serves that thread's acquires and
+//!   releases without an atomic read-modify-write or a thread-local lookup;
+//!   a slot is in exactly one place. The entry points pass the calling
+//!   thread's bucket (found once, by their re-entry check) to
+//!   [`LeaseSlab::insert`] and [`LeaseSlab::release`].
 //! - a generation wraps after 2^28 uses of one slot: a handle kept that long
 //!   could alias; a tag is 16 bits: the 65,536th cache created reuses one.
 
 use crate::registrar::CRegistrar;
 use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
-use crate::thread_token::{bucket, thread_token};
+use crate::threads::{ThreadBucket, LOCAL_FREE_MAX};
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// A lease as C holds it: an opaque value. An all-zero lease is
 /// never a valid lease.
@@ -94,35 +96,8 @@ impl Slot {
     }
 }
 
-/// Free slots a thread keeps for itself, per cache.
-pub(crate) const LOCAL_FREE_MAX: usize = 30;
-/// Threads per cache that keep local free slots (others use the shared list).
-const LOCAL_LISTS: usize = 32;
-
-/// One thread's free slots of one slab: a bucket of the slab, claimed by
-/// the thread whose [`thread_token`] hashes to it first.
-///
-/// Only its owner touches `len` and `slots` (relaxed atomics, for `Sync`).
-/// The owner is a thread token ([`crate::thread_token`]); a later thread
-/// with the same one (tokens are reused only after their thread exited)
-/// inherits the bucket and its free slots. No thread gives a bucket back:
-/// a bucket of a thread that exited without a successor stays unused, and
-/// threads whose bucket is taken use the shared list.
-#[repr(align(64))]
-struct LocalFree {
-    owner: AtomicUsize,
-    len: AtomicU32,
-    /// `generation << 32 | index`: the slot's next generation rides along
-    /// (taking a slot then reads one word of this thread's line instead of
-    /// the slot's state word, which its release just wrote).
-    slots: [AtomicU64; LOCAL_FREE_MAX],
-}
-
 /// The lease handles of one cache.
 pub(crate) struct LeaseSlab {
-    /// Threads' own free lists, by [`thread_token`] hash (a fixed-size
-    /// array: a bucket index needs no bounds check).
-    locals: Box<[LocalFree; LOCAL_LISTS]>,
     /// This cache's tag in every handle (1..=65535).
     tag: u64,
     /// Each a leaked `Box<[Slot]>` of `CHUNK` slots, or null (a fixed-size
@@ -158,11 +133,6 @@ impl LeaseSlab {
     pub(crate) fn new(id: u64) -> LeaseSlab {
         let tag = (id % 0xffff) as u16 + 1;
         LeaseSlab {
-            locals: Box::new(std::array::from_fn(|_| LocalFree {
-                owner: AtomicUsize::new(0),
-                len: AtomicU32::new(0),
-                slots: std::array::from_fn(|_| AtomicU64::new(0)),
-            })),
             tag: u64::from(tag),
             chunks: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))),
             free_head: AtomicU64::new(0),
@@ -239,31 +209,10 @@ impl LeaseSlab {
         Ok(index)
     }
 
-    /// This thread's own free list of this slab, claiming a bucket on first
-    /// use; `None` if its bucket is another thread's.
-    #[inline(always)]
-    fn local(&self) -> Option<&LocalFree> {
-        let me = thread_token();
-        if me == 0 {
-            return None;
-        }
-        let local = &self.locals[bucket(me, LOCAL_LISTS)];
-        // Relaxed: a thread reads its own claim (or a predecessor's, which
-        // exited before it began: ordered by the thread's creation).
-        let owner = local.owner.load(Ordering::Relaxed);
-        if owner == me {
-            return Some(local);
-        }
-        if owner == 0 && local.owner.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
-            return Some(local);
-        }
-        None
-    }
-
     /// A free slot from this thread's own list, and its generation.
     #[inline(always)]
-    fn pop_local(&self) -> Option<(u32, u32)> {
-        let local = self.local()?;
+    fn pop_local(mine: Option<&ThreadBucket>) -> Option<(u32, u32)> {
+        let local = mine?;
         let n = local.len.load(Ordering::Relaxed) as usize;
         if n == 0 || n > LOCAL_FREE_MAX {
             return None;
@@ -275,8 +224,8 @@ impl LeaseSlab {
 
     /// Keeps a freed slot in this thread's list if there is room; else `false`.
     #[inline(always)]
-    fn push_local(&self, index: u32, generation: u32) -> bool {
-        let Some(local) = self.local() else {
+    fn push_local(mine: Option<&ThreadBucket>, index: u32, generation: u32) -> bool {
+        let Some(local) = mine else {
             return false;
         };
         let n = local.len.load(Ordering::Relaxed) as usize;
@@ -293,8 +242,8 @@ impl LeaseSlab {
     /// back from the stack with wider loads than it was written with, and
     /// store forwarding stalls).
     #[inline(always)]
-    pub(crate) fn insert(&self, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
-        let (index, generation) = match self.pop_local() {
+    pub(crate) fn insert(&self, mine: Option<&ThreadBucket>, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
+        let (index, generation) = match Self::pop_local(mine) {
             Some(local) => local,
             None => self.shared_slot()?,
         };
@@ -342,7 +291,7 @@ impl LeaseSlab {
     /// instructions per acquire and release, callgrind). The slot goes back
     /// to a free list only after that, so no insert reuses it meanwhile.
     #[inline(always)]
-    pub(crate) fn release(&self, h: mrcache_lease_t) -> bool {
+    pub(crate) fn release(&self, mine: Option<&ThreadBucket>, h: mrcache_lease_t) -> bool {
         let Some((index, slot, generation)) = self.decode(h) else {
             return false;
         };
@@ -356,7 +305,7 @@ impl LeaseSlab {
         // The slot goes back to a free list after the drop below, also if
         // the drop panics (the C entry point catches it): else the slot
         // would be lost for the cache's life.
-        let _back = SlotBack { slab: self, index, next, slot };
+        let _back = SlotBack { slab: self, mine, index, next, slot };
         // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
         // the inserting thread wrote (acquire order), only we touch it, and
         // it is dropped once (no handle reaches a slot that is not LIVE, and
@@ -410,6 +359,7 @@ impl LeaseSlab {
 /// when dropped ([`LeaseSlab::release`]).
 struct SlotBack<'a> {
     slab: &'a LeaseSlab,
+    mine: Option<&'a ThreadBucket>,
     index: u32,
     next: u32,
     slot: &'a Slot,
@@ -418,7 +368,7 @@ struct SlotBack<'a> {
 impl Drop for SlotBack<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.slab.push_local(self.index, self.next) {
+        if !LeaseSlab::push_local(self.mine, self.index, self.next) {
             self.slab.push_free(self.index, self.slot);
         }
     }

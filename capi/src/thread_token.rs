@@ -1,5 +1,5 @@
 //! The running thread's identity without a thread-local lookup: the cache
-//! crate's ([`mrcache_impl::thread_token`]), which the lease slab's
-//! per-thread free lists share with the cache's lanes.
+//! crate's ([`mrcache_impl::thread_token`]), which the per-thread
+//! buckets ([`crate::threads`]) share with the cache's lanes.
 
 pub(crate) use mrcache_impl::thread_token::{bucket, thread_token};

@@ -218,6 +218,126 @@ fn a_callback_calling_into_its_own_cache_gets_busy() {
     }
 }
 
+/// The two caches of the nested re-entry tests: X's `reg` acquires on Y,
+/// and Y's `reg` calls back into X.
+static NESTED_X: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static NESTED_Y: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// What the calls into X from inside Y's callback returned: BUSY ones, others.
+static NESTED_BUSY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static NESTED_OTHER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Serializes the nested re-entry tests (they share the statics above).
+static NESTED_ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    /// This thread's number in a nested re-entry test.
+    static NESTED_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Set while Y's hook runs: a call into X that wrongly gets through
+    /// registers there, and its hook must not start the nesting again.
+    static NESTED_IN_Y: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// This thread's own region for one of the `which` calls: distinct per
+/// thread, so each thread's acquires miss and run the callbacks.
+fn nested_addr(which: u64) -> *const c_void {
+    ((which << 40) | (NESTED_THREAD.with(|t| t.get()) << 20)) as *const c_void
+}
+
+/// X's `reg` hook: an acquire on another cache is allowed; it misses there,
+/// so Y's `reg` runs inside this callback.
+fn x_acquires_on_y(_: &Counting) {
+    if NESTED_IN_Y.with(|f| f.get()) {
+        return;
+    }
+    let y = NESTED_Y.load(Ordering::SeqCst) as *mut mrcache_t;
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_acquire(y, nested_addr(2), 4096, 0, &mut l), MRCACHE_OK, "{}", last_error().0);
+        assert_eq!(mrcache_release(y, l), MRCACHE_OK);
+    }
+}
+
+/// Y's `reg` hook, nested in X's: this thread is still inside X's callback,
+/// so every call into X that the header forbids there is BUSY (`destroy`
+/// too, but a wrong answer there would free X under the test: the flat
+/// re-entry test checks it).
+fn y_calls_into_x(_: &Counting) {
+    NESTED_IN_Y.with(|f| f.set(true));
+    let x = NESTED_X.load(Ordering::SeqCst) as *mut mrcache_t;
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let got = unsafe {
+        [
+            mrcache_acquire(x, nested_addr(3), 4096, 0, &mut l),
+            mrcache_release(x, l),
+            mrcache_flush(x),
+            mrcache_trim(x),
+        ]
+    };
+    NESTED_IN_Y.with(|f| f.set(false));
+    for st in got {
+        let counter = if st == MRCACHE_BUSY { &NESTED_BUSY } else { &NESTED_OTHER };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// X's callback acquires on Y, whose callback calls X: BUSY, on `threads`
+/// threads at once. With more threads than a cache has per-thread buckets
+/// (32), some threads have none and take the thread-local marks: both ways
+/// of marking a thread inside a callback are checked.
+fn nested_reentry_is_busy(threads: usize) {
+    let _one = NESTED_ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (cx, cy) = (Counting::default(), Counting::default());
+    let (x, y) = (create(&cx, MRCACHE_MONITOR_NONE), create(&cy, MRCACHE_MONITOR_NONE));
+    NESTED_X.store(x as u64, Ordering::SeqCst);
+    NESTED_Y.store(y as u64, Ordering::SeqCst);
+    NESTED_BUSY.store(0, Ordering::SeqCst);
+    NESTED_OTHER.store(0, Ordering::SeqCst);
+    cx.hook.store(x_acquires_on_y as fn(&Counting) as usize as u64, Ordering::SeqCst);
+    cy.hook.store(y_calls_into_x as fn(&Counting) as usize as u64, Ordering::SeqCst);
+    let all_alive = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for i in 0..threads {
+            let all_alive = &all_alive;
+            s.spawn(move || {
+                NESTED_THREAD.with(|t| t.set(i as u64 + 1));
+                let x = NESTED_X.load(Ordering::SeqCst) as *mut mrcache_t;
+                // Every thread alive at once, so no two share a token (and
+                // no more than 32 of them get a bucket of either cache).
+                all_alive.wait();
+                let mut l = mrcache_lease_t::default();
+                // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+                unsafe {
+                    assert_eq!(mrcache_acquire(x, nested_addr(1), 4096, 0, &mut l), MRCACHE_OK, "{}", last_error().0);
+                    assert_eq!(mrcache_release(x, l), MRCACHE_OK, "outside every callback again");
+                }
+                all_alive.wait();
+            });
+        }
+    });
+    let calls = NESTED_BUSY.load(Ordering::SeqCst) + NESTED_OTHER.load(Ordering::SeqCst);
+    assert_eq!(calls, 4 * threads as u64, "Y's callback ran once in each thread's X callback");
+    assert_eq!(NESTED_OTHER.load(Ordering::SeqCst), 0, "a call into X from inside Y's callback inside X's was not BUSY");
+    cx.hook.store(0, Ordering::SeqCst);
+    cy.hook.store(0, Ordering::SeqCst);
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    unsafe {
+        assert_eq!(mrcache_destroy(x), MRCACHE_OK);
+        assert_eq!(mrcache_destroy(y), MRCACHE_OK);
+    }
+}
+
+#[test]
+fn a_call_into_a_cache_from_a_nested_callback_of_another_is_busy() {
+    nested_reentry_is_busy(1);
+}
+
+#[test]
+fn nested_reentry_is_busy_on_threads_with_and_without_a_bucket() {
+    nested_reentry_is_busy(80);
+}
+
 static UNMAP_TARGET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn unmap_other(_: &Counting) {

@@ -96,11 +96,37 @@ pub fn stats(cache: *const mrcache_t) -> mrcache_stats_t {
     s
 }
 
+/// Fresh anonymous memory at an address nothing in this process mapped
+/// before (a per-process counter far below where the kernel places
+/// mappings, `MAP_FIXED_NOREPLACE`). An address another test just unmapped
+/// would do for the kernel, but that test's `UNMAP` event may still be
+/// unread when this test watches the address again: the uffd monitor then
+/// applies it here too, and the test's registration is invalidated (safe,
+/// and what the cache must do with an event it cannot date, but a test
+/// that counts hits or invalidations would fail when tests run at once).
 pub fn map(len: usize) -> *mut c_void {
-    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0x5a00_0000_0000);
+    let step = len.next_multiple_of(1 << 21) + (1 << 21);
+    // Bounded: a taken range (EEXIST) moves on to the next one.
+    for _ in 0..64 {
+        let hint = NEXT.fetch_add(step, Ordering::Relaxed);
+        // SAFETY: a private anonymous mapping at an address no Rust object
+        // uses (NOREPLACE fails rather than replace anything there).
+        let p = unsafe {
+            libc::mmap(
+                hint as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            assert_eq!(p as usize, hint, "MAP_FIXED_NOREPLACE placed the mapping elsewhere");
+            return p;
+        }
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST), "mmap at {hint:#x}");
+    }
+    panic!("no free range for a test mapping of {len} bytes");
 }

@@ -212,11 +212,16 @@ impl<R: Registrar> Generation<R> {
     }
 }
 
+#[cfg(not(loom))]
 thread_local! {
     /// Exclusive cache locks this thread holds (any cache). A hook raised by
     /// such a thread never waits for a lock (spec.md#S7.2, L2).
-    // Not `const { .. }`: loom's `thread_local!` does not accept it.
-    #[allow(clippy::missing_const_for_thread_local)]
+    static HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+#[cfg(loom)]
+thread_local! {
+    /// As above (loom's `thread_local!` takes no `const` initialiser).
     static HELD: Cell<u32> = Cell::new(0);
 }
 
@@ -231,12 +236,19 @@ pub(super) fn held_by_this_thread() -> bool {
 /// unwinding, when `Drop` does the same work so no reader meets a stale tree.
 pub(crate) struct WriteGuard<'a, R: Registrar> {
     pub(super) guard: ManuallyDrop<RwLockWriteGuard<'a, Locked<R>>>,
+    /// This thread's [`HELD`], found once per section: in the shared
+    /// library each lookup is a call to `__tls_get_addr`, and an evicting
+    /// miss has two sections.
+    held: *const Cell<u32>,
 }
 
 impl<'a, R: Registrar> WriteGuard<'a, R> {
     pub(super) fn new(guard: RwLockWriteGuard<'a, Locked<R>>) -> Self {
-        HELD.with(|h| h.set(h.get() + 1));
-        WriteGuard { guard: ManuallyDrop::new(guard) }
+        let held = HELD.with(|h| {
+            h.set(h.get() + 1);
+            h as *const Cell<u32>
+        });
+        WriteGuard { guard: ManuallyDrop::new(guard), held }
     }
 
     /// Ends the section: refreshes the index and the memo, then unlocks.
@@ -260,7 +272,12 @@ impl<'a, R: Registrar> WriteGuard<'a, R> {
         // SAFETY: called once per guard: by `unlock` (which then forgets the
         // guard, so `Drop` does not run) or by `Drop`.
         unsafe { ManuallyDrop::drop(&mut self.guard) };
-        HELD.with(|h| h.set(h.get() - 1));
+        // SAFETY: `held` is this thread's `HELD`: the guard is not `Send`
+        // (a lock guard), so it is released on the thread that made it,
+        // whose thread-locals outlive every guard it holds (`HELD` has no
+        // destructor: its memory lasts as long as the thread).
+        let held = unsafe { &*self.held };
+        held.set(held.get() - 1);
     }
 }
 

@@ -1,0 +1,131 @@
+//! Each thread's own state in one cache, found by thread token
+//! ([`crate::thread_token`]) instead of a thread-local lookup, which in this
+//! shared library is a call to `__tls_get_addr`: the thread's free lease
+//! slots ([`crate::slab`]) and its depth inside the cache's registrar
+//! callbacks ([`crate::registrar`]).
+//!
+//! Invariants:
+//! - a bucket belongs to the first thread whose token hashes to it (one
+//!   compare-exchange) and is never given back. A later thread with the same
+//!   token (tokens are reused only after their thread exited) inherits it;
+//!   a thread whose bucket another token holds has none for its whole life
+//!   ([`ThreadBuckets::mine`] is `None` at every call) and takes the shared
+//!   paths: the slab's lock-free list, the registrar's counted thread-local
+//!   marks.
+//! - a bucket's `mark` is its owner's token with the owner's callback depth
+//!   in the low six bits (tokens are thread control block addresses,
+//!   aligned far beyond 64 bytes): a thread outside every callback finds its
+//!   own token there and takes its bucket with the one load and compare it
+//!   needs anyway; inside one (depth 1 to [`MAX_DEPTH`]) it finds the token
+//!   plus its depth. Only the owner writes the mark after the claim (plain
+//!   load and store), and other threads only compare it with their own
+//!   token, which never matches whatever the depth.
+//! - only the owner reads or writes `len` and `slots` (relaxed atomics, for
+//!   `Sync`): a thread asks only about itself, so no ordering with any
+//!   other thread is needed.
+//! - the depth is 0 while the owner is outside every registrar callback of
+//!   this cache: each callback adds one for its duration (its guard's drop
+//!   takes it back, also when unwinding). A thread cannot end inside a
+//!   callback (an unwind out of a C entry point aborts the process), so an
+//!   inheriting thread finds 0.
+
+use crate::thread_token::{bucket, thread_token};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Free slots a thread keeps for itself, per cache.
+pub(crate) const LOCAL_FREE_MAX: usize = 30;
+/// Threads per cache that get a bucket (others take the shared paths).
+const BUCKETS: usize = 32;
+
+/// Callback nesting a bucket's mark can count; deeper callbacks of the
+/// same cache take the thread-local marks.
+pub(crate) const MAX_DEPTH: usize = 63;
+
+/// One thread's state in one cache. Four cache lines, owned by one thread:
+/// no other thread writes them after the claim.
+#[repr(align(64))]
+pub(crate) struct ThreadBucket {
+    /// The owner's token, plus its depth inside this cache's registrar
+    /// callbacks, however nested (a callback of this cache may call another
+    /// cache whose callback calls this one); 0 before the claim.
+    mark: AtomicUsize,
+    /// Free lease slots in `slots[..len]`.
+    pub(crate) len: AtomicU32,
+    /// `generation << 32 | index`: a free slot and its next generation.
+    pub(crate) slots: [AtomicU64; LOCAL_FREE_MAX],
+}
+
+impl ThreadBucket {
+    /// The owner's depth inside callbacks of this cache.
+    pub(crate) fn depth(&self) -> usize {
+        self.mark.load(Ordering::Relaxed) & MAX_DEPTH
+    }
+
+    /// One more callback entered (owner only; the depth is below
+    /// [`MAX_DEPTH`]).
+    pub(crate) fn enter_callback(&self) {
+        let mark = self.mark.load(Ordering::Relaxed);
+        debug_assert!(mark & MAX_DEPTH < MAX_DEPTH, "callback depth overflows the mark");
+        self.mark.store(mark + 1, Ordering::Relaxed);
+    }
+
+    /// The innermost callback left (owner only).
+    pub(crate) fn leave_callback(&self) {
+        let mark = self.mark.load(Ordering::Relaxed);
+        debug_assert!(mark & MAX_DEPTH > 0, "left a callback never entered");
+        self.mark.store(mark - 1, Ordering::Relaxed);
+    }
+}
+
+/// The calling thread's bucket, as [`ThreadBuckets::mine`] finds it.
+pub(crate) enum Mine<'a> {
+    /// Its own, and it is outside every callback of this cache.
+    Idle(&'a ThreadBucket),
+    /// Its own, and it is inside a callback of this cache.
+    InCallback(&'a ThreadBucket),
+    /// It has none: another thread holds its bucket, or it has no token.
+    None,
+}
+
+/// The buckets of one cache (a fixed-size array: a bucket number needs no
+/// bounds check).
+pub(crate) struct ThreadBuckets {
+    buckets: Box<[ThreadBucket; BUCKETS]>,
+}
+
+impl ThreadBuckets {
+    pub(crate) fn new() -> ThreadBuckets {
+        ThreadBuckets {
+            buckets: Box::new(std::array::from_fn(|_| ThreadBucket {
+                mark: AtomicUsize::new(0),
+                len: AtomicU32::new(0),
+                slots: std::array::from_fn(|_| AtomicU64::new(0)),
+            })),
+        }
+    }
+
+    /// The calling thread's bucket, claiming it on first use. The usual
+    /// answer, [`Mine::Idle`], costs one load and one compare.
+    #[inline(always)]
+    pub(crate) fn mine(&self) -> Mine<'_> {
+        let me = thread_token() & !MAX_DEPTH;
+        if me == 0 {
+            return Mine::None;
+        }
+        let b = &self.buckets[bucket(me, BUCKETS)];
+        // Relaxed: a thread reads its own claim and marks (or a
+        // predecessor's, which exited before it began: ordered by the
+        // thread's creation).
+        let mark = b.mark.load(Ordering::Relaxed);
+        if mark == me {
+            return Mine::Idle(b);
+        }
+        if mark & !MAX_DEPTH == me {
+            return Mine::InCallback(b);
+        }
+        if mark == 0 && b.mark.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            return Mine::Idle(b);
+        }
+        Mine::None
+    }
+}
