@@ -88,6 +88,12 @@ use mrcache_types::{Access, PageSpan};
 /// splits).
 pub const FANOUT: usize = 32;
 
+/// Most levels above the leaves that a removal's path array holds. A split
+/// leaves every node but the rightmost of its level at least half full (16
+/// children at fanout 32), so 2^64 entries need fewer than 17 levels; a
+/// taller tree is packed before a removal (a rebuild: 3/4-full nodes).
+const MAX_HEIGHT: usize = 24;
+
 /// One indexed entry (its first and end pages are kept in the leaf's
 /// `starts` and `ep` arrays, where the searches read them: a copy here
 /// would cost every entry 8 bytes and every shift of a leaf 8 more per entry).
@@ -216,21 +222,6 @@ pub enum Removal<T> {
     Kept,
     /// The entry's slot, out of the index.
     Removed(Slot<T>),
-}
-
-/// Why [`IntervalIndex::remove_in`] removed nothing: the two [`Removal`]s
-/// that leave the index unchanged (a removal's own result is [`Removed`]).
-#[derive(Debug)]
-enum NotRemoved {
-    Absent,
-    Kept,
-}
-
-/// What a removal left behind in a subtree.
-struct Removed<T> {
-    slot: Slot<T>,
-    empty: bool,
-    max_end: u64,
 }
 
 impl<T, const ROOM: usize> Leaf<T, ROOM> {
@@ -618,13 +609,70 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
     /// slot: one descent where a [`Self::find`] followed by a
     /// [`Self::remove`] took two (A10 checks each noted victim before it
     /// evicts it). `take` runs at most once, on the entry's slot.
+    ///
+    /// A loop down and back up the path, not a recursion: the path is kept
+    /// in a fixed array, and the climb stops at the first node whose
+    /// summaries the removal left as they were (an entry that was not the
+    /// largest end of its leaf, as the oldest of a cycle through buffers in
+    /// address order, changes nothing above its leaf).
     pub fn remove_if(&mut self, first: u64, id: u64, take: impl FnOnce(&Slot<T>) -> bool) -> Removal<T> {
-        let mut take = Some(take);
-        let removed = match self.remove_in(self.root, self.height, (first, id), &mut take) {
-            Ok(removed) => removed,
-            Err(NotRemoved::Absent) => return Removal::Absent,
-            Err(NotRemoved::Kept) => return Removal::Kept,
-        };
+        let key = (first, id);
+        if self.height as usize > MAX_HEIGHT {
+            // Not reached (see MAX_HEIGHT); packed, the tree is far lower.
+            self.rebuild();
+        }
+        let height = self.height as usize;
+        debug_assert!(height <= MAX_HEIGHT, "a packed tree of height {height}");
+        // Each inner node on the way down and the child taken there.
+        let mut path = [(0u32, 0usize); MAX_HEIGHT];
+        let mut node = self.root;
+        // One step per level: bounded by the height.
+        for step in path.iter_mut().take(height) {
+            let inner = &self.inners[node as usize];
+            let ci = inner.route(key);
+            *step = (node, ci);
+            node = inner.child[ci];
+        }
+        let leaf = &mut self.leaves[node as usize];
+        let n = leaf.n;
+        let mut pos = leaf.starts[..n].partition_point(|&s| s < first);
+        while pos < n && leaf.starts[pos] == first && leaf.slots[pos].id != id {
+            pos += 1;
+        }
+        if pos == n || leaf.starts[pos] != first {
+            return Removal::Absent;
+        }
+        if !take(&leaf.slots[pos]) {
+            return Removal::Kept;
+        }
+        leaf.starts.copy_within(pos + 1..n, pos);
+        leaf.ep.copy_within(pos + 1..n, pos);
+        let slot = leaf.slots.remove(pos);
+        leaf.n -= 1;
+        leaf.refresh_after(pos);
+        let (mut empty, mut max_end, mut child) = (leaf.n == 0, leaf.max_end(), node);
+        // Back up the path (bounded by the height): a parent drops an
+        // emptied child or takes its child's new largest end.
+        for level in (0..height).rev() {
+            let (parent, ci) = path[level];
+            let inner = &mut self.inners[parent as usize];
+            if empty {
+                inner.remove_at(ci);
+                if level + 1 == height {
+                    self.free_leaves.push(child);
+                } else {
+                    self.free_inners.push(child);
+                }
+            } else if inner.em[ci].end == max_end {
+                // This node's summaries stand, so do those above it.
+                break;
+            } else {
+                inner.em[ci].end = max_end;
+            }
+            let inner = &mut self.inners[parent as usize];
+            inner.refresh_after(ci);
+            (empty, max_end, child) = (inner.n == 0, inner.max_end(), parent);
+        }
         self.answers_version += 1;
         self.len -= 1;
         if self.len == 0 {
@@ -640,55 +688,7 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
                 self.rebuild();
             }
         }
-        Removal::Removed(removed.slot)
-    }
-
-    /// `take` is `Some` until the leaf calls it (once: one leaf holds the key).
-    fn remove_in<F: FnOnce(&Slot<T>) -> bool>(
-        &mut self,
-        node: u32,
-        level: u32,
-        key: (u64, u64),
-        take: &mut Option<F>,
-    ) -> Result<Removed<T>, NotRemoved> {
-        if level == 0 {
-            let leaf = &mut self.leaves[node as usize];
-            let n = leaf.n;
-            let mut pos = leaf.starts[..n].partition_point(|&s| s < key.0);
-            while pos < n && leaf.starts[pos] == key.0 && leaf.slots[pos].id != key.1 {
-                pos += 1;
-            }
-            if pos == n || leaf.starts[pos] != key.0 {
-                return Err(NotRemoved::Absent);
-            }
-            let accepted = take.take().is_some_and(|take| take(&leaf.slots[pos]));
-            if !accepted {
-                return Err(NotRemoved::Kept);
-            }
-            leaf.starts.copy_within(pos + 1..n, pos);
-            leaf.ep.copy_within(pos + 1..n, pos);
-            let slot = leaf.slots.remove(pos);
-            leaf.n -= 1;
-            leaf.refresh_after(pos);
-            return Ok(Removed { slot, empty: leaf.n == 0, max_end: leaf.max_end() });
-        }
-        let ci = self.inners[node as usize].route(key);
-        let child = self.inners[node as usize].child[ci];
-        let r = self.remove_in(child, level - 1, key, take)?;
-        let inner = &mut self.inners[node as usize];
-        if r.empty {
-            inner.remove_at(ci);
-            if level == 1 {
-                self.free_leaves.push(child);
-            } else {
-                self.free_inners.push(child);
-            }
-        } else {
-            inner.em[ci].end = r.max_end;
-        }
-        let inner = &mut self.inners[node as usize];
-        inner.refresh_after(ci);
-        Ok(Removed { slot: r.slot, empty: inner.n == 0, max_end: inner.max_end() })
+        Removal::Removed(slot)
     }
 
     fn reset(&mut self) {
@@ -924,6 +924,37 @@ impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
 }
 
 #[cfg(test)]
+impl<T, const ROOM: usize> IntervalIndex<T, ROOM> {
+    /// Checks the module's "no summary is ever stale": every node's ends and
+    /// prefix maxima are exact (not only upper bounds, which would answer
+    /// every query right but prune less). Returns the subtree's largest end.
+    fn check_summaries(&self, node: u32, level: u32) -> Result<u64, String> {
+        let check = |ep: &[EndMax]| -> Result<u64, String> {
+            let mut m = 0;
+            for (i, e) in ep.iter().enumerate() {
+                m = m.max(e.end);
+                if e.pmax != m {
+                    return Err(format!("node {node} level {level}: pmax[{i}] {} != {m}", e.pmax));
+                }
+            }
+            Ok(m)
+        };
+        if level == 0 {
+            let leaf = &self.leaves[node as usize];
+            return check(&leaf.ep[..leaf.n]);
+        }
+        let inner = &self.inners[node as usize];
+        for i in 0..inner.n {
+            let below = self.check_summaries(inner.child[i], level - 1)?;
+            if inner.em[i].end != below {
+                return Err(format!("node {node} level {level}: child {i} end {} != {below}", inner.em[i].end));
+            }
+        }
+        check(&inner.em[..inner.n])
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -1017,6 +1048,9 @@ mod tests {
                 }
             }
             prop_assert_eq!(idx.len(), naive.len());
+            let max = idx.check_summaries(idx.root, idx.height).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(max, naive.iter().map(|x| x.0.end).max().unwrap_or(0));
+            prop_assert_eq!(idx.max_end(), max);
         }
         // Sorted by (first, id), and every entry there.
         let keys: Vec<(u64, u64)> = idx.iter().map(|(s, slot)| (s.first, slot.id)).collect();
