@@ -119,6 +119,11 @@ impl<R: Registrar> Items<R> {
     pub(super) fn is_empty(&self) -> bool {
         self.first.is_none()
     }
+
+    /// Empty, and owning no memory: dropping it would free nothing.
+    pub(super) fn owns_nothing(&self) -> bool {
+        self.first.is_none() && self.rest.capacity() == 0
+    }
 }
 
 impl<R: Registrar> Cache<R> {

@@ -29,6 +29,12 @@ impl<'c, R: Registrar> DeregList<'c, R> {
     /// lock was held (their try-lock failed against ours).
     pub(super) fn finish(mut self) {
         self.finish_in_place();
+        // The usual end: everything performed, and neither vector ever
+        // grew, so the drop would free nothing. Forgetting the list skips
+        // its drop glue, three calls (49 instructions per miss, callgrind).
+        if self.items.owns_nothing() && self.retired_memos.capacity() == 0 {
+            std::mem::forget(self);
+        }
     }
 
     #[inline(always)]
