@@ -357,11 +357,21 @@ impl HitMemo {
     /// half the slots, starts an empty table of 2–4 slots per entry and
     /// returns the old one's [`RetiredMemo`], to be dropped after unlocking
     /// (A11). Then call [`MemoHint::set`].
+    ///
+    /// Inlined up to its usual answer (no growth): every insert asks, and
+    /// the call cost more than the answer.
+    #[inline(always)]
     pub fn grow_for(&mut self, entries: usize) -> Option<RetiredMemo> {
         let len = self.slots();
         if entries <= len / 2 || len >= MAX_SLOTS {
             return None;
         }
+        self.grow(entries)
+    }
+
+    /// [`Self::grow_for`] when the table grows.
+    #[inline(never)]
+    fn grow(&mut self, entries: usize) -> Option<RetiredMemo> {
         let want = entries.saturating_mul(2).checked_next_power_of_two().unwrap_or(MAX_SLOTS).min(MAX_SLOTS);
         let old = std::mem::replace(&mut self.slots, Slots::new(want));
         self.bits = want.trailing_zeros();
