@@ -56,6 +56,9 @@ thread_local! {
     /// The caches (their ids) whose registrar callbacks this thread is
     /// inside and that have no bucket for it ([`ThreadBuckets::mine`] is
     /// `None`), innermost last. Only threads without a bucket use it.
+    /// Read with `try_with`: it has a destructor, and a C caller may call
+    /// in from a pthread key destructor, after it ran (then the thread can
+    /// be in no callback it could record: nothing is marked there).
     static IN_CALLBACKS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -67,6 +70,9 @@ thread_local! {
 enum InCallback<'a> {
     Bucket(&'a ThreadBucket),
     Shared(&'a CRegistrar),
+    /// No mark could be made: the thread's thread-locals are gone (it is
+    /// exiting, in a pthread key destructor).
+    Unmarked,
 }
 
 impl<'a> InCallback<'a> {
@@ -80,10 +86,19 @@ impl<'a> InCallback<'a> {
                 b.enter_callback();
                 InCallback::Bucket(b)
             }
-            Mine::InCallback(_) | Mine::None => {
-                r.active.fetch_add(1, Ordering::SeqCst);
-                IN_CALLBACKS.with(|s| s.borrow_mut().push(r.cache_id));
-                InCallback::Shared(r)
+            Mine::InCallback(_) | Mine::None => Self::enter_shared(r),
+        }
+    }
+
+    /// The thread-local mark: counted in `active` first (`not_in_callback`
+    /// reads the thread-locals only while it is non-zero).
+    fn enter_shared(r: &'a CRegistrar) -> InCallback<'a> {
+        r.active.fetch_add(1, Ordering::SeqCst);
+        match IN_CALLBACKS.try_with(|s| s.borrow_mut().push(r.cache_id)) {
+            Ok(()) => InCallback::Shared(r),
+            Err(_) => {
+                r.active.fetch_sub(1, Ordering::SeqCst);
+                InCallback::Unmarked
             }
         }
     }
@@ -94,7 +109,9 @@ impl Drop for InCallback<'_> {
         match self {
             InCallback::Bucket(b) => b.leave_callback(),
             InCallback::Shared(r) => {
-                IN_CALLBACKS.with(|s| {
+                // Err: the thread-locals went during the callback (the
+                // thread is exiting), and the mark with them.
+                let _ = IN_CALLBACKS.try_with(|s| {
                     let mut s = s.borrow_mut();
                     // The innermost mark of this cache is this guard's:
                     // guards drop in reverse order of entry.
@@ -104,6 +121,7 @@ impl Drop for InCallback<'_> {
                 });
                 r.active.fetch_sub(1, Ordering::SeqCst);
             }
+            InCallback::Unmarked => {}
         }
     }
 }
@@ -131,7 +149,7 @@ pub(crate) fn not_in_callback(registrar: &CRegistrar) -> Result<Option<&ThreadBu
         Mine::InCallback(_) => Err(busy()),
         Mine::None => {
             if registrar.active.load(Ordering::SeqCst) != 0
-                && IN_CALLBACKS.with(|s| s.borrow().contains(&registrar.cache_id))
+                && IN_CALLBACKS.try_with(|s| s.borrow().contains(&registrar.cache_id)).unwrap_or(false)
             {
                 return Err(busy());
             }
@@ -276,6 +294,44 @@ mod tests {
 
     unsafe extern "C" fn never_dereg(_: *mut c_void, _: *mut c_void) -> c_int {
         libc::EINVAL
+    }
+
+    /// Calls the thread-local path of the re-entry marks from a thread-local
+    /// destructor that runs after `IN_CALLBACKS`' (destructors run in the
+    /// reverse order of first use), as a C caller's pthread key destructor
+    /// may: no panic, no mark, and `active` back at 0.
+    #[test]
+    fn the_thread_local_marks_after_their_destructor_ran() {
+        struct AtExit(Option<std::sync::Arc<CRegistrar>>, std::sync::Arc<std::sync::atomic::AtomicU32>);
+        impl Drop for AtExit {
+            fn drop(&mut self) {
+                let Some(r) = self.0.take() else { return };
+                let gone = IN_CALLBACKS.try_with(|_| ()).is_err();
+                let mark = InCallback::enter_shared(&r);
+                let unmarked = matches!(mark, InCallback::Unmarked);
+                let outside = not_in_callback(&r).is_ok();
+                drop(mark);
+                let settled = r.active.load(Ordering::SeqCst) == 0;
+                let got = u32::from(gone) | u32::from(unmarked) << 1 | u32::from(outside) << 2 | u32::from(settled) << 3;
+                self.1.store(got, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static AT_EXIT: RefCell<AtExit> = RefCell::new(AtExit(None, Default::default()));
+        }
+        let r = mrcache_registrar_t { ctx: std::ptr::null_mut(), reg: Some(never_reg), dereg: Some(never_dereg) };
+        let r = std::sync::Arc::new(CRegistrar::new(&r, 78).expect("both callbacks given"));
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (r2, got2) = (r.clone(), got.clone());
+        std::thread::spawn(move || {
+            // First use of AT_EXIT, then of IN_CALLBACKS: AT_EXIT's
+            // destructor runs last.
+            AT_EXIT.with(|a| *a.borrow_mut() = AtExit(Some(r2), got2));
+            drop(InCallback::enter_shared(&AT_EXIT.with(|a| a.borrow().0.clone()).expect("set")));
+        })
+        .join()
+        .expect("no panic at thread exit");
+        assert_eq!(got.load(Ordering::SeqCst), 0b1111, "gone, unmarked, outside, active settled (bits 0-3)");
     }
 
     /// Callbacks nested deeper than a bucket's mark counts go on the

@@ -26,10 +26,19 @@
 //! - the depth is 0 while the owner is outside every registrar callback of
 //!   this cache: each callback adds one for its duration (its guard's drop
 //!   takes it back, also when unwinding). A thread cannot end inside a
-//!   callback (an unwind out of a C entry point aborts the process), so an
-//!   inheriting thread finds 0.
+//!   callback in its own process (an unwind out of a C entry point aborts
+//!   it, and `pthread_exit` or `longjmp` out of one is undefined behaviour
+//!   across Rust frames), so an inheriting thread finds 0 there. A fork is
+//!   the exception: a fork child starts with the forking thread alone, and
+//!   a new thread of the child can reuse a vanished thread's token (glibc
+//!   gives it the vanished thread's stack). So a bucket also records the
+//!   fork generation of its owner's outermost callback (`entered_in`), and
+//!   a depth from an older generation counts only for the thread that
+//!   forked ([`mrcache_impl::cache::forking_thread`]); for any other it is
+//!   a vanished thread's, and is cleared.
 
 use crate::thread_token::{bucket, thread_token};
+use mrcache_impl::cache::{fork_generation, forking_thread};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Free slots a thread keeps for itself, per cache.
@@ -37,18 +46,23 @@ pub(crate) const LOCAL_FREE_MAX: usize = 30;
 /// Threads per cache that get a bucket (others take the shared paths).
 const BUCKETS: usize = 32;
 
+const _: () = assert!(std::mem::size_of::<ThreadBucket>() == 256, "a bucket is four cache lines");
+
 /// Callback nesting a bucket's mark can count; deeper callbacks of the
 /// same cache take the thread-local marks.
 pub(crate) const MAX_DEPTH: usize = 63;
 
-/// One thread's state in one cache. Four cache lines, owned by one thread:
-/// no other thread writes them after the claim.
+/// One thread's state in one cache. Four cache lines (256 bytes), owned by
+/// one thread: no other thread writes them after the claim.
 #[repr(align(64))]
 pub(crate) struct ThreadBucket {
     /// The owner's token, plus its depth inside this cache's registrar
     /// callbacks, however nested (a callback of this cache may call another
     /// cache whose callback calls this one); 0 before the claim.
     mark: AtomicUsize,
+    /// The fork generation (its low 32 bits) when the owner entered its
+    /// outermost callback of this cache now running.
+    entered_in: AtomicU32,
     /// Free lease slots in `slots[..len]`.
     pub(crate) len: AtomicU32,
     /// `generation << 32 | index`: a free slot and its next generation.
@@ -66,6 +80,9 @@ impl ThreadBucket {
     pub(crate) fn enter_callback(&self) {
         let mark = self.mark.load(Ordering::Relaxed);
         debug_assert!(mark & MAX_DEPTH < MAX_DEPTH, "callback depth overflows the mark");
+        if mark & MAX_DEPTH == 0 {
+            self.entered_in.store(fork_generation() as u32, Ordering::Relaxed);
+        }
         self.mark.store(mark + 1, Ordering::Relaxed);
     }
 
@@ -73,7 +90,30 @@ impl ThreadBucket {
     pub(crate) fn leave_callback(&self) {
         let mark = self.mark.load(Ordering::Relaxed);
         debug_assert!(mark & MAX_DEPTH > 0, "left a callback never entered");
-        self.mark.store(mark - 1, Ordering::Relaxed);
+        if mark & MAX_DEPTH > 0 {
+            self.mark.store(mark - 1, Ordering::Relaxed);
+        }
+    }
+
+    /// [`ThreadBuckets::mine`] for a bucket whose mark is the caller's token
+    /// with a depth: the caller is inside a callback, unless the depth was
+    /// left by a thread of an ancestor process that the caller replaced
+    /// (module docs: a fork).
+    #[cold]
+    #[inline(never)]
+    fn marked(&self, me: usize) -> Mine<'_> {
+        let now = fork_generation() as u32;
+        if self.entered_in.load(Ordering::Relaxed) == now {
+            return Mine::InCallback(self);
+        }
+        if me == forking_thread() {
+            // The thread that forked, still inside the callbacks it was in.
+            self.entered_in.store(now, Ordering::Relaxed);
+            return Mine::InCallback(self);
+        }
+        // A vanished thread's depth: this thread has entered none.
+        self.mark.store(me, Ordering::Relaxed);
+        Mine::Idle(self)
     }
 }
 
@@ -98,6 +138,7 @@ impl ThreadBuckets {
         ThreadBuckets {
             buckets: Box::new(std::array::from_fn(|_| ThreadBucket {
                 mark: AtomicUsize::new(0),
+                entered_in: AtomicU32::new(0),
                 len: AtomicU32::new(0),
                 slots: std::array::from_fn(|_| AtomicU64::new(0)),
             })),
@@ -121,7 +162,7 @@ impl ThreadBuckets {
             return Mine::Idle(b);
         }
         if mark & !MAX_DEPTH == me {
-            return Mine::InCallback(b);
+            return b.marked(me);
         }
         if mark == 0 && b.mark.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             return Mine::Idle(b);

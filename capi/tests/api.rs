@@ -338,6 +338,92 @@ fn nested_reentry_is_busy_on_threads_with_and_without_a_bucket() {
     nested_reentry_is_busy(80);
 }
 
+/// The fork-inheritance test's state: the parent's thread inside a
+/// callback (its pthread_self), and whether it may leave it.
+static INSIDE_THREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static INSIDE_MAY_LEAVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static INSIDE_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The hook of the thread that stays inside its `reg` callback (in the
+/// parent only) until the test lets it go.
+fn stay_inside(_: &Counting) {
+    if std::process::id() != INSIDE_PID.load(Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: pthread_self has no preconditions.
+    INSIDE_THREAD.store(unsafe { libc::pthread_self() } as usize, Ordering::SeqCst);
+    // Bounded by the test, which lets it go after its child exits.
+    while !INSIDE_MAY_LEAVE.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A thread is inside a `reg` callback of the cache when another thread
+/// forks. In the child that thread is gone, and a new thread there may get
+/// its thread pointer (glibc reuses the vanished thread's stack): the new
+/// thread must not be judged inside the vanished thread's callback.
+#[test]
+fn a_fork_child_thread_that_reuses_a_vanished_threads_token_is_not_inside_its_callback() {
+    let c = Counting::default();
+    let cache = create(&c, MRCACHE_MONITOR_NONE);
+    INSIDE_PID.store(std::process::id(), Ordering::SeqCst);
+    INSIDE_THREAD.store(0, Ordering::SeqCst);
+    INSIDE_MAY_LEAVE.store(false, Ordering::SeqCst);
+    c.hook.store(stay_inside as fn(&Counting) as usize as u64, Ordering::SeqCst);
+    let addr = cache as usize;
+    let inside = std::thread::spawn(move || {
+        let mut l = mrcache_lease_t::default();
+        // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+        unsafe {
+            let cache = addr as *mut mrcache_t;
+            assert_eq!(mrcache_acquire(cache, (5usize << 32) as *const c_void, 4096, 0, &mut l), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        }
+    });
+    // Bounded: the thread reaches its callback at once.
+    while INSIDE_THREAD.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SAFETY: the child only calls the C API, makes a thread and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = std::panic::catch_unwind(|| {
+            let t = std::thread::spawn(move || {
+                let mut l = mrcache_lease_t::default();
+                // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+                let st = unsafe { mrcache_acquire(addr as *mut mrcache_t, (6usize << 32) as *const c_void, 4096, 0, &mut l) };
+                // SAFETY: as above.
+                let reused = unsafe { libc::pthread_self() } as usize == INSIDE_THREAD.load(Ordering::SeqCst);
+                (st, reused)
+            });
+            match t.join() {
+                Ok((MRCACHE_OK, true)) => 0,
+                Ok((MRCACHE_OK, false)) => 3, // passed, but the token was not reused: nothing tested
+                Ok(_) => 1,
+                Err(_) => 2,
+            }
+        })
+        .unwrap_or(99);
+        // SAFETY: leaves the child without running the harness's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    INSIDE_MAY_LEAVE.store(true, Ordering::SeqCst);
+    inside.join().expect("the thread inside its callback");
+    c.hook.store(0, Ordering::SeqCst);
+    assert!(libc::WIFEXITED(status), "child status {status:#x}");
+    match libc::WEXITSTATUS(status) {
+        0 => {}
+        3 => eprintln!("note: the child's thread did not reuse the vanished thread's pointer; nothing inherited to check"),
+        code => panic!("child failed: {code} (1: the new thread was judged inside the vanished thread's callback)"),
+    }
+    // SAFETY: no lease is held.
+    assert_eq!(unsafe { mrcache_destroy(cache) }, MRCACHE_OK);
+}
+
 static UNMAP_TARGET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn unmap_other(_: &Counting) {

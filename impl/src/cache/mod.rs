@@ -154,7 +154,7 @@ pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNREL
 pub use config::Faults;
 pub use events::{RoundDeregs, RoundLock};
 pub use source::{EventSource, ReleaseEvent, Watched};
-pub use os::fork_generation;
+pub use os::{fork_generation, forking_thread};
 pub use lanes::{uses_membarrier, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};

@@ -50,6 +50,10 @@ pub(crate) mod membarrier {
 // Fork detection
 
 static FORKS: plain::AtomicU64 = plain::AtomicU64::new(0);
+/// The thread token ([`crate::thread_token`]) of the thread that made this
+/// process by its last fork, the one thread the child started with; 0 when
+/// unknown (a fork the atfork handler did not see) or none.
+static FORKED_BY: plain::AtomicUsize = plain::AtomicUsize::new(0);
 static INSTALL: Once = Once::new();
 
 /// A word on a page mapped with `MADV_WIPEONFORK` (Linux 4.14): [`ARMED`] in
@@ -73,6 +77,7 @@ extern "C" fn child() {
         // SAFETY: set once by `install` to a page that is never unmapped.
         unsafe { &*w }.store(ARMED, Ordering::Relaxed);
     }
+    FORKED_BY.store(crate::thread_token::thread_token(), Ordering::Relaxed);
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -138,6 +143,7 @@ fn count_unseen_fork(w: &plain::AtomicU64) -> Option<()> {
                 // Exactly one thread counts the fork (a second count would
                 // make the caches forget their fresh generations).
                 if w.compare_exchange(0, REARMING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    FORKED_BY.store(0, Ordering::Relaxed);
                     FORKS.fetch_add(1, Ordering::Release);
                     w.store(ARMED, Ordering::Release);
                     return Some(());
@@ -154,4 +160,14 @@ fn count_unseen_fork(w: &plain::AtomicU64) -> Option<()> {
 #[inline]
 pub fn fork_generation() -> u64 {
     FORKS.load(Ordering::Relaxed)
+}
+
+/// The thread token of the thread that forked this process (the only
+/// thread a child starts with), 0 if unknown: per-thread state keyed by
+/// token that a child inherits belongs to that thread, or to none (a new
+/// thread of the child may reuse a vanished thread's token: glibc hands it
+/// the vanished thread's stack).
+#[inline]
+pub fn forking_thread() -> usize {
+    FORKED_BY.load(Ordering::Relaxed)
 }
