@@ -226,6 +226,8 @@ impl Registrar for CRegistrar {
     }
 
     fn deregister(&self, handle: CHandle) -> Result<(), RegistrarError> {
+        #[cfg(test)]
+        crate::tests::maybe_panic_in_dereg();
         let rc = {
             let _mark = InCallback::enter(self);
             // SAFETY: `handle.ptr` is what `reg` returned, passed back once.

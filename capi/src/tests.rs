@@ -1,4 +1,5 @@
-//! Unit tests of the C API's internals: lease slots are reused; the panic test.
+//! Unit tests of the C API's internals: lease slots are reused; the panic
+//! tests (in an acquire's registration, and in a release's deregistration).
 //!
 //! The panic test. A panic can only start in Rust code, and the production
 //! library has no panicking path a C caller can reach on purpose, so the
@@ -13,12 +14,20 @@ use std::ffi::CStr;
 
 thread_local! {
     static PANIC_IN_REG: Cell<bool> = const { Cell::new(false) };
+    static PANIC_IN_DEREG: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Called by `CRegistrar::register` in test builds.
 pub(crate) fn maybe_panic() {
     if PANIC_IN_REG.with(|p| p.replace(false)) {
         panic!("injected registrar panic");
+    }
+}
+
+/// Called by `CRegistrar::deregister` in test builds.
+pub(crate) fn maybe_panic_in_dereg() {
+    if PANIC_IN_DEREG.with(|p| p.replace(false)) {
+        panic!("injected deregistration panic");
     }
 }
 
@@ -104,6 +113,46 @@ fn a_thread_reuses_its_lease_slots() {
             assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
         }
         assert_eq!((*cache).leases.slots_made(), 1, "one slot serves a thread's acquire/release loop");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+    }
+}
+
+/// A release whose lease's drop panics (its registration was invalidated
+/// while leased, so the release deregisters, and the deregistration
+/// panics): the entry point returns MRCACHE_INTERNAL, the handle is dead,
+/// and its slot went back to the thread's list (the slab's drop guard):
+/// later acquires reuse it instead of making new ones.
+#[test]
+fn a_panic_in_a_releases_deregistration_returns_the_lease_slot() {
+    let counts: Counts = Default::default();
+    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    let mut cache = std::ptr::null_mut();
+    let addr = (1usize << 34) as *const c_void;
+    let mut lease = mrcache_lease_t::default();
+    // SAFETY: valid pointers throughout, as a C caller passes them.
+    unsafe {
+        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
+        (*cfg.as_mut_ptr()).monitor = mrcache_monitor_t::MRCACHE_MONITOR_EXPLICIT as u32;
+        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
+        let slots = (*cache).leases.slots_made();
+        assert_eq!(mrcache_invalidate(cache, addr, 4096), MRCACHE_OK);
+        PANIC_IN_DEREG.with(|p| p.set(true));
+        assert_eq!(mrcache_release(cache, lease), MRCACHE_INTERNAL);
+        let mut errno = -1;
+        let msg = CStr::from_ptr(mrcache_last_error(&mut errno)).to_string_lossy().into_owned();
+        assert!(msg.contains("injected deregistration panic"), "{msg}");
+        assert!(!PANIC_IN_DEREG.with(Cell::get), "the release reached the deregistration");
+        assert_eq!(mrcache_release(cache, lease), MRCACHE_INVALID_LEASE, "the handle died with its release");
+        for _ in 0..100 {
+            assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
+            assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
+        }
+        assert_eq!((*cache).leases.slots_made(), slots, "the panicking release's slot was reused");
+        let mut s = mrcache_stats_t { size: std::mem::size_of::<mrcache_stats_t>() as u32, ..Default::default() };
+        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_OK);
+        assert_eq!(s.leases_held, 0, "{s:?}");
         assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
     }
 }
