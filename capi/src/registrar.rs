@@ -78,15 +78,12 @@ enum InCallback<'a> {
 impl<'a> InCallback<'a> {
     fn enter(r: &'a CRegistrar) -> InCallback<'a> {
         match r.threads.mine() {
-            Mine::Idle(b) => {
+            Mine::Idle(b) | Mine::InCallback(b) if b.depth() < MAX_DEPTH => {
                 b.enter_callback();
                 InCallback::Bucket(b)
             }
-            Mine::InCallback(b) if b.depth() < MAX_DEPTH => {
-                b.enter_callback();
-                InCallback::Bucket(b)
-            }
-            Mine::InCallback(_) | Mine::None => Self::enter_shared(r),
+            // No bucket, or nested deeper than its mark counts.
+            _ => Self::enter_shared(r),
         }
     }
 

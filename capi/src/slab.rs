@@ -19,9 +19,9 @@
 //!   names memory that stays valid.
 //! - free slots are on the slab's lock-free free list or in the local free
 //!   list of one thread (its [`ThreadBucket`] of this cache: up to
-//!   [`LOCAL_FREE_MAX`] slots), which serves that thread's acquires and
-//!   releases without an atomic read-modify-write or a thread-local lookup;
-//!   a slot is in exactly one place. The entry points pass the calling
+//!   [`crate::threads::LOCAL_FREE_MAX`] slots), which serves that thread's
+//!   acquires and releases without an atomic read-modify-write or a
+//!   thread-local lookup; a slot is in exactly one place. The entry points pass the calling
 //!   thread's bucket (found once, by their re-entry check) to
 //!   [`LeaseSlab::insert`] and [`LeaseSlab::release`].
 //! - a generation wraps after 2^28 uses of one slot: a handle kept that long
@@ -29,7 +29,7 @@
 
 use crate::registrar::CRegistrar;
 use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
-use crate::threads::{ThreadBucket, LOCAL_FREE_MAX};
+use crate::threads::ThreadBucket;
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
@@ -209,41 +209,13 @@ impl LeaseSlab {
         Ok(index)
     }
 
-    /// A free slot from this thread's own list, and its generation.
-    #[inline(always)]
-    fn pop_local(mine: Option<&ThreadBucket>) -> Option<(u32, u32)> {
-        let local = mine?;
-        let n = local.len.load(Ordering::Relaxed) as usize;
-        if n == 0 || n > LOCAL_FREE_MAX {
-            return None;
-        }
-        local.len.store(n as u32 - 1, Ordering::Relaxed);
-        let v = local.slots[n - 1].load(Ordering::Relaxed);
-        Some((v as u32, (v >> 32) as u32))
-    }
-
-    /// Keeps a freed slot in this thread's list if there is room; else `false`.
-    #[inline(always)]
-    fn push_local(mine: Option<&ThreadBucket>, index: u32, generation: u32) -> bool {
-        let Some(local) = mine else {
-            return false;
-        };
-        let n = local.len.load(Ordering::Relaxed) as usize;
-        if n >= LOCAL_FREE_MAX {
-            return false;
-        }
-        local.slots[n].store(u64::from(generation) << 32 | u64::from(index), Ordering::Relaxed);
-        local.len.store(n as u32 + 1, Ordering::Relaxed);
-        true
-    }
-
     /// Stores `lease` and returns its handle. Always inlined: the caller's
     /// lease is then stored from registers (passed by pointer, it is read
     /// back from the stack with wider loads than it was written with, and
     /// store forwarding stalls).
     #[inline(always)]
     pub(crate) fn insert(&self, mine: Option<&ThreadBucket>, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
-        let (index, generation) = match Self::pop_local(mine) {
+        let (index, generation) = match mine.and_then(ThreadBucket::pop_free_slot) {
             Some(local) => local,
             None => self.shared_slot()?,
         };
@@ -368,7 +340,7 @@ struct SlotBack<'a> {
 impl Drop for SlotBack<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !LeaseSlab::push_local(self.mine, self.index, self.next) {
+        if !self.mine.is_some_and(|b| b.push_free_slot(self.index, self.next)) {
             self.slab.push_free(self.index, self.slot);
         }
     }

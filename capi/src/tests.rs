@@ -60,22 +60,47 @@ unsafe extern "C" fn dereg(ctx: *mut c_void, _: *mut c_void) -> c_int {
     0
 }
 
+/// A cache over the counting callbacks above, with `monitor`.
+fn create(counts: &Counts, monitor: mrcache_monitor_t) -> *mut mrcache_t {
+    let r = mrcache_registrar_t { ctx: counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
+    let mut cfg = std::mem::MaybeUninit::uninit();
+    let mut cache = std::ptr::null_mut();
+    // SAFETY: valid pointers, as a C caller passes them; `counts` outlives
+    // the cache (each test destroys it first).
+    unsafe {
+        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
+        (*cfg.as_mut_ptr()).monitor = monitor as u32;
+        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+    }
+    cache
+}
+
+/// This thread's last error message and errno.
+fn last_error() -> (String, c_int) {
+    let mut errno = -1;
+    // SAFETY: a valid out-pointer; the message lives until this thread's next call.
+    let msg = unsafe { CStr::from_ptr(mrcache_last_error(&mut errno)) };
+    (msg.to_string_lossy().into_owned(), errno)
+}
+
+fn stats(cache: *const mrcache_t) -> mrcache_stats_t {
+    let mut s = mrcache_stats_t { size: std::mem::size_of::<mrcache_stats_t>() as u32, ..Default::default() };
+    // SAFETY: a live cache, a valid out-pointer.
+    assert_eq!(unsafe { mrcache_stats(cache, &mut s) }, MRCACHE_OK);
+    s
+}
+
 #[test]
 fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable() {
     let counts: Counts = Default::default();
-    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
-    let mut cfg = std::mem::MaybeUninit::uninit();
-    let mut cache = std::ptr::null_mut();
     let addr = (1usize << 32) as *const c_void;
     let mut lease = mrcache_lease_t::default();
     // SAFETY: valid pointers throughout, as a C caller passes them.
     unsafe {
-        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
-        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        let cache = create(&counts, mrcache_monitor_t::MRCACHE_MONITOR_NONE);
         PANIC_IN_REG.with(|p| p.set(true));
         assert_eq!(mrcache_acquire(cache, addr, 65536, 0, &mut lease), MRCACHE_INTERNAL);
-        let mut errno = -1;
-        let msg = CStr::from_ptr(mrcache_last_error(&mut errno)).to_string_lossy().into_owned();
+        let (msg, errno) = last_error();
         assert!(msg.contains("injected registrar panic"), "{msg}");
         assert_eq!(errno, 0);
         assert_eq!(lease, mrcache_lease_t::default(), "no lease handed out");
@@ -87,8 +112,7 @@ fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable(
         let mut view = std::mem::MaybeUninit::uninit();
         assert_eq!(mrcache_lease_view(cache, lease, view.as_mut_ptr()), MRCACHE_OK);
         assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
-        let mut s = mrcache_stats_t { size: std::mem::size_of::<mrcache_stats_t>() as u32, ..Default::default() };
-        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_OK);
+        let s = stats(cache);
         assert_eq!((s.hits, s.leases_held, s.cached_entries), (1, 0, 1), "{s:?}");
         assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
     }
@@ -99,15 +123,11 @@ fn a_panic_inside_an_entry_point_is_mrcache_internal_and_the_cache_stays_usable(
 #[test]
 fn a_thread_reuses_its_lease_slots() {
     let counts: Counts = Default::default();
-    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
-    let mut cfg = std::mem::MaybeUninit::uninit();
-    let mut cache = std::ptr::null_mut();
     let addr = (1usize << 33) as *const c_void;
     let mut lease = mrcache_lease_t::default();
     // SAFETY: valid pointers throughout, as a C caller passes them.
     unsafe {
-        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
-        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        let cache = create(&counts, mrcache_monitor_t::MRCACHE_MONITOR_NONE);
         for _ in 0..1000 {
             assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
             assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
@@ -125,24 +145,19 @@ fn a_thread_reuses_its_lease_slots() {
 #[test]
 fn a_panic_in_a_releases_deregistration_returns_the_lease_slot() {
     let counts: Counts = Default::default();
-    let r = mrcache_registrar_t { ctx: &counts as *const Counts as *mut c_void, reg: Some(reg), dereg: Some(dereg) };
-    let mut cfg = std::mem::MaybeUninit::uninit();
-    let mut cache = std::ptr::null_mut();
     let addr = (1usize << 34) as *const c_void;
     let mut lease = mrcache_lease_t::default();
     // SAFETY: valid pointers throughout, as a C caller passes them.
     unsafe {
-        assert_eq!(mrcache_config_init(cfg.as_mut_ptr()), MRCACHE_OK);
-        (*cfg.as_mut_ptr()).monitor = mrcache_monitor_t::MRCACHE_MONITOR_EXPLICIT as u32;
-        assert_eq!(mrcache_create(cfg.as_ptr(), &r, &mut cache), MRCACHE_OK);
+        let cache = create(&counts, mrcache_monitor_t::MRCACHE_MONITOR_EXPLICIT);
         assert_eq!(mrcache_acquire(cache, addr, 4096, 0, &mut lease), MRCACHE_OK);
         let slots = (*cache).leases.slots_made();
         assert_eq!(mrcache_invalidate(cache, addr, 4096), MRCACHE_OK);
         PANIC_IN_DEREG.with(|p| p.set(true));
         assert_eq!(mrcache_release(cache, lease), MRCACHE_INTERNAL);
-        let mut errno = -1;
-        let msg = CStr::from_ptr(mrcache_last_error(&mut errno)).to_string_lossy().into_owned();
+        let (msg, errno) = last_error();
         assert!(msg.contains("injected deregistration panic"), "{msg}");
+        assert_eq!(errno, 0);
         assert!(!PANIC_IN_DEREG.with(Cell::get), "the release reached the deregistration");
         assert_eq!(mrcache_release(cache, lease), MRCACHE_INVALID_LEASE, "the handle died with its release");
         for _ in 0..100 {
@@ -150,8 +165,7 @@ fn a_panic_in_a_releases_deregistration_returns_the_lease_slot() {
             assert_eq!(mrcache_release(cache, lease), MRCACHE_OK);
         }
         assert_eq!((*cache).leases.slots_made(), slots, "the panicking release's slot was reused");
-        let mut s = mrcache_stats_t { size: std::mem::size_of::<mrcache_stats_t>() as u32, ..Default::default() };
-        assert_eq!(mrcache_stats(cache, &mut s), MRCACHE_OK);
+        let s = stats(cache);
         assert_eq!(s.leases_held, 0, "{s:?}");
         assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
     }

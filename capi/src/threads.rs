@@ -46,8 +46,6 @@ pub(crate) const LOCAL_FREE_MAX: usize = 30;
 /// Threads per cache that get a bucket (others take the shared paths).
 const BUCKETS: usize = 32;
 
-const _: () = assert!(std::mem::size_of::<ThreadBucket>() == 256, "a bucket is four cache lines");
-
 /// Callback nesting a bucket's mark can count; deeper callbacks of the
 /// same cache take the thread-local marks.
 pub(crate) const MAX_DEPTH: usize = 63;
@@ -64,12 +62,42 @@ pub(crate) struct ThreadBucket {
     /// outermost callback of this cache now running.
     entered_in: AtomicU32,
     /// Free lease slots in `slots[..len]`.
-    pub(crate) len: AtomicU32,
-    /// `generation << 32 | index`: a free slot and its next generation.
-    pub(crate) slots: [AtomicU64; LOCAL_FREE_MAX],
+    len: AtomicU32,
+    /// `generation << 32 | index`: a free slot and its next generation
+    /// (taking a slot then reads one word of this thread's line instead of
+    /// the slot's state word, which its release just wrote).
+    slots: [AtomicU64; LOCAL_FREE_MAX],
 }
 
+const _: () = assert!(std::mem::size_of::<ThreadBucket>() == 256, "a bucket is four cache lines");
+
 impl ThreadBucket {
+    /// A free lease slot from the owner's list, and its next generation
+    /// (owner only).
+    #[inline(always)]
+    pub(crate) fn pop_free_slot(&self) -> Option<(u32, u32)> {
+        let n = self.len.load(Ordering::Relaxed) as usize;
+        if n == 0 || n > LOCAL_FREE_MAX {
+            return None;
+        }
+        self.len.store(n as u32 - 1, Ordering::Relaxed);
+        let v = self.slots[n - 1].load(Ordering::Relaxed);
+        Some((v as u32, (v >> 32) as u32))
+    }
+
+    /// Keeps a freed lease slot in the owner's list if there is room; else
+    /// `false` (owner only).
+    #[inline(always)]
+    pub(crate) fn push_free_slot(&self, index: u32, generation: u32) -> bool {
+        let n = self.len.load(Ordering::Relaxed) as usize;
+        if n >= LOCAL_FREE_MAX {
+            return false;
+        }
+        self.slots[n].store(u64::from(generation) << 32 | u64::from(index), Ordering::Relaxed);
+        self.len.store(n as u32 + 1, Ordering::Relaxed);
+        true
+    }
+
     /// The owner's depth inside callbacks of this cache.
     pub(crate) fn depth(&self) -> usize {
         self.mark.load(Ordering::Relaxed) & MAX_DEPTH
