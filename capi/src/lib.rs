@@ -393,6 +393,10 @@ pub unsafe extern "C" fn mrcache_acquire(
     // referenced), failures reported off the path by `fail`.
     guard_status(move || {
         check_or_return!(non_null cache, lease);
+        // First: A1's cache misses then overlap the checks and the lane
+        // probe below instead of following them (`prefetch_acquire`).
+        // SAFETY: non-null, and the caller passes a live handle (header).
+        unsafe { &*cache }.cache.prefetch_acquire(addr as u64);
         // Every failure leaves the all-zero lease, which is never valid.
         // SAFETY: non-null and writable (header).
         unsafe { lease.write(mrcache_lease_t { opaque: 0 }) };

@@ -67,3 +67,36 @@ fn a_memo_word_never_answers_in_the_next_epoch() {
     cache.flush();
     assert_eq!(cache.registrar().live(), 0);
 }
+
+/// `prefetch_acquire` is a hint: for any address (cached, invalidated and
+/// freed, never seen, or garbage) it changes no count and no answer, and the
+/// split acquire (`acquire_on_lane`, then `acquire_past_lane`, which leaves
+/// A1's own prefetch to the hint) answers the same with or without it.
+#[test]
+fn the_prefetch_hint_changes_nothing() {
+    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+    let cache = Cache::new(CountingRegistrar::default(), config);
+    let (kept, freed) = (1 << 30, 1 << 31);
+    let kept_id = cache.acquire(kept, 2 * P, RW).unwrap().view().id;
+    drop(cache.acquire(freed, P, RW).unwrap());
+    cache.invalidate(freed, P, ReleaseKind::Munmap).unwrap();
+    assert_eq!(cache.registrar().live(), 1, "the invalidated entry is deregistered");
+    let before = cache.stats();
+    for addr in [kept, kept + P, freed, 0, 1, u64::MAX, u64::MAX - P, 1 << 47] {
+        cache.prefetch_acquire(addr);
+    }
+    assert_eq!(cache.stats(), before, "a hint counted something");
+    for prefetch in [false, true] {
+        if prefetch {
+            cache.prefetch_acquire(kept);
+        }
+        // Lanes are off: the lane half never answers.
+        assert!(cache.acquire_on_lane(kept, 2 * P, RW).is_none());
+        let l = cache.acquire_past_lane(kept, 2 * P, RW).unwrap();
+        assert!(l.hit() && l.view().id == kept_id, "prefetch {prefetch}: the kept entry");
+    }
+    let fresh = cache.acquire_past_lane(freed, P, RW).unwrap();
+    assert!(!fresh.hit(), "the invalidated entry answered");
+    drop(fresh);
+    cache.flush();
+}
