@@ -17,15 +17,17 @@
 #             one static cell instead of a generation-checked handle slot
 #   onecall   acquire and release in one call into the library: the Rust path
 #             with neither handle nor C conventions
-# Run from the project root, alone on the machine (about 6 minutes):
-#   bash bench/peers/ablate.sh                  # ROUNDS=5 ITERS=3000000
+# Run from the project root, alone on the machine (about 2 minutes, plus the
+# first build of the patched library, kept in $W/target for the next run):
+#   bash bench/peers/ablate.sh                  # ROUNDS=5 (odd: the median is the middle round) ITERS=3000000
 set -euo pipefail
 proj=$(git rev-parse --show-toplevel)
 here=$proj/bench/peers
-W=${OUTDIR:-$proj/target/peers}/ablate
+PW=$(realpath -m "${OUTDIR:-$proj/target/peers}")
+W=$PW/ablate
 ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-3000000}
-rm -rf "$W"
+rm -rf "$W/src" "$W/bin" "$W/prefix"
 mkdir -p "$W/bin"
 git -C "$proj" worktree prune
 git -C "$proj" worktree add -q --detach "$W/src" HEAD
@@ -43,11 +45,14 @@ for arm in onecall:1 nohandle:2 plain:3; do
   gcc $CF -DBE_MRC -DABLATE=${arm#*:} -I"$P/include" -o "$W/bin/${arm%%:*}" "$W/src/bench/peers/pb.c" \
     -L"$P/lib" -Wl,-rpath,"$P/lib" -lmrcache -lpthread
 done
+rotate() { local r=$1; shift; local a=("$@") n=$#; for ((i = 0; i < n; i++)); do echo "${a[$(((i + r) % n))]}"; done; }
 arms="ucx api plain nohandle onecall"
-lfobj=${OUTDIR:-$proj/target/peers}/lfobj/liblfcache.a
-if [ -f "$lfobj" ]; then
-  peers=${PEERS:-$proj/../shared/peers}
-  LCF="-O2 -DNDEBUG -D_GNU_SOURCE -DHAVE_CONFIG_H -I$peers/probes/libfabric -I${OUTDIR:-$proj/target/peers}/lf/include -I${OUTDIR:-$proj/target/peers}/lf/prov/util/include"
+lfobj=$PW/lfobj/liblfcache.a
+peers=${PEERS:-$proj/../shared/peers}
+if [ -f "$lfobj" ] && [ ! -d "$peers/probes/libfabric" ]; then
+  echo "ablate.sh: $peers/probes/libfabric not found (set PEERS as for build.sh); leaving libfabric out" >&2
+elif [ -f "$lfobj" ]; then
+  LCF="-O2 -DNDEBUG -D_GNU_SOURCE -DHAVE_CONFIG_H -I$peers/probes/libfabric -I$PW/lf/include -I$PW/lf/prov/util/include"
   gcc $CF -DBE_LF $LCF -o "$W/bin/lf" "$W/src/bench/peers/pb.c" "$lfobj" -lpthread -ldl
   arms="ucx lf api plain nohandle onecall"
 fi
@@ -56,8 +61,10 @@ for w in "hit 100 $ITERS" "hit 10000 $ITERS" "hit 10000 $ITERS seq" "hit 100000 
   "evict 100000 1000 $((ITERS / 3))"; do
   declare -A got=()
   for r in $(seq "$ROUNDS"); do
-    for a in $arms; do
-      ns=$(taskset -c 1 "$W/bin/$a" $w | sed -n 's/.* ns=\([0-9.]*\).*/\1/p')
+    # The order of the arms rotates every round (as run.sh's).
+    for a in $(rotate "$r" $arms); do
+      out=$(timeout 300 taskset -c 1 "$W/bin/$a" $w) || { echo "ablate.sh: $a $w failed (exit $?)" >&2; exit 1; }
+      ns=$(sed -n 's/.* ns=\([0-9.]*\).*/\1/p' <<<"$out")
       [ -n "$ns" ] || { echo "ablate.sh: $a $w printed no result" >&2; exit 1; }
       got[$a]="${got[$a]:-} $ns"
     done
@@ -68,5 +75,4 @@ for w in "hit 100 $ITERS" "hit 10000 $ITERS" "hit 10000 $ITERS seq" "hit 100000 
     line+="  $a $med"
   done
   echo "$line"
-  unset got
 done

@@ -100,3 +100,38 @@ fn the_prefetch_hint_changes_nothing() {
     drop(fresh);
     cache.flush();
 }
+
+/// The hint's racy reads where they are most exposed: memo tables grown past
+/// the heap into mappings (the old ones retired), a generation replaced by a
+/// fork, and a second thread hinting while the first misses and grows the
+/// table. Nothing faults, nothing is counted, and the cache answers on.
+#[test]
+fn the_prefetch_hint_survives_grown_tables_and_a_fork() {
+    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+    let cache = Cache::new(CountingRegistrar::default(), config);
+    let base = 1u64 << 32;
+    let n = 20_000u64;
+    std::thread::scope(|s| {
+        let hinter = s.spawn(|| {
+            for round in 0..20 {
+                for i in (0..n).step_by(7) {
+                    cache.prefetch_acquire(base + (i + round) * P);
+                }
+            }
+        });
+        for i in 0..n {
+            drop(cache.acquire(base + i * P, P, RW).unwrap());
+        }
+        hinter.join().unwrap();
+    });
+    assert_eq!(cache.registrar().registered.load(std::sync::atomic::Ordering::Relaxed), n);
+    cache.simulate_fork();
+    let before = cache.stats();
+    for i in 0..n {
+        cache.prefetch_acquire(base + i * P);
+    }
+    assert_eq!(cache.stats(), before, "a hint counted something");
+    cache.prefetch_acquire(base);
+    let l = cache.acquire_past_lane(base, P, RW).unwrap();
+    assert!(!l.hit(), "a registration from before the fork answered");
+}

@@ -100,13 +100,14 @@ impl<R: Registrar> Cache<R> {
     /// misses now (the hit memo's slot for the request's first page, and the
     /// entry it names), so that they overlap whatever the caller does before
     /// the acquire. For a caller with work of its own ahead of
-    /// [`Self::acquire_on_lane`] (the C API's argument checks and handle
-    /// slot): there, at 10^5 buffers in random order, the misses otherwise
-    /// start after about 150 instructions of that work, and the next
-    /// request's misses cannot overlap this one's (bench/peers: 214 -> 132 ns
-    /// per get+put, 2026-12-06). Costs about 10 instructions; it changes no
-    /// state and nothing is dereferenced on its behalf ([`MemoHint`]'s
-    /// racy read), so any `addr` is fine.
+    /// [`Self::acquire_on_lane`] (the C API's argument and re-entry checks
+    /// and the lane probe): there, at 10^5 buffers in random order, the
+    /// misses otherwise start after about 150 instructions of that work, and
+    /// the next request's misses cannot overlap this one's (bench/peers,
+    /// interleaved: 209 -> 125 ns per get+put, 2026-12-06). Costs about 10
+    /// instructions; it changes no state and dereferences no entry (it
+    /// loads the generation pointer and one memo slot, [`MemoHint`]'s racy
+    /// read), so any `addr` is fine.
     ///
     /// [`MemoHint`]: crate::hit_memo::MemoHint
     #[inline(always)]

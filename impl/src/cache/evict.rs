@@ -529,6 +529,9 @@ impl<R: Registrar> Drop for Cache<R> {
         // Leased entries (only possible if a lease was leaked with
         // mem::forget) are leaked with it.
         self.flush();
+        // Last: the flush's callbacks may re-enter the C API, whose
+        // `mrcache_acquire` reads the generation (`prefetch_acquire`)
+        // before its re-entry check refuses the call.
         self.free_generations();
     }
 }
