@@ -12,10 +12,14 @@ use mrcache::{Cache, CacheConfig};
 const P: u64 = 4096;
 const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_WRITE);
 
+/// Lanes off: repeated hits take A1 and the memo.
+fn cache_without_lanes() -> Cache<CountingRegistrar> {
+    Cache::new(CountingRegistrar::default(), CacheConfig { lanes: false, ..CacheConfig::explicit() })
+}
+
 #[test]
 fn hits_stay_right_across_an_epoch_of_versions() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
-    let cache = Cache::new(CountingRegistrar::default(), config);
+    let cache = cache_without_lanes();
     // A long-lived entry, hit every round, and a short-lived one, made,
     // hit and invalidated every round: each invalidation moves the answers
     // version by one, so the rounds cross into the next epoch.
@@ -49,8 +53,7 @@ fn hits_stay_right_across_an_epoch_of_versions() {
 /// entry when the tag comes round again.
 #[test]
 fn a_memo_word_never_answers_in_the_next_epoch() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
-    let cache = Cache::new(CountingRegistrar::default(), config);
+    let cache = cache_without_lanes();
     let key = 1 << 30;
     let held = cache.acquire(key, P, RW).unwrap();
     let removed = held.view().id;
@@ -74,8 +77,7 @@ fn a_memo_word_never_answers_in_the_next_epoch() {
 /// A1's own prefetch to the hint) answers the same with or without it.
 #[test]
 fn the_prefetch_hint_changes_nothing() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
-    let cache = Cache::new(CountingRegistrar::default(), config);
+    let cache = cache_without_lanes();
     let (kept, freed) = (1 << 30, 1 << 31);
     let kept_id = cache.acquire(kept, 2 * P, RW).unwrap().view().id;
     drop(cache.acquire(freed, P, RW).unwrap());
@@ -107,8 +109,7 @@ fn the_prefetch_hint_changes_nothing() {
 /// table. Nothing faults, nothing is counted, and the cache answers on.
 #[test]
 fn the_prefetch_hint_survives_grown_tables_and_a_fork() {
-    let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
-    let cache = Cache::new(CountingRegistrar::default(), config);
+    let cache = cache_without_lanes();
     let base = 1u64 << 32;
     let n = 20_000u64;
     std::thread::scope(|s| {
