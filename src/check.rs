@@ -97,6 +97,10 @@ pub struct CheckArgs {
     /// Model the per-thread lanes (spec.md LN1–LN6) under x86-TSO store buffers.
     #[arg(long)]
     pub lanes: bool,
+    /// Model A0, the lock-free hit (spec.md#A0): an acquire may start with
+    /// it. Only without limits (there A1 takes every hit under the lock).
+    #[arg(long)]
+    pub lockless: bool,
     /// The sync hook runs before the release, as the pair release_begin /
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
@@ -133,6 +137,7 @@ impl CheckArgs {
             mutant: None,
             scripts: None,
             lanes: self.lanes,
+            lockless: self.lockless,
             pair: self.pair,
             remove: self.remove,
             caches: self.caches,

@@ -119,6 +119,25 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::LocklessTakesRemoved if cfg.scripts.is_none() => {
+                cfg.lockless = true;
+                cfg.max_regions = None;
+                cfg.max_pinned_bytes = None;
+                cfg.scripts = Some(lane_drain_scripts());
+                changed.push(
+                    "--lockless, no limits and the drain scripts (T0: acquire A, release, acquire B; T1: acquire A, release, munmap A, acquire A)"
+                        .into(),
+                );
+            }
+            Mutant::LocklessSkipsDraining if cfg.scripts.is_none() => {
+                cfg.lockless = true;
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_drain_scripts());
+                changed.push(
+                    "--lockless --lanes and the drain scripts (T0: acquire A, release, acquire B; T1: acquire A, release, munmap A, acquire A)"
+                        .into(),
+                );
+            }
             Mutant::WindowedServedAfterEnd if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_closed_scripts());
                 changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
@@ -218,6 +237,10 @@ pub struct CheckConfig {
     /// Model the per-thread lanes (LN1–LN6) under x86-TSO: one memo slot per
     /// thread, store buffers, the light and heavy barriers, the lanes mutex.
     pub lanes: bool,
+    /// Model A0, the lock-free hit (without limits only): an acquire may
+    /// start with it (a lane may skip a memo, so the choice is free), its
+    /// read and its compare-exchange two steps with anything between.
+    pub lockless: bool,
     /// The sync hook runs *before* the release, as the pair W1 (before) and
     /// W2 (after) of spec.md#S2.9: every script release event is
     /// `release_begin`, the release, `release_end` (two ops in the history).
@@ -255,6 +278,7 @@ impl Default for CheckConfig {
             mutant: None,
             scripts: None,
             lanes: false,
+            lockless: false,
             pair: false,
             remove: false,
             caches: 1,

@@ -185,6 +185,15 @@ mutants! {
     /// other caches a registration planned between the read and the zap,
     /// which pins the frames about to go (spec.md#S7.6, S7.4 (b)).
     RemoveWindowOneCache: "a shared monitor opens a REMOVE's window (M3) in one cache only (M5)", [P2];
+    /// A0's compare-exchange succeeds on an entry that left the index since
+    /// A0 read it (it ignores INVALID): a lease on a registration that is
+    /// being deregistered (spec.md#A0).
+    LocklessTakesRemoved: "A0's compare-exchange ignores INVALID: it leases a removed entry", [P3];
+    /// A0 checks only the queue's length, not the draining count: a drain
+    /// has taken a munmap's event off the queue and revokes before it
+    /// applies it, the munmap returns, and the releasing thread's next
+    /// acquire hits the stale entry without a lock (spec.md#A0).
+    LocklessSkipsDraining: "A0 checks only the queue length, not the draining count", [P2];
 }
 
 impl Mutant {
@@ -227,6 +236,7 @@ impl Mutant {
                 | Mutant::LaneDetachedNoMutex
                 | Mutant::LaneQueueLenOnly
                 | Mutant::NoteSkipsRevoke
+                | Mutant::LocklessSkipsDraining
         )
     }
 }

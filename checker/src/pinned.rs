@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 25] = [
+const FAMILIES: [&str; 28] = [
     "2x3",
     "2x4",
     "3x2",
@@ -44,6 +44,9 @@ const FAMILIES: [&str; 25] = [
     "2x4+shared",
     "2x3+shared+remove",
     "shared+remove",
+    "lockless",
+    "lockless-drain",
+    "lockless+pressure",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -129,6 +132,16 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // then acquires A again after the madvise returned.
         "shared+remove" => {
             CheckConfig { caches: 2, remove: true, scripts: Some(crate::config::shared_remove_scripts()), ..base(2, 3) }
+        }
+        // A0, the lock-free hit: the generated scripts, and the lane drain
+        // scripts (a drain that took a munmap's event off the queue and
+        // revokes before it applies it: A0's draining count).
+        "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
+        // Without limits, the ENOMEM trim (S2.8) is the one note: A0's
+        // lease is a lease there like any other.
+        "lockless+pressure" => CheckConfig { lockless: true, registrar_failures: 2, ..base(2, 3) },
+        "lockless-drain" => {
+            CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
         }
         _ => return None,
     })
@@ -256,6 +269,24 @@ const COUNTS: &[(&str, usize)] = &[
     ("shared+remove independent async", 36381),
     ("shared+remove merge async", 36381),
     ("shared+remove no-merge-uncache-contained async", 36381),
+    ("lockless independent sync", 2848),
+    ("lockless independent async", 3916),
+    ("lockless merge sync", 4014),
+    ("lockless merge async", 5422),
+    ("lockless no-merge-uncache-contained sync", 3675),
+    ("lockless no-merge-uncache-contained async", 4975),
+    ("lockless-drain independent sync", 34114),
+    ("lockless-drain independent async", 48454),
+    ("lockless-drain merge sync", 34114),
+    ("lockless-drain merge async", 48454),
+    ("lockless-drain no-merge-uncache-contained sync", 34114),
+    ("lockless-drain no-merge-uncache-contained async", 48454),
+    ("lockless+pressure independent sync", 40821),
+    ("lockless+pressure independent async", 57842),
+    ("lockless+pressure merge sync", 66364),
+    ("lockless+pressure merge async", 92610),
+    ("lockless+pressure no-merge-uncache-contained sync", 55965),
+    ("lockless+pressure no-merge-uncache-contained async", 76967),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -271,7 +302,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared");
+                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared");
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

@@ -56,6 +56,9 @@ pub enum Pc {
     Idle,
     /// Holding the lock shared: A1's lookup.
     A1Look,
+    /// A0: the memo named `h`, findable with the request's key when read;
+    /// next, the compare-exchange on its state word (no lock).
+    A0Cas(Handle),
     A2,
     /// A3 (and A4 on a miss).
     A3,

@@ -92,6 +92,8 @@ mutants! {
     m35_event_to_one_cache => EventToOneCache,
     m36_flag_at_second_pass => FlagAtSecondPass,
     m37_remove_window_one_cache => RemoveWindowOneCache,
+    m38_lockless_takes_removed => LocklessTakesRemoved,
+    m39_lockless_skips_draining => LocklessSkipsDraining,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -204,23 +204,33 @@ impl MemoHint {
         self.0.store(Self::encode(memo), Ordering::Release);
     }
 
+    /// The entry pointer in the slot `first` would use, read without the
+    /// lock (0: none): some entry the memo named for some version, or for
+    /// another request in the slot, or a table's stale word (type docs).
+    /// Never trusted: A0 (spec.md#A0) and the prefetch below judge it on
+    /// the entry's own state word and key.
+    #[inline(always)]
+    pub fn racy_answer(&self, first: u64) -> u64 {
+        // Acquire: pairs with `set`'s release, so a new table's
+        // initialisation happens before this thread reads it.
+        let h = self.0.load(Ordering::Acquire);
+        let bits = (h >> Self::BITS_SHIFT) as u32;
+        let base = (h & ((1 << Self::BITS_SHIFT) - 1)) as usize as *const MemoSlot;
+        // SAFETY: `base` is a table of `2^bits` slots of the memo this
+        // hint was made from (the contract of `new` / `set`), the
+        // current one or a retired one, and every such table stays
+        // mapped while the memo lives (`HitMemo::retired`); the index is
+        // masked to the table. Only atomics are read.
+        (unsafe { (*base.add(slot_index(first, bits))).word.load(Ordering::Relaxed) }) & POINTER_MASK
+    }
+
     /// Prefetches the slot `first` would use, and the entry it names.
     #[inline(always)]
     pub fn prefetch(&self, first: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // Acquire: pairs with `set`'s release, so a new table's
-            // initialisation happens before this thread reads it.
-            let h = self.0.load(Ordering::Acquire);
-            let bits = (h >> Self::BITS_SHIFT) as u32;
-            let base = (h & ((1 << Self::BITS_SHIFT) - 1)) as usize as *const MemoSlot;
-            // SAFETY: `base` is a table of `2^bits` slots of the memo this
-            // hint was made from (the contract of `new` / `set`), the
-            // current one or a retired one, and every such table stays
-            // mapped while the memo lives (`HitMemo::retired`); the index is
-            // masked to the table. Only atomics are read.
-            let value = unsafe { (*base.add(slot_index(first, bits))).word.load(Ordering::Relaxed) } & POINTER_MASK;
+            let value = self.racy_answer(first);
             // PREFETCHW (a prefetch for writing): A1 increments the entry's
             // state word at once, and a line fetched for reading would need
             // a second transaction to be written. Where the CPU lacks it,

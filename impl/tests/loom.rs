@@ -17,7 +17,12 @@
 //!    that pinned the old frames is cached (P2 for the next acquire), and
 //!    no window stays open;
 //! 6. the hit memo (A1): a hit through the memo against a removal → the
-//!    removed entry is never handed out once its removal returned.
+//!    removed entry is never handed out once its removal returned;
+//! 7. the lock-free hit (A0): its compare-exchange against a removal and
+//!    the reuse of the entry's memory for another key (the pool's
+//!    reincarnation store) → never an entry of another key, never a
+//!    removed one after its removal returned, every registration
+//!    deregistered once.
 //!
 //! With `--cfg loom` each `model` explores the interleavings (run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p mrcache --test loom --release`);
@@ -541,3 +546,40 @@ fn memo_hit_vs_invalidation() {
     });
 }
 
+
+// ---------------------------------------------------------------------------
+// 7. A0 against a removal and the reuse of the entry's memory
+
+//= spec.md#A0 type=test
+/// Lanes off and no limits, so the repeated acquire of A is A0's (the memo
+/// names A after an A1 hit). Another thread invalidates A and makes B, a
+/// miss whose entry may take A's memory (blocks of two under loom, and the
+/// pool reuses freed memory first): A0's read of the memo, its look at the
+/// state word and the key, and its compare-exchange interleave with A's
+/// INVALID, its free and B's reincarnation store.
+#[test]
+fn lockless_hit_vs_removal_and_reuse() {
+    model(|| {
+        let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        let a = cache.acquire(0, P, RR).unwrap().view();
+        // An A1 hit: the memo now names A.
+        assert!(cache.acquire(0, P, RR).unwrap().hit());
+        let other = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+                cache.acquire(8 * P, P, RR).unwrap().view()
+            })
+        };
+        let got = cache.acquire(0, P, RR).unwrap();
+        let v = got.view();
+        assert_eq!((v.addr, v.len), (0, P), "A0 answered with an entry of another key");
+        drop(got);
+        let b = other.join().unwrap();
+        assert_ne!(v.id, b.id);
+        let after = cache.acquire(0, P, RR).unwrap().view();
+        assert_ne!(after.id, a.id, "a removed entry answered after its removal returned");
+        all_deregistered_once(&cache);
+    });
+}

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 38] = [
+pub const MUTANTS: [&str; 40] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -47,6 +47,8 @@ pub const MUTANTS: [&str; 38] = [
     "event-to-one-cache",
     "flag-at-second-pass",
     "remove-window-one-cache",
+    "lockless-takes-removed",
+    "lockless-skips-draining",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -232,6 +232,59 @@ impl Ctx<'_> {
         self.finish(t, Ret::Granted { reg, hit: true, pressure });
     }
 
+    //= spec.md#A0
+    //# if the queue is empty, the cache has no limits, the draining count is
+    //# 0, and this thread's lane (if any) takes no memo now (LN2 may skip it):
+    //# read the hit memo's slot for the request without the lock; read the
+    //# entry's state word; if it is findable (neither INVALID nor PENDING)
+    //# and the entry's key is the request's
+    /// A0's read, as the first step of an acquire (the `alt` branch; the
+    /// configuration has no limits): the memo's answer is the canonical
+    /// covering entry when it names the request's own key (the model's
+    /// memo holds every such answer; a real one may have none, and A1 then
+    /// answers, as the model's A1 does here when the key differs). The
+    /// compare-exchange is the next step, so anything may run between.
+    pub(super) fn a0_read(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        if !self.s.queue.is_empty() {
+            note!(self, "A0: the queue is not empty: T{t} takes the slow path");
+            self.thread_mut(t).pc = Pc::A2;
+            return;
+        }
+        // Mutant `lockless-skips-draining`: only the queue's length.
+        if !self.mutant(Mutant::LocklessSkipsDraining) && !self.m.ln1_sees_no_event(self.s) {
+            note!(self, "A0: a drain has events it has not applied: T{t} goes to A1");
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        }
+        match self.m.lookup(self.s, req, access) {
+            Some(h) if self.s.regs[h as usize].span == req && self.s.regs[h as usize].access == access => {
+                note!(self, "A0: the memo names #{h}, findable with T{t}'s key (no lock)");
+                self.thread_mut(t).pc = Pc::A0Cas(h);
+            }
+            _ => {
+                note!(self, "A0: no memo with T{t}'s key: A1");
+                self.thread_mut(t).pc = Pc::A1;
+            }
+        }
+    }
+
+    //= spec.md#A0
+    //# compare-exchange its state word from the word read to the same word
+    //# with one more lease
+    /// A0's compare-exchange: it succeeds only if the word is the one read,
+    /// so only if `h` is still findable (mutant `lockless-takes-removed`:
+    /// whatever the word now is); then the hit. Else A1.
+    pub(super) fn a0_cas(&mut self, t: usize, h: Handle) {
+        if self.s.regs[h as usize].findable || self.mutant(Mutant::LocklessTakesRemoved) {
+            note!(self, "A0: T{t}'s compare-exchange on #{h}'s state word succeeds: a hit without the lock");
+            let ret = self.grant(t, h, true);
+            return self.finish(t, ret);
+        }
+        note!(self, "A0: #{h} left the index: T{t}'s compare-exchange fails; A1");
+        self.thread_mut(t).pc = Pc::A1;
+    }
+
     //= spec.md#A1
     //= spec.md#S3.9
     //# The fast (read-locked) hit path is taken only when the queue is empty,

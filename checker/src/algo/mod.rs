@@ -283,8 +283,23 @@ impl AlgoModel {
         match th.pc {
             Pc::A5 => s.registrar_free_left,
             Pc::A7 => s.cache_free_left && self.a7_outcome(s, t) == A7::Insert,
+            Pc::Idle => self.a0_may_start(s, t),
             _ => false,
         }
+    }
+
+    /// Whether thread `t` may start its next op, an acquire, with A0 (the
+    /// `alt` branch of its first step): A0 takes no lock, so it may start
+    /// while another thread holds the lock exclusive.
+    pub fn a0_may_start(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        self.cfg.lockless
+            && !self.cfg.has_limits()
+            && th.pc == Pc::Idle
+            && th.ev.is_none()
+            && th.toctou.is_empty()
+            && th.revoke.is_none()
+            && matches!(self.scripts[t][th.next_op as usize].1, ScriptOp::Acquire { .. })
     }
 
     /// What an actor waits for, for deadlock reports.
@@ -392,6 +407,7 @@ impl AlgoModel {
                 } else {
                     match th.pc {
                         Pc::A1Look => "A1 (lookup under the shared lock)".to_string(),
+                        Pc::A0Cas(h) => format!("A0 (compare-exchange on #{h}'s state word)"),
                         Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
                         Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
                         Pc::A10b => "A10 (second half)".to_string(),
@@ -584,8 +600,9 @@ impl Ctx<'_> {
             return self.ev_step(t);
         }
         match self.s.threads[t].pc {
-            Pc::Idle => self.start_op(t),
+            Pc::Idle => self.start_op(t, alt),
             Pc::A1Look => self.a1_lookup(t),
+            Pc::A0Cas(h) => self.a0_cas(t, h),
             Pc::A2 => self.a2(t),
             Pc::A3 => self.a3(t),
             Pc::A5 => self.a5(t, alt),
@@ -621,8 +638,9 @@ impl Ctx<'_> {
         }
     }
 
-    /// Invokes the thread's next script op and takes its first step.
-    pub(super) fn start_op(&mut self, t: usize) {
+    /// Invokes the thread's next script op and takes its first step (`alt`:
+    /// an acquire that starts with A0, after LN1).
+    pub(super) fn start_op(&mut self, t: usize, alt: bool) {
         let (op, sop) = self.m.scripts[t][self.s.threads[t].next_op as usize];
         // A release through the W1/W2 pair is two operations in the history
         // (release_begin, release_end), which W1 and W2 log themselves.
@@ -636,6 +654,9 @@ impl Ctx<'_> {
                     Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
                 if self.ln1_start(t, span, access) {
                     return;
+                }
+                if alt {
+                    return self.a0_read(t);
                 }
                 self.a1_enter(t);
             }
@@ -667,6 +688,8 @@ impl Model for AlgoModel {
                 if self.thread_alt(&s, t) {
                     actions.push(Action::Thread { t: t as u8, alt: true });
                 }
+            } else if self.a0_may_start(&s, t) {
+                actions.push(Action::Thread { t: t as u8, alt: true });
             }
         }
         if self.monitor_enabled(s) {

@@ -47,6 +47,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         // protocol (lane-no-recheck, lane-reuse-busy-slot, lane-revoke-no-pin,
         // lane-no-heavy-barrier).
         //= spec.md#A9 type=test
+        //= spec.md#A0 type=test
         //= spec.md#LN1 type=test
         //= spec.md#LN2 type=test
         //= spec.md#LN5 type=test

@@ -1,6 +1,6 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
 
-use super::entry::indexed;
+use super::entry::{indexed, peek};
 use super::lanes;
 use super::Cache;
 use super::dereg::{Dereg, DeregList};
@@ -195,6 +195,21 @@ impl<R: Registrar> Cache<R> {
             // may free memory under the lock (A11). A lane installed during a
             // revoke holds no memo yet (memos are set under the lock).
             let lane = if self.lanes_on { shared.lanes.mine_or_claim() } else { None };
+            //= spec.md#A0
+            //# the cache has no limits, the draining count is 0, and this
+            //# thread's lane (if any) takes no memo now (LN2 may skip it)
+            // A lane that takes memos gets them from A1 under the lock (LN2
+            // needs it); with limits, the hit's LRU touch and the notes need
+            // A1's lock.
+            if !self.limits_active
+                && lane.is_none_or(|lane| lanes::dry_skip(lane))
+                && shared.draining.load(Ordering::Acquire) == 0
+            {
+                if let Some(e) = self.lockless_hit(shared, span, access) {
+                    self.hot.bump_each(&[Hot::Acquires, Hot::Hits, Hot::LocklessHits]);
+                    return Ok(Lease::new(self, shared, e, true, false));
+                }
+            }
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
                 entry.state.acquire();
@@ -219,6 +234,59 @@ impl<R: Registrar> Cache<R> {
         }
         self.hot.bump(Hot::Acquires);
         self.acquire_slow(shared, range, span, access, a1_missed_at)
+    }
+
+    /// A0 (spec.md#A0): a hit with no lock, on the entry the hit memo's
+    /// slot names, if that entry is findable and is the request's key; else
+    /// `None` (A1 then runs under the lock). The caller checked that the
+    /// queue is empty and the draining count 0.
+    ///
+    /// Why the answer is A1's: the compare-exchange succeeds only on the
+    /// word read, so on a findable entry (PENDING clear: A9 published it
+    /// after the insert; INVALID clear: no step took it out since), of the
+    /// incarnation whose key was read. A findable entry whose key is the
+    /// request's is the canonical covering entry: when it was inserted, no
+    /// findable entry covered its key (A3, A8), and entries inserted later
+    /// get higher ids. Freshness: an event that returned before this
+    /// acquire began is queued, or taken by a drain that raised the
+    /// draining count first, or applied (INVALID set before the count
+    /// fell), as for LN1.
+    #[inline(always)]
+    fn lockless_hit(&self, shared: &Generation<R>, span: PageSpan, access: Access) -> Option<EntryPtr<R>> {
+        //= spec.md#A0
+        //# read the hit memo's slot for the request without the lock
+        let bits = shared.memo_hint.racy_answer(span.first);
+        if bits == 0 {
+            return None;
+        }
+        // SAFETY: a memo slot holds only `memo_bits` of entries of this
+        // generation's pool (index answers, `covering_answer`).
+        let e = unsafe { EntryPtr::<R>::from_memo_bits(bits) };
+        //= spec.md#A0
+        //# read the entry's state word; if it is findable (neither INVALID nor
+        //# PENDING) and the entry's key is the request's
+        // SAFETY: an entry of this generation's pool, whose memory stays
+        // allocated while the generation lives (`shared` borrows it), and
+        // whose state word the pool never overwrites (`entry_pool` docs).
+        let seen = unsafe { peek(e.as_ptr(), span, access, self.page_size) }?;
+        // SAFETY: as above: the state word of pool memory is always a valid
+        // `EntryState`.
+        if !unsafe { &(*e.as_ptr()).state }.try_acquire_seen(seen) {
+            return None;
+        }
+        // SAFETY: our lease keeps the entry alive (A-H): `leased`'s reason.
+        let entry = unsafe { e.get() };
+        //= spec.md#A0
+        //# check the key again (the lease now keeps the entry alive)
+        if !entry.has_key(span, access, self.page_size) {
+            // The memory went through 2^29 incarnations between the two
+            // reads of its word (state word docs): this lease, on another
+            // entry, goes back as any release (R1), and A1 answers.
+            drop(Lease::new(self, shared, e, true, false));
+            return None;
+        }
+        self.touch(entry);
+        Some(e)
     }
 
     #[inline(never)]
@@ -414,6 +482,10 @@ impl<R: Registrar> Cache<R> {
                     inc(&self.counters.unwatched_uncached);
                 }
                 self.uncache(shared, &mut st, plan.span.first, id, deregs, false);
+            } else {
+                // SAFETY: findable (just inserted, not taken out), with the
+                // lock held exclusive.
+                unsafe { e.get() }.state.publish();
             }
             //= spec.md#A10
             //# evict per S6.4 into the dereg list, choosing victims only among
@@ -595,7 +667,7 @@ impl<R: Registrar> Cache<R> {
         let bytes = plan.range.len;
         let keys = self.registrar.keys(&handle);
         let mut entry = Entry::<R> {
-            state: EntryState::new(1),
+            state: EntryState::pending(1),
             last_use: plain::AtomicU64::new(0),
             priority: plain::AtomicU64::new(0),
             // Read only by GreedyDual-Size's touch: not computed (a 128-bit

@@ -67,6 +67,8 @@ pub(crate) struct HotSlot {
     pub hits: plain::AtomicU64,
     pub releases: plain::AtomicU64,
     pub deregistrations: plain::AtomicU64,
+    /// Hits A0 served without the lock (spec.md#A0), also in `hits`.
+    pub lockless_hits: plain::AtomicU64,
 }
 
 /// Which striped counter to bump.
@@ -75,6 +77,8 @@ pub(crate) enum Hot {
     Acquires,
     Hits,
     Releases,
+    /// A0's hits (also counted as `Hits`).
+    LocklessHits,
     /// Not on the hit path, but bumped after unlocking by whichever thread
     /// performs a deregistration: a locked `fetch_add` per evicting miss
     /// otherwise.
@@ -88,6 +92,7 @@ impl HotSlot {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
             Hot::Releases => &self.releases,
+            Hot::LocklessHits => &self.lockless_hits,
             Hot::Deregistrations => &self.deregistrations,
         }
     }

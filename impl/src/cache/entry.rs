@@ -105,7 +105,10 @@ unsafe impl<R: Registrar> Sync for EntryPtr<R> {}
 //   state behind the lock like `indexed`; the memo's version rule is what
 //   makes it findable;
 // - [`EntryPtr::get`] (unsafe) for the two raw lane pointers: a pin (LN4) and
-//   a memo revoked under the lock exclusive (LN5).
+//   a memo revoked under the lock exclusive (LN5), and for A0's entry once
+//   its compare-exchange took a lease;
+// - [`peek`] (unsafe): A0's look at an entry it holds no lease on, which
+//   reads only its state word and, volatile, its key.
 
 /// The entry of an index slot, alive while the slot is borrowed: the borrow
 /// comes from the index, which the cache lock guards.
@@ -138,6 +141,44 @@ impl<R: Registrar> Entry<R> {
             && span.count().checked_mul(page_size) == Some(self.view_len)
             && self.view_access == access
     }
+}
+
+/// A0's first look at an entry the hit memo named, before any lease keeps
+/// it alive: its state word ([`EntryState::seen`]), and whether the key
+/// read after it is the request's. The answer is only a filter: the
+/// memory may be reused meanwhile (then the key read is of another entry,
+/// or torn, and the compare-exchange from the returned word fails), and
+/// A0 checks the key again under its lease ([`Entry::has_key`]).
+///
+/// The key is read with volatile loads, as a seqlock reads its data
+/// (crossbeam's `AtomicCell` does the same): the pool may write it
+/// concurrently, and the value is never trusted before the compare-exchange
+/// proves it was the incarnation's.
+///
+/// # Safety
+/// `p` names an entry of a pool that is still alive (its memory stays
+/// allocated until the pool drops: [`super::entry_pool`]), and its state
+/// word is only ever an `EntryState` (the pool never overwrites it).
+#[inline(always)]
+pub(super) unsafe fn peek<R: Registrar>(p: *const Entry<R>, span: PageSpan, access: Access, page_size: u64) -> Option<u64> {
+    // SAFETY: the contract: an allocated entry whose state word is always
+    // a valid atomic.
+    let seen = unsafe { (*p).state.seen() };
+    if !EntryState::leasable(seen) {
+        return None;
+    }
+    // SAFETY: inside an allocated entry (the contract); every bit pattern
+    // is a valid `u64` and a valid `Access` (a `u8`); a racing write only
+    // makes the filter answer wrongly, which the lease's check catches.
+    let (addr, len, acc) = unsafe {
+        (
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).view_addr)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).view_len)),
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).view_access)),
+        )
+    };
+    let key = addr == span.first.wrapping_mul(page_size) && span.count().checked_mul(page_size) == Some(len) && acc == access;
+    key.then_some(seen)
 }
 
 impl<R: Registrar> EntryPtr<R> {

@@ -19,8 +19,16 @@
 //! - Memory is recycled only once its entry is freed, which A-H makes happen
 //!   exactly once, after the entry left the index and every lease and pin
 //!   on it went (as before, with `free`): the stale raw pointers the lanes
-//!   may hold are never read after that (LN5), so reuse at the same address
-//!   is no different from `malloc` handing the address back.
+//!   may hold are never read after that (LN5).
+//! - **The state word outlives the entry.** A0 (spec.md#A0) reads and
+//!   compare-exchanges the state word of an entry the hit memo named, with
+//!   no lock, so that word may belong to memory freed or reused meanwhile.
+//!   Freeing leaves it as the last owner left it (INVALID set: A-H), the
+//!   free list's link and the debug poison go after it, and reuse writes
+//!   it last, with one atomic store of a new *incarnation*
+//!   ([`EntryState::PENDING`], published by A9 once the entry is findable).
+//!   So every value the word ever holds is one A0 can judge: a compare-
+//!   exchange expecting a findable incarnation fails on any other.
 //!
 //! The fill (cold misses) carved a fresh `malloc` chunk per entry (about
 //! 190 instructions); here it is a pointer bump. An evicting miss reuses
@@ -28,6 +36,7 @@
 //! atomic instruction.
 
 use super::entry::Entry;
+use super::entry_state::EntryState;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicPtr, Ordering};
 use std::mem::MaybeUninit;
@@ -54,23 +63,40 @@ struct Free {
 #[cfg(debug_assertions)]
 const POISON: u8 = 0xA5;
 
-/// The memory of a freed entry as a free-list node, poisoned after its link
-/// (debug builds); the caller writes the link.
+/// Where a free entry's link lives: right after its state word, which
+/// freeing never overwrites (module docs).
+#[inline(always)]
+fn link_offset<R: Registrar>() -> usize {
+    std::mem::offset_of!(Entry<R>, last_use)
+}
+
+/// The memory of a freed entry as a free-list node (its link, after the
+/// state word), poisoned after the link (debug builds); the caller writes
+/// the link.
 ///
 /// # Safety
-/// `e` came from an [`EntryPool`] and nobody reads the entry again (A-H).
+/// `e` came from an [`EntryPool`] and nobody reads the entry again (A-H)
+/// but A0, which reads only its state word.
 #[inline]
 unsafe fn as_free<R: Registrar>(e: NonNull<Entry<R>>) -> *mut Free {
-    let node = e.as_ptr().cast::<Free>();
+    // SAFETY: inside the entry's memory (`LAYOUT_OK`).
+    let node = unsafe { e.as_ptr().cast::<u8>().add(link_offset::<R>()) }.cast::<Free>();
     // SAFETY: the entry's memory is the caller's (the contract).
-    unsafe { poison(node, std::mem::size_of::<Entry<R>>()) };
+    unsafe { poison(node, std::mem::size_of::<Entry<R>>() - link_offset::<R>()) };
     node
+}
+
+/// The entry whose memory `node` is (the inverse of [`as_free`]).
+#[inline]
+fn entry_of<R: Registrar>(node: *mut Free) -> *mut Entry<R> {
+    node.cast::<u8>().wrapping_sub(link_offset::<R>()).cast()
 }
 
 /// Poisons `node`'s bytes after its link (debug builds).
 ///
 /// # Safety
-/// `node` is the memory of a freed entry of `size` bytes, owned by the caller.
+/// `node` is the memory of a freed entry from its link on, `size` bytes,
+/// owned by the caller.
 #[inline]
 unsafe fn poison(node: *mut Free, size: usize) {
     #[cfg(debug_assertions)]
@@ -156,6 +182,8 @@ pub(crate) struct EntryPool<R: Registrar> {
     carved: usize,
     /// Free memory taken from [`Returned`] (null: none).
     free: *mut Free,
+    /// The last incarnation number handed out (see [`Self::alloc`]).
+    incarnation: u64,
 }
 
 // SAFETY: the pool owns its blocks; its raw pointers point into them and are
@@ -165,10 +193,14 @@ unsafe impl<R: Registrar> Send for EntryPool<R> {}
 unsafe impl<R: Registrar> Sync for EntryPool<R> {}
 
 impl<R: Registrar> EntryPool<R> {
-    /// The free list's link fits in an entry's memory, aligned.
+    /// The free list's link fits in an entry's memory after its state word,
+    /// aligned.
     const LAYOUT_OK: () = assert!(
-        std::mem::size_of::<Entry<R>>() >= std::mem::size_of::<Free>()
+        std::mem::offset_of!(Entry<R>, state) == 0
+            && std::mem::offset_of!(Entry<R>, last_use) >= std::mem::size_of::<EntryState>()
+            && std::mem::size_of::<Entry<R>>() >= std::mem::offset_of!(Entry<R>, last_use) + std::mem::size_of::<Free>()
             && std::mem::align_of::<Entry<R>>() >= std::mem::align_of::<Free>()
+            && std::mem::offset_of!(Entry<R>, last_use) % std::mem::align_of::<Free>() == 0
             && !std::mem::needs_drop::<Entry<R>>()
     );
 
@@ -177,6 +209,7 @@ impl<R: Registrar> EntryPool<R> {
             blocks: Vec::new(),
             carved: BLOCK,
             free: std::ptr::null_mut(),
+            incarnation: 0,
         }
     }
 
@@ -205,23 +238,50 @@ impl<R: Registrar> EntryPool<R> {
     /// swap (a locked instruction) per block of allocations, not one per
     /// evicting miss, and at most one block of memory that a take on every
     /// allocation would not have carved.
-    pub(super) fn alloc(&mut self, returned: &Returned, entry: Entry<R>) -> NonNull<Entry<R>> {
+    ///
+    /// The entry's state word gets the next incarnation number
+    /// ([`EntryState::with_incarnation`]): memory reused at one address
+    /// shows A0 a different word each time, until the numbers wrap.
+    pub(super) fn alloc(&mut self, returned: &Returned, mut entry: Entry<R>) -> NonNull<Entry<R>> {
         #[allow(clippy::let_unit_value)]
         let () = Self::LAYOUT_OK;
+        self.incarnation = self.incarnation.wrapping_add(1);
+        let word = EntryState::with_incarnation(entry.state.initial_word(), self.incarnation);
         if self.free.is_null() && self.carved == BLOCK {
             self.free = returned.take_all();
         }
-        let p: *mut Entry<R> = if !self.free.is_null() {
+        if !self.free.is_null() {
             let node = self.free;
             // SAFETY: a node of our free lists: memory of a freed entry of
             // this pool, poisoned and its link written by `give_back` or
             // `put_back` (made visible by `take_all`'s Acquire).
             unsafe {
-                check_poison(node, std::mem::size_of::<Entry<R>>());
+                check_poison(node, std::mem::size_of::<Entry<R>>() - link_offset::<R>());
                 self.free = (*node).next;
             }
-            node.cast()
-        } else {
+            let p = entry_of::<R>(node);
+            let from = link_offset::<R>();
+            // SAFETY: `p` is memory of a freed entry that nobody else uses
+            // but A0, which only reads and compare-exchanges its state word
+            // (module docs). Every field after the state word is written
+            // from `entry` (plain data and `plain` atomics, no drop:
+            // `LAYOUT_OK`); `entry`'s own state word is left behind, and
+            // the word in place, still INVALID
+            // from the last owner, becomes the new incarnation's with one
+            // atomic store, last (Release: with the fields before it).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&entry as *const Entry<R>).cast::<u8>().add(from),
+                    p.cast::<u8>().add(from),
+                    std::mem::size_of::<Entry<R>>() - from,
+                );
+                // `entry` goes out of scope with nothing to drop
+                // (`LAYOUT_OK`): its handle, now copied, is `ManuallyDrop`.
+                (*p).state.reincarnate(word);
+                return NonNull::new_unchecked(p);
+            }
+        }
+        let p: *mut Entry<R> = {
             if self.carved == BLOCK {
                 let block: Box<[MaybeUninit<Entry<R>>]> = Box::new_uninit_slice(BLOCK);
                 let first = Box::into_raw(block).cast::<MaybeUninit<Entry<R>>>();
@@ -235,8 +295,9 @@ impl<R: Registrar> EntryPool<R> {
             self.carved += 1;
             p
         };
-        // SAFETY: `p` is memory for one entry that nobody else uses: never
-        // handed out, or given back by its only owner.
+        entry.state = EntryState::from_word(word);
+        // SAFETY: `p` is memory for one entry never handed out: nobody
+        // else uses it (A0 reads only entries the memo named).
         unsafe {
             p.write(entry);
             NonNull::new_unchecked(p)
@@ -342,9 +403,10 @@ mod tests {
         let e = pool.alloc(&returned, entry(1));
         // SAFETY: from this pool, given back once.
         unsafe { pool.put_back(e) };
-        // A stale writer: the LRU stamp of the freed entry.
+        // A stale writer: the note number of the freed entry (past the
+        // state word and the link, which free memory keeps).
         // SAFETY: the memory is the pool's (a test of exactly this misuse).
-        unsafe { (*e.as_ptr()).last_use.store(7, std::sync::atomic::Ordering::Relaxed) };
+        unsafe { (*e.as_ptr()).noted.store(7, std::sync::atomic::Ordering::Relaxed) };
         let _ = pool.alloc(&returned, entry(2));
     }
 

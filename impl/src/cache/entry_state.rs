@@ -1,9 +1,16 @@
 //! The per-entry state word: lease count and INVALID bit (spec.md#A-H).
 //!
-//! One `AtomicU64` per entry. Bits 0..62 count leases, bit 63 is INVALID (the
-//! entry left the index), bit 62 is the handle-gone bit (only the P3 fault
-//! switch sets it: the handle was already deregistered; it exists in test
-//! builds only). Two operations race on it without the cache lock:
+//! One `AtomicU64` per entry:
+//!
+//! | bits | what |
+//! |---|---|
+//! | 0..32 | the lease count |
+//! | 32..61 | the *incarnation*: a number the pool gives each use of an entry's memory ([`super::entry_pool`]) |
+//! | 61 | PENDING: the entry is not findable yet (A9 publishes it) |
+//! | 62 | handle-gone (only the P3 fault switch sets it: the handle was already deregistered; test builds only) |
+//! | 63 | INVALID: the entry left the index |
+//!
+//! Three operations race on it without the cache lock:
 //!
 //! - a release ([`EntryState::release`], spec.md#R1) decrements; it owns the
 //!   deregistration iff it took the count from 1 to 0 with INVALID set;
@@ -11,12 +18,20 @@
 //!   sets INVALID with one `fetch_or`; it owns the deregistration iff the count
 //!   it saw was 0.
 //!
-//! Both are single read-modify-writes on the same word, so they are totally
+//! - A0's lease ([`EntryState::try_acquire_seen`], spec.md#A0): a
+//!   compare-exchange from a word it read, which must be findable (neither
+//!   INVALID nor PENDING), to the same word plus one lease.
+//!
+//! All are single read-modify-writes on the same word, so they are totally
 //! ordered: if the OR comes first the release sees INVALID (and the OR saw a
 //! count ≥ 1); if the decrement comes first the OR sees 0. Exactly one of
-//! them owns the deregistration (spec.md#P4). Leases are only *added* under
-//! the lock (shared, spec.md#A1, or exclusive, A3/A8/A9) to entries that are in
-//! the index, hence never INVALID: invalidation needs the lock exclusive.
+//! them owns the deregistration (spec.md#P4). Leases are otherwise *added*
+//! under the lock (shared, spec.md#A1, or exclusive, A3/A8/A9) to entries that
+//! are in the index, hence never INVALID: invalidation needs the lock
+//! exclusive. A0's compare-exchange succeeds only on the word it read, so
+//! only while the entry is in the index: a word that is findable was
+//! published by A9 after the insert and has not been ORed INVALID since,
+//! and the incarnation tells the same memory's next entry from this one.
 //!
 //! `AcqRel` (or stronger) on both sides makes the owner see every write made
 //! to the entry by the other party before it frees it.
@@ -26,6 +41,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// Lease count + INVALID bit of one cache entry (spec.md#A-H).
 #[derive(Debug)]
 //= spec.md#S5.1
+#[repr(transparent)]
 pub struct EntryState {
     word: AtomicU64,
 }
@@ -55,11 +71,63 @@ impl EntryState {
     pub const INVALID: u64 = 1 << 63;
     #[cfg(any(test, feature = "faults"))]
     pub const HANDLE_GONE: u64 = 1 << 62;
-    pub const COUNT_MASK: u64 = (1 << 62) - 1;
+    /// Not findable yet: A0 must not lease it (A9 publishes it).
+    pub const PENDING: u64 = 1 << 61;
+    pub const COUNT_MASK: u64 = (1 << 32) - 1;
+    const INCARNATION_SHIFT: u32 = 32;
+    const INCARNATION_MASK: u64 = ((1 << 29) - 1) << Self::INCARNATION_SHIFT;
 
-    /// A findable entry with `leases` leases.
+    /// A findable entry with `leases` leases (tests, and forgotten entries).
     pub fn new(leases: u64) -> Self {
         EntryState { word: AtomicU64::new(leases & Self::COUNT_MASK) }
+    }
+
+    /// A9's new entry with `leases` leases, not findable until
+    /// [`Self::publish`].
+    pub fn pending(leases: u64) -> Self {
+        EntryState { word: AtomicU64::new(Self::PENDING | leases & Self::COUNT_MASK) }
+    }
+
+    /// A state made from [`Self::with_incarnation`]'s word (the pool).
+    pub(super) fn from_word(word: u64) -> Self {
+        EntryState { word: AtomicU64::new(word) }
+    }
+
+    /// The word of a state not shared yet (the pool).
+    pub(super) fn initial_word(&self) -> u64 {
+        self.word.load(Ordering::Relaxed)
+    }
+
+    /// `word` with incarnation `n` (its low 29 bits: wrapping, see
+    /// spec.md#A0 on why a wrap is harmless but for a rare, given-back
+    /// lease).
+    pub(super) fn with_incarnation(word: u64, n: u64) -> u64 {
+        word & !Self::INCARNATION_MASK | (n << Self::INCARNATION_SHIFT) & Self::INCARNATION_MASK
+    }
+
+    /// The pool reuses the memory of a freed entry: its word, INVALID since
+    /// its last owner freed it, becomes `word` (a new incarnation, PENDING).
+    /// Release: the entry's other fields, written before, go with it (A0
+    /// reads the key after an Acquire load of the word).
+    pub(super) fn reincarnate(&self, word: u64) {
+        debug_assert!(word & Self::PENDING != 0 || cfg!(test), "a reused entry findable before A9 publishes it");
+        self.word.store(word, Ordering::Release);
+    }
+
+    //= spec.md#A9
+    //# it becomes findable to A0 (its PENDING mark cleared) only after the
+    //# displacement, and only if A9 does not take it out at once
+    /// A9: the new entry is in the index and stays there: A0 may lease it.
+    /// A plain store, not a read-modify-write: nothing else changes the
+    /// word before this (A9 holds its only lease, it is in no lane, an
+    /// invalidation needs the lock exclusive, which A9 holds, and A0's
+    /// compare-exchange fails on a PENDING word). Release: the entry's
+    /// fields (and the index insert) before it, for A0's Acquire load.
+    #[inline]
+    pub fn publish(&self) {
+        let w = self.word.load(Ordering::Relaxed);
+        debug_assert_eq!(w & (Self::PENDING | Self::INVALID), Self::PENDING, "publish of a findable or invalidated entry");
+        self.word.store(w & !Self::PENDING, Ordering::Release);
     }
 
     /// Takes a lease. Only on a findable entry, under the cache lock.
@@ -68,9 +136,38 @@ impl EntryState {
         // Relaxed: the lock orders this against invalidation; a later release
         // of this lease is program-ordered after it.
         let prev = self.word.fetch_add(1, Ordering::Relaxed);
-        debug_assert_eq!(prev & Self::INVALID, 0, "lease taken on an invalidated entry");
-        // The count never wraps into the flag bits.
+        debug_assert_eq!(prev & (Self::INVALID | Self::PENDING), 0, "lease taken on an invalidated or unpublished entry");
+        // The count never wraps into the incarnation bits.
         debug_assert!(prev & Self::COUNT_MASK < Self::COUNT_MASK, "lease count overflow");
+    }
+
+    /// A0's first read: the word a lease may then be taken from
+    /// ([`Self::try_acquire_seen`]). Acquire: pairs with the Release of
+    /// [`Self::publish`] and of the pool's reuse store, so the key read after it
+    /// is the one of the incarnation this word names (or, if the memory was
+    /// reused meanwhile, the compare-exchange fails).
+    #[inline(always)]
+    pub fn seen(&self) -> u64 {
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// Whether `seen` is a findable entry's word that can take one more lease.
+    #[inline(always)]
+    pub fn leasable(seen: u64) -> bool {
+        seen & (Self::INVALID | Self::PENDING) == 0 && seen & Self::COUNT_MASK < Self::COUNT_MASK
+    }
+
+    //= spec.md#A0
+    //# compare-exchange its state word from the word read to the same word
+    //# with one more lease
+    /// A0's lease: succeeds only if the word is still `seen` (a
+    /// [`Self::leasable`] word), that is, the same incarnation, still
+    /// findable. Acquire on success: the key is checked again after it,
+    /// on an entry this lease now keeps alive.
+    #[inline(always)]
+    pub fn try_acquire_seen(&self, seen: u64) -> bool {
+        debug_assert!(Self::leasable(seen));
+        self.word.compare_exchange(seen, seen + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     //= spec.md#R1
@@ -135,5 +232,62 @@ impl EntryState {
 
     pub fn is_invalid(&self) -> bool {
         self.word.load(Ordering::Acquire) & Self::INVALID != 0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    //= spec.md#A0 type=test
+    //= spec.md#A9 type=test
+    /// A0's compare-exchange takes a lease only from the word it read, and
+    /// only from a findable one: not before A9 publishes, not once INVALID,
+    /// not on the next incarnation of the same memory, even at the same
+    /// count.
+    #[test]
+    fn a0_leases_only_the_findable_incarnation_it_read() {
+        let s = EntryState::from_word(EntryState::with_incarnation(EntryState::pending(1).initial_word(), 7));
+        assert!(!EntryState::leasable(s.seen()), "a PENDING entry is not findable yet");
+        s.publish();
+        let seen = s.seen();
+        assert!(EntryState::leasable(seen));
+        assert!(s.try_acquire_seen(seen));
+        assert_eq!(s.leases(), 2);
+        assert!(!s.try_acquire_seen(seen), "a word that moved since it was read");
+        assert_eq!(s.release(), Released::Held);
+        assert_eq!(s.release(), Released::Unleased);
+        let seen = s.seen();
+        assert_eq!(s.invalidate(0), Invalidated::Owner);
+        assert!(!s.try_acquire_seen(seen), "an entry taken out of the index");
+        assert!(!EntryState::leasable(s.seen()));
+        // The memory is reused: a new incarnation with the old count.
+        s.reincarnate(EntryState::with_incarnation(EntryState::pending(0).initial_word(), 8));
+        s.publish();
+        assert_eq!(s.seen() & EntryState::COUNT_MASK, seen & EntryState::COUNT_MASK);
+        assert!(!s.try_acquire_seen(seen), "a word of the memory's last incarnation");
+        assert_eq!(s.leases(), 0);
+    }
+
+    /// The incarnation never spills into the count or the flags, and wraps.
+    #[test]
+    fn incarnations_stay_in_their_bits() {
+        for n in [0, 1, (1 << 29) - 1, 1 << 29, u64::MAX] {
+            let w = EntryState::with_incarnation(EntryState::PENDING | 5, n);
+            assert_eq!(w & EntryState::COUNT_MASK, 5);
+            assert_eq!(w & (EntryState::INVALID | EntryState::PENDING), EntryState::PENDING);
+        }
+        assert_eq!(EntryState::with_incarnation(0, 1 << 29), EntryState::with_incarnation(0, 0), "wraps");
+    }
+
+    /// A lease taken by A0 is an ordinary lease for the handoff (A-H): an
+    /// invalidation after it leaves the deregistration to its release.
+    #[test]
+    fn an_a0_lease_hands_the_deregistration_to_its_release() {
+        let s = EntryState::new(0);
+        let seen = s.seen();
+        assert!(s.try_acquire_seen(seen));
+        assert_eq!(s.invalidate(0), Invalidated::Leased);
+        assert_eq!(s.release(), Released::Owner { handle_gone: false });
     }
 }

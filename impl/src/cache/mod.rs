@@ -16,9 +16,11 @@
 //!   inside one *windowed*, and such a registration is never cached;
 //! - the **invalidation queue** ([`InvalidationQueue`]): release events pushed
 //!   by hooks that could not take the lock (H1, H2);
-//! - per entry, the **state word** ([`EntryState`]: lease count + INVALID) and
-//!   the LRU / GreedyDual-Size stamps, all atomics, so the hit path only needs
-//!   the lock shared;
+//! - per entry, the **state word** ([`EntryState`]: lease count, INVALID,
+//!   PENDING and an incarnation) and the LRU / GreedyDual-Size stamps, all
+//!   atomics, so the hit path needs the lock shared at most (A1), and
+//!   without limits not at all (A0: a compare-exchange on the state word of
+//!   the entry the hit memo names);
 //! - the **over-limit flag** (R2);
 //! - with limits, the **eviction order** (`evict_order`): a lazy min-heap
 //!   of victim candidates in policy order, under the lock exclusive, so that
@@ -33,13 +35,17 @@
 //!
 //! # Entry ownership
 //!
-//! An entry is a `Box` turned into a raw pointer at insertion (A9). While
+//! An entry lives in its generation's pool (`entry_pool`), whose memory is
+//! never freed before the generation: a raw pointer to it stays readable,
+//! and A0 reads the state word of an entry it holds no lease on (the pool
+//! never overwrites a state word but with a new incarnation). While
 //! findable it is reachable from the index; each lease holds the raw pointer.
 //! Whoever wins the handoff of spec.md#A-H — the invalidation that saw a lease
 //! count of 0, or the release that took the count from 1 to 0 with INVALID
 //! set — deregisters its handle and frees it, exactly once. Leases never
-//! clone an `Arc`: an A1 hit is one shared lock, one `fetch_add` on the state
-//! word and one unlock; a release is one `fetch_sub`.
+//! clone an `Arc`: an A0 hit is one compare-exchange on the state word, an
+//! A1 hit one shared lock, one `fetch_add` and one unlock; a release is one
+//! `fetch_sub`.
 //!
 //! # Lanes (spec.md#LN1)
 //!

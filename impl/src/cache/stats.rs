@@ -30,6 +30,9 @@ pub struct Diagnostics {
     pub queue_capacity: u64,
     /// Hits served by a lane (spec.md#LN1), included in `Stats::hits`.
     pub lane_hits: u64,
+    /// Hits served without the lock (spec.md#A0), included in `Stats::hits`.
+    #[serde(default)]
+    pub lockless_hits: u64,
     /// Windows a REMOVE opened (spec.md#M3), and those proven and closed
     /// (M4). Their difference is open now: those pages are served uncached
     /// (`Stats::uncached`) until the madvise is proven to have returned.
@@ -117,6 +120,7 @@ impl<R: Registrar> Cache<R> {
             queued_events: shared.queue.len() as u64,
             queue_capacity: shared.queue.capacity() as u64,
             lane_hits: self.lane_counts(shared).0,
+            lockless_hits: self.hot.sum(Hot::LocklessHits),
             remove_windows: get(&c.remove_windows),
             remove_windows_closed: get(&c.remove_windows_closed),
             unwatched_uncached: get(&c.unwatched_uncached),

@@ -80,8 +80,9 @@ pub(crate) fn worth_probing<R: Registrar>(lane: &Lane<R>) -> bool {
 }
 
 /// Whether a dry lane skips this A1 hit's memo (see [`worth_probing`]).
+/// A0 (spec.md#A0) runs only then: it takes no lock, so it sets no memo.
 #[inline(always)]
-fn dry_skip<R: Registrar>(lane: &Lane<R>) -> bool {
+pub(crate) fn dry_skip<R: Registrar>(lane: &Lane<R>) -> bool {
     lane.dry.load(Ordering::Relaxed) && !lane.tick.load(Ordering::Relaxed).is_multiple_of(DRY_SAMPLE)
 }
 
