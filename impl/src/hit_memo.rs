@@ -221,7 +221,9 @@ impl MemoHint {
         // current one or a retired one, and every such table stays
         // mapped while the memo lives (`HitMemo::retired`); the index is
         // masked to the table. Only atomics are read.
-        (unsafe { (*base.add(slot_index(first, bits))).word.load(Ordering::Relaxed) }) & POINTER_MASK
+        // Acquire: pairs with `put`'s Release, so the entry a slot names (its
+        // memory's first initialisation included) happens before A0 reads it.
+        (unsafe { (*base.add(slot_index(first, bits))).word.load(Ordering::Acquire) }) & POINTER_MASK
     }
 
     /// Prefetches the slot `first` would use, and the entry it names.
@@ -335,11 +337,12 @@ impl HitMemo {
             return;
         }
         let slot = self.slot(first);
-        // Relaxed: as in `get`; the CAS only keeps two writers of one
-        // version from both writing.
+        // The CAS only keeps two writers of one version from both writing;
+        // Release for A0, which reads the slot without the lock
+        // (`MemoHint::racy_answer`'s Acquire; free on x86).
         let old = slot.word.load(Ordering::Relaxed);
         if old >> TAG_SHIFT != tag {
-            let _ = slot.word.compare_exchange(old, tag << TAG_SHIFT | pointer, Ordering::Relaxed, Ordering::Relaxed);
+            let _ = slot.word.compare_exchange(old, tag << TAG_SHIFT | pointer, Ordering::Release, Ordering::Relaxed);
         }
     }
 

@@ -66,6 +66,22 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     f()
 }
 
+/// [`model`] with at least `bound` preemptions per interleaving, for a
+/// race whose window needs more thread switches than `LOOM_MAX_PREEMPTIONS`
+/// allows the other models.
+#[cfg(loom)]
+pub fn model_with_preemptions<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(b.preemption_bound.map_or(bound, |n| n.max(bound)));
+    b.check(f)
+}
+
+/// [`model`] with at least `bound` preemptions (loom only).
+#[cfg(not(loom))]
+pub fn model_with_preemptions<F: Fn() + Sync + Send + 'static>(_bound: usize, f: F) {
+    f()
+}
+
 /// A sequentially consistent fence under loom, nothing otherwise. Loom
 /// treats SeqCst loads and stores as AcqRel, so a store-buffering (Dekker)
 /// pair that relies on the single total order of SeqCst accesses (the

@@ -34,7 +34,7 @@
 use mrcache::cache::{EntryState, Invalidated, InvalidationQueue, Released};
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
-use mrcache::sync::{model, thread, Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock};
+use mrcache::sync::{model, model_with_preemptions, thread, Arc, AtomicBool, AtomicU64, AtomicUsize, Ordering, RwLock};
 use mrcache::types::{Access, Range, ReleaseEvent, ReleaseKind};
 use mrcache::{Cache, CacheConfig};
 
@@ -580,6 +580,94 @@ fn lockless_hit_vs_removal_and_reuse() {
         assert_ne!(v.id, b.id);
         let after = cache.acquire(0, P, RR).unwrap().view();
         assert_ne!(after.id, a.id, "a removed entry answered after its removal returned");
+        all_deregistered_once(&cache);
+    });
+}
+
+//= spec.md#A5 type=test
+//= spec.md#S2.8 type=test
+/// A0 against the trim (S2.8; without limits the trim is the one step that
+/// reads lease counts, and A0 leases under its lock): a lease taken while
+/// the trim runs keeps its entry, so while it is held the next acquire of
+/// the same key hits the same registration. A trim that read the count and
+/// then ORed INVALID took a lease A0 took in between out of the index.
+#[test]
+fn lockless_hit_vs_trim() {
+    model(|| {
+        let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        drop(cache.acquire(0, P, RR).unwrap());
+        // An A1 hit: the memo now names the entry, for A0.
+        assert!(cache.acquire(0, P, RR).unwrap().hit());
+        let trimmer = {
+            let cache = cache.clone();
+            thread::spawn(move || cache.trim())
+        };
+        let held = cache.acquire(0, P, RR).unwrap();
+        trimmer.join().unwrap();
+        let again = cache.acquire(0, P, RR).unwrap();
+        assert_eq!(again.view().id, held.view().id, "the trim took a leased entry out");
+        drop((held, again));
+        all_deregistered_once(&cache);
+    });
+}
+
+//= spec.md#A0 type=test
+//= spec.md#A9 type=test
+/// A0 against an entry A9 makes and at once takes out (PENDING): the memo
+/// names A's memory; A is invalidated (its memory freed, first in the
+/// pool's free list) and a release window on A's pages opens; another
+/// thread's miss on A, inside the window, gets that memory for its entry,
+/// which A9 inserts and takes out at once (W3: served, never cached). A0's
+/// look at the memory may fall between the insert and the removal: the
+/// entry has A's key and no INVALID yet, and only PENDING keeps A0 from
+/// handing another thread that registration, planned inside the window.
+#[test]
+fn lockless_hit_vs_an_entry_never_published() {
+    model(|| {
+        let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        drop(cache.acquire(0, P, RR).unwrap());
+        // An A1 hit: the memo now names A's memory.
+        assert!(cache.acquire(0, P, RR).unwrap().hit());
+        cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+        cache.release_begin(0, P).unwrap();
+        let windowed = {
+            let cache = cache.clone();
+            thread::spawn(move || cache.acquire(0, P, RR).unwrap().view().id)
+        };
+        let mine = cache.acquire(0, P, RR).unwrap().view().id;
+        let theirs = windowed.join().unwrap();
+        assert_ne!(mine, theirs, "A0 handed out a registration made inside a release window");
+        cache.release_end(0, P).unwrap();
+        all_deregistered_once(&cache);
+    });
+}
+
+//= spec.md#A0 type=test
+/// A0's draining check: a thread's miss on B holds the lock exclusive and
+/// drains (it takes the queued events, then applies them); another thread
+/// unmaps A (its hook queues the event and, the lock busy, returns), then
+/// acquires A. The event may be off the queue and not applied yet: only the
+/// draining count keeps A0 from handing out A after its unmap returned.
+/// (Four preemptions: with the bound of the other models, 2, or 3, loom
+/// does not reach the window, and the model passes without the check.)
+#[test]
+fn lockless_hit_vs_a_drain_in_progress() {
+    model_with_preemptions(4, || {
+        let config = CacheConfig { lanes: false, ..CacheConfig::explicit() };
+        let cache = Arc::new(Cache::new(CountingRegistrar::default(), config));
+        let a = cache.acquire(0, P, RR).unwrap().view().id;
+        // An A1 hit: the memo now names A.
+        assert!(cache.acquire(0, P, RR).unwrap().hit());
+        let miss = {
+            let cache = cache.clone();
+            thread::spawn(move || drop(cache.acquire(8 * P, P, RR).unwrap()))
+        };
+        cache.invalidate(0, P, ReleaseKind::Munmap).unwrap();
+        let again = cache.acquire(0, P, RR).unwrap().view().id;
+        assert_ne!(again, a, "A0 handed out an entry whose unmap had returned");
+        miss.join().unwrap();
         all_deregistered_once(&cache);
     });
 }

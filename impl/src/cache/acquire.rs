@@ -246,8 +246,8 @@ impl<R: Registrar> Cache<R> {
     /// after the insert; INVALID clear: no step took it out since), of the
     /// incarnation whose key was read. A findable entry whose key is the
     /// request's is the canonical covering entry: when it was inserted, no
-    /// findable entry covered its key (A3, A8), and entries inserted later
-    /// get higher ids. Freshness: an event that returned before this
+    /// findable entry covered the request it was planned for (A3, A8), which
+    /// its key contains, and entries inserted later get higher ids. Freshness: an event that returned before this
     /// acquire began is queued, or taken by a drain that raised the
     /// draining count first, or applied (INVALID set before the count
     /// fell), as for LN1.
@@ -279,9 +279,10 @@ impl<R: Registrar> Cache<R> {
         //= spec.md#A0
         //# check the key again (the lease now keeps the entry alive)
         if !entry.has_key(span, access, self.page_size) {
-            // The memory went through 2^29 incarnations between the two
+            // The memory went through 2^21 incarnations between the two
             // reads of its word (state word docs): this lease, on another
-            // entry, goes back as any release (R1), and A1 answers.
+            // entry, goes back as any release (R1, counted as one), and A1
+            // answers.
             drop(Lease::new(self, shared, e, true, false));
             return None;
         }

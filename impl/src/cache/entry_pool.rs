@@ -63,27 +63,35 @@ struct Free {
 #[cfg(debug_assertions)]
 const POISON: u8 = 0xA5;
 
-/// Where a free entry's link lives: right after its state word, which
-/// freeing never overwrites (module docs).
+/// Where the bytes after an entry's state word start: freeing poisons them
+/// (but the link) and reuse writes them; the state word itself is never
+/// overwritten (module docs).
 #[inline(always)]
-fn link_offset<R: Registrar>() -> usize {
+fn after_state<R: Registrar>() -> usize {
     std::mem::offset_of!(Entry<R>, last_use)
 }
 
-/// The memory of a freed entry as a free-list node (its link, after the
-/// state word), poisoned after the link (debug builds); the caller writes
-/// the link.
+/// Where a free entry's link lives: over its id, which nothing writes after
+/// A9 and A0 does not read (a stale write of the LRU stamp or of a note
+/// number then hits the poison, not the free list).
+#[inline(always)]
+fn link_offset<R: Registrar>() -> usize {
+    std::mem::offset_of!(Entry<R>, view_id)
+}
+
+/// The memory of a freed entry as a free-list node (its link, over the
+/// entry's id), its other bytes after the state word poisoned (debug
+/// builds); the caller writes the link.
 ///
 /// # Safety
 /// `e` came from an [`EntryPool`] and nobody reads the entry again (A-H)
-/// but A0, which reads only its state word.
+/// but A0, which reads only its state word and (volatile) its key.
 #[inline]
 unsafe fn as_free<R: Registrar>(e: NonNull<Entry<R>>) -> *mut Free {
-    // SAFETY: inside the entry's memory (`LAYOUT_OK`).
-    let node = unsafe { e.as_ptr().cast::<u8>().add(link_offset::<R>()) }.cast::<Free>();
     // SAFETY: the entry's memory is the caller's (the contract).
-    unsafe { poison(node, std::mem::size_of::<Entry<R>>() - link_offset::<R>()) };
-    node
+    unsafe { poison::<R>(e.as_ptr().cast()) };
+    // SAFETY: inside the entry's memory (`LAYOUT_OK`).
+    unsafe { e.as_ptr().cast::<u8>().add(link_offset::<R>()) }.cast::<Free>()
 }
 
 /// The entry whose memory `node` is (the inverse of [`as_free`]).
@@ -92,38 +100,44 @@ fn entry_of<R: Registrar>(node: *mut Free) -> *mut Entry<R> {
     node.cast::<u8>().wrapping_sub(link_offset::<R>()).cast()
 }
 
-/// Poisons `node`'s bytes after its link (debug builds).
+/// The poisoned byte ranges of a free entry: after the state word, but the
+/// link.
+#[cfg(debug_assertions)]
+fn poisoned<R: Registrar>() -> [std::ops::Range<usize>; 2] {
+    let link = link_offset::<R>();
+    [after_state::<R>()..link, link + std::mem::size_of::<Free>()..std::mem::size_of::<Entry<R>>()]
+}
+
+/// Poisons a freed entry's bytes after its state word, but the link (debug
+/// builds).
 ///
 /// # Safety
-/// `node` is the memory of a freed entry from its link on, `size` bytes,
-/// owned by the caller.
+/// `e` is the memory of a freed entry, owned by the caller.
 #[inline]
-unsafe fn poison(node: *mut Free, size: usize) {
+unsafe fn poison<R: Registrar>(e: *mut u8) {
     #[cfg(debug_assertions)]
-    // SAFETY: inside the entry's memory (the contract).
-    unsafe {
-        let link = std::mem::size_of::<Free>();
-        std::ptr::write_bytes(node.cast::<u8>().add(link), POISON, size - link);
+    for r in poisoned::<R>() {
+        // SAFETY: inside the entry's memory (the contract).
+        unsafe { std::ptr::write_bytes(e.add(r.start), POISON, r.len()) };
     }
     #[cfg(not(debug_assertions))]
-    let _ = (node, size);
+    let _ = e;
 }
 
 /// Checks the poison of free memory about to be handed out (debug builds).
 ///
 /// # Safety
-/// As for [`poison`], and `node` was poisoned when it was freed.
+/// As for [`poison`], and `e` was poisoned when it was freed.
 #[inline]
-unsafe fn check_poison(node: *mut Free, size: usize) {
+unsafe fn check_poison<R: Registrar>(e: *const u8) {
     #[cfg(debug_assertions)]
-    {
-        let link = std::mem::size_of::<Free>();
+    for r in poisoned::<R>() {
         // SAFETY: inside the entry's memory (the contract).
-        let bytes = unsafe { std::slice::from_raw_parts(node.cast::<u8>().add(link), size - link) };
+        let bytes = unsafe { std::slice::from_raw_parts(e.add(r.start), r.len()) };
         assert!(bytes.iter().all(|&b| b == POISON), "a freed entry was written to after its free (A-H)");
     }
     #[cfg(not(debug_assertions))]
-    let _ = (node, size);
+    let _ = e;
 }
 
 /// Entries given back since the allocator last took them: a push-only
@@ -193,14 +207,15 @@ unsafe impl<R: Registrar> Send for EntryPool<R> {}
 unsafe impl<R: Registrar> Sync for EntryPool<R> {}
 
 impl<R: Registrar> EntryPool<R> {
-    /// The free list's link fits in an entry's memory after its state word,
-    /// aligned.
+    /// The free list's link fits in an entry's memory, aligned, over its id,
+    /// after its state word.
     const LAYOUT_OK: () = assert!(
         std::mem::offset_of!(Entry<R>, state) == 0
             && std::mem::offset_of!(Entry<R>, last_use) >= std::mem::size_of::<EntryState>()
-            && std::mem::size_of::<Entry<R>>() >= std::mem::offset_of!(Entry<R>, last_use) + std::mem::size_of::<Free>()
+            && std::mem::offset_of!(Entry<R>, view_id) >= std::mem::offset_of!(Entry<R>, last_use)
+            && std::mem::size_of::<Entry<R>>() >= std::mem::offset_of!(Entry<R>, view_id) + std::mem::size_of::<Free>()
             && std::mem::align_of::<Entry<R>>() >= std::mem::align_of::<Free>()
-            && std::mem::offset_of!(Entry<R>, last_use) % std::mem::align_of::<Free>() == 0
+            && std::mem::offset_of!(Entry<R>, view_id) % std::mem::align_of::<Free>() == 0
             && !std::mem::needs_drop::<Entry<R>>()
     );
 
@@ -252,15 +267,15 @@ impl<R: Registrar> EntryPool<R> {
         }
         if !self.free.is_null() {
             let node = self.free;
+            let p = entry_of::<R>(node);
             // SAFETY: a node of our free lists: memory of a freed entry of
             // this pool, poisoned and its link written by `give_back` or
             // `put_back` (made visible by `take_all`'s Acquire).
             unsafe {
-                check_poison(node, std::mem::size_of::<Entry<R>>() - link_offset::<R>());
+                check_poison::<R>(p.cast());
                 self.free = (*node).next;
             }
-            let p = entry_of::<R>(node);
-            let from = link_offset::<R>();
+            let from = after_state::<R>();
             // SAFETY: `p` is memory of a freed entry that nobody else uses
             // but A0, which only reads and compare-exchanges its state word
             // (module docs). Every field after the state word is written
@@ -333,7 +348,7 @@ mod tests {
 
     fn entry(id: u64) -> Entry<CountingRegistrar> {
         Entry {
-            state: EntryState::new(0),
+            state: EntryState::pending(0),
             last_use: plain::AtomicU64::new(0),
             keys: Keys { lkey: id as u32, rkey: 0 },
             view_id: id,
@@ -403,10 +418,10 @@ mod tests {
         let e = pool.alloc(&returned, entry(1));
         // SAFETY: from this pool, given back once.
         unsafe { pool.put_back(e) };
-        // A stale writer: the note number of the freed entry (past the
-        // state word and the link, which free memory keeps).
+        // A stale writer: the LRU stamp of the freed entry (a `touch`
+        // through a lease pointer after the free).
         // SAFETY: the memory is the pool's (a test of exactly this misuse).
-        unsafe { (*e.as_ptr()).noted.store(7, std::sync::atomic::Ordering::Relaxed) };
+        unsafe { (*e.as_ptr()).last_use.store(7, std::sync::atomic::Ordering::Relaxed) };
         let _ = pool.alloc(&returned, entry(2));
     }
 

@@ -1,11 +1,12 @@
-//! The per-entry state word: lease count and INVALID bit (spec.md#A-H).
+//! The per-entry state word: lease count, INVALID, PENDING and incarnation
+//! (spec.md#A-H, A0).
 //!
 //! One `AtomicU64` per entry:
 //!
 //! | bits | what |
 //! |---|---|
-//! | 0..32 | the lease count |
-//! | 32..61 | the *incarnation*: a number the pool gives each use of an entry's memory ([`super::entry_pool`]) |
+//! | 0..40 | the lease count (10¹² leases: more than memory holds lease slots for) |
+//! | 40..61 | the *incarnation*: a number the pool gives each use of an entry's memory ([`super::entry_pool`]), modulo 2²¹ |
 //! | 61 | PENDING: the entry is not findable yet (A9 publishes it) |
 //! | 62 | handle-gone (only the P3 fault switch sets it: the handle was already deregistered; test builds only) |
 //! | 63 | INVALID: the entry left the index |
@@ -38,7 +39,7 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// Lease count + INVALID bit of one cache entry (spec.md#A-H).
+/// Lease count, flags and incarnation of one cache entry (spec.md#A-H, A0).
 #[derive(Debug)]
 //= spec.md#S5.1
 #[repr(transparent)]
@@ -73,11 +74,11 @@ impl EntryState {
     pub const HANDLE_GONE: u64 = 1 << 62;
     /// Not findable yet: A0 must not lease it (A9 publishes it).
     pub const PENDING: u64 = 1 << 61;
-    pub const COUNT_MASK: u64 = (1 << 32) - 1;
-    const INCARNATION_SHIFT: u32 = 32;
-    const INCARNATION_MASK: u64 = ((1 << 29) - 1) << Self::INCARNATION_SHIFT;
+    pub const COUNT_MASK: u64 = (1 << 40) - 1;
+    const INCARNATION_SHIFT: u32 = 40;
+    const INCARNATION_MASK: u64 = ((1 << 21) - 1) << Self::INCARNATION_SHIFT;
 
-    /// A findable entry with `leases` leases (tests, and forgotten entries).
+    /// A findable entry with `leases` leases (tests).
     pub fn new(leases: u64) -> Self {
         EntryState { word: AtomicU64::new(leases & Self::COUNT_MASK) }
     }
@@ -98,9 +99,13 @@ impl EntryState {
         self.word.load(Ordering::Relaxed)
     }
 
-    /// `word` with incarnation `n` (its low 29 bits: wrapping, see
-    /// spec.md#A0 on why a wrap is harmless but for a rare, given-back
-    /// lease).
+    /// `word` with incarnation `n` (its low 21 bits). A wrap is harmless to
+    /// A0's answers: A0 checks the key again under its lease, so a
+    /// compare-exchange that lands on a later entry of the same memory
+    /// whose word happens to be equal hands out that entry only if it has
+    /// the request's key (then it is the right answer: spec.md#A0), and
+    /// otherwise gives the lease back. The incarnation makes that give-back
+    /// need 2²¹ reuses of one entry's memory within one A0.
     pub(super) fn with_incarnation(word: u64, n: u64) -> u64 {
         word & !Self::INCARNATION_MASK | (n << Self::INCARNATION_SHIFT) & Self::INCARNATION_MASK
     }
@@ -110,7 +115,7 @@ impl EntryState {
     /// Release: the entry's other fields, written before, go with it (A0
     /// reads the key after an Acquire load of the word).
     pub(super) fn reincarnate(&self, word: u64) {
-        debug_assert!(word & Self::PENDING != 0 || cfg!(test), "a reused entry findable before A9 publishes it");
+        debug_assert!(word & Self::PENDING != 0, "a reused entry findable before A9 publishes it");
         self.word.store(word, Ordering::Release);
     }
 
@@ -137,7 +142,7 @@ impl EntryState {
         // of this lease is program-ordered after it.
         let prev = self.word.fetch_add(1, Ordering::Relaxed);
         debug_assert_eq!(prev & (Self::INVALID | Self::PENDING), 0, "lease taken on an invalidated or unpublished entry");
-        // The count never wraps into the incarnation bits.
+        // The count never carries into the incarnation bits (10¹² leases).
         debug_assert!(prev & Self::COUNT_MASK < Self::COUNT_MASK, "lease count overflow");
     }
 
@@ -199,6 +204,29 @@ impl EntryState {
             Invalidated::Owner
         } else {
             Invalidated::Leased
+        }
+    }
+
+    //= spec.md#A5
+    //# with one compare-exchange of its state word from unleased to INVALID
+    /// The trim's removal (S2.8): sets INVALID only if the entry has no
+    /// lease, in one compare-exchange, so that a lease A0 took since the
+    /// trim's note keeps its entry (as every lease does); `true`: this
+    /// thread owns the deregistration. At most two rounds: the word moves
+    /// under the lock exclusive only by A0's leases (the count is then
+    /// above 0) and not at all by releases (none at count 0).
+    #[inline]
+    pub fn invalidate_unleased(&self) -> bool {
+        let mut w = self.word.load(Ordering::Relaxed);
+        loop {
+            if w & (Self::COUNT_MASK | Self::INVALID) != 0 {
+                return false;
+            }
+            // AcqRel, as `invalidate`.
+            match self.word.compare_exchange(w, w | Self::INVALID, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => w = now,
+            }
         }
     }
 
@@ -272,12 +300,12 @@ mod tests {
     /// The incarnation never spills into the count or the flags, and wraps.
     #[test]
     fn incarnations_stay_in_their_bits() {
-        for n in [0, 1, (1 << 29) - 1, 1 << 29, u64::MAX] {
+        for n in [0, 1, (1 << 21) - 1, 1 << 21, u64::MAX] {
             let w = EntryState::with_incarnation(EntryState::PENDING | 5, n);
             assert_eq!(w & EntryState::COUNT_MASK, 5);
             assert_eq!(w & (EntryState::INVALID | EntryState::PENDING), EntryState::PENDING);
         }
-        assert_eq!(EntryState::with_incarnation(0, 1 << 29), EntryState::with_incarnation(0, 0), "wraps");
+        assert_eq!(EntryState::with_incarnation(0, 1 << 21), EntryState::with_incarnation(0, 0), "wraps");
     }
 
     /// A lease taken by A0 is an ordinary lease for the handoff (A-H): an

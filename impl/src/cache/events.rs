@@ -108,10 +108,15 @@ impl<R: Registrar> Cache<R> {
             debug_assert!(false, "uncache of an entry not in the index");
             return false;
         };
-        self.retire(shared, st, slot, deregs, invalidation)
+        self.retire(shared, st, slot, deregs, invalidation, false)
     }
 
     /// Bookkeeping and A-H handoff for an entry just taken out of the index.
+    /// `claimed`: the caller already set INVALID on an unleased entry
+    /// ([`EntryState::invalidate_unleased`], the trim), so this thread owns
+    /// the deregistration; every lane slot was revoked before (the trim's
+    /// note revokes them all, and memos are made only under the lock
+    /// shared), so the revoke below finds none.
     pub(super) fn retire<'c>(
         &'c self,
         shared: &'c Generation<R>,
@@ -119,6 +124,7 @@ impl<R: Registrar> Cache<R> {
         slot: Slot<EntryPtr<R>>,
         deregs: &mut DeregList<'c, R>,
         invalidation: bool,
+        claimed: bool,
     ) -> bool {
         let e = slot.value;
         // It was in the index and we hold the lock exclusive: nobody can free
@@ -138,7 +144,7 @@ impl<R: Registrar> Cache<R> {
         #[cfg(not(any(test, feature = "faults")))]
         let _ = invalidation;
         #[cfg(any(test, feature = "faults"))]
-        if early {
+        if early && !claimed {
             // P3 mutant: take the handle while the entry is surely alive (in
             // the index, lock held), then hand the entry to its last release,
             // which must not deregister it again (HANDLE_GONE).
@@ -163,7 +169,8 @@ impl<R: Registrar> Cache<R> {
         //= spec.md#A-H
         //# invalidation sets INVALID with one atomic OR on the state word and
         //# owns the deregistration iff the count it saw was 0
-        match entry.state.invalidate(0) {
+        let handoff = if claimed { Invalidated::Owner } else { entry.state.invalidate(0) };
+        match handoff {
             Invalidated::Owner => {
                 // SAFETY: we own its deregistration (count was 0, INVALID
                 // now set) and it left the index, its lane memos revoked

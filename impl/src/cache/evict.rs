@@ -368,7 +368,7 @@ impl<R: Registrar> Cache<R> {
             let prio = indexed(&slot).priority.load(Ordering::Relaxed);
             st.max_exclusive(&self.gds_floor, prio);
             st.add_exclusive(&self.counters.evictions, 1);
-            self.retire(shared, st, slot, deregs, false);
+            self.retire(shared, st, slot, deregs, false, false);
         }
         #[cfg(debug_assertions)]
         if self.over_limits(st) {
@@ -416,8 +416,17 @@ impl<R: Registrar> Cache<R> {
             .map(|(s, slot)| (s.first, slot.id))
             .collect();
         for (first, id) in unleased {
-            inc(&self.counters.pressure_evictions);
-            self.uncache(shared, st, first, id, deregs, false);
+            //= spec.md#A5
+            //# with one compare-exchange of its state word from unleased to INVALID
+            // Not a count read and then an OR: without limits A0 leases
+            // entries under the trim's lock exclusive, and an entry it
+            // leased between the two would leave the index leased, where
+            // S2.8 keeps it.
+            let claim = |slot: &Slot<EntryPtr<R>>| indexed(slot).state.invalidate_unleased();
+            if let Removal::Removed(slot) = st.index.remove_if(first, id, claim) {
+                inc(&self.counters.pressure_evictions);
+                self.retire(shared, st, slot, deregs, false, true);
+            }
         }
         if self.limits_active {
             self.settle_over_limit(shared, st);
@@ -496,7 +505,7 @@ impl<R: Registrar> Cache<R> {
         self.revoke_all(shared);
         for (_, slot) in st.index.take_all() {
             indexed(&slot).memoized.store(false, Ordering::Relaxed);
-            self.retire(shared, &mut st, slot, &mut deregs, false);
+            self.retire(shared, &mut st, slot, &mut deregs, false, false);
         }
         st.order.clear();
         st.noted.clear();
