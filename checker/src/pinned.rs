@@ -137,8 +137,9 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // scripts (a drain that took a munmap's event off the queue and
         // revokes before it applies it: A0's draining count).
         "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
-        // Without limits, the ENOMEM trim (S2.8) is the one note: A0's
-        // lease is a lease there like any other.
+        // Without limits, the ENOMEM trim (S2.8) is the one note: A0's hits
+        // before and after it (the trim is one step here; loom's
+        // `lockless_hit_vs_trim` checks A0 inside it).
         "lockless+pressure" => CheckConfig { lockless: true, registrar_failures: 2, ..base(2, 3) },
         "lockless-drain" => {
             CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
