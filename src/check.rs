@@ -101,6 +101,10 @@ pub struct CheckArgs {
     /// it. Only without limits (there A1 takes every hit under the lock).
     #[arg(long)]
     pub lockless: bool,
+    /// With limits, an acquire may skip A1 and go straight to A2
+    /// (spec.md#A1).
+    #[arg(long)]
+    pub skip_a1: bool,
     /// The sync hook runs before the release, as the pair release_begin /
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
@@ -138,6 +142,7 @@ impl CheckArgs {
             scripts: None,
             lanes: self.lanes,
             lockless: self.lockless,
+            skip_a1: self.skip_a1,
             pair: self.pair,
             remove: self.remove,
             caches: self.caches,

@@ -129,6 +129,13 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::A1SkipWithoutLookup => {
+                cfg.skip_a1 = true;
+                if !cfg.has_limits() {
+                    cfg.max_regions = Some(1);
+                }
+                changed.push("--skip-a1 and --max-regions 1".into());
+            }
             Mutant::LocklessSkipsDraining if cfg.scripts.is_none() => {
                 cfg.lockless = true;
                 cfg.lanes = true;
@@ -241,6 +248,8 @@ pub struct CheckConfig {
     /// start with it (a lane may skip a memo, so the choice is free), its
     /// read and its compare-exchange two steps with anything between.
     pub lockless: bool,
+    /// With limits, an acquire may skip A1 (straight to A2; spec.md#A1).
+    pub skip_a1: bool,
     /// The sync hook runs *before* the release, as the pair W1 (before) and
     /// W2 (after) of spec.md#S2.9: every script release event is
     /// `release_begin`, the release, `release_end` (two ops in the history).
@@ -279,6 +288,7 @@ impl Default for CheckConfig {
             scripts: None,
             lanes: false,
             lockless: false,
+            skip_a1: false,
             pair: false,
             remove: false,
             caches: 1,

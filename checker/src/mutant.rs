@@ -194,6 +194,11 @@ mutants! {
     /// applies it, the munmap returns, and the releasing thread's next
     /// acquire hits the stale entry without a lock (spec.md#A0).
     LocklessSkipsDraining: "A0 checks only the queue length, not the draining count", [P2];
+    /// An acquire that skipped A1 takes itself for one whose A1 missed with
+    /// nothing inserted since, and skips the lookups of A3 and A8 (as the
+    /// cache may then): a request a findable entry covers is registered and
+    /// cached again (spec.md#A1).
+    A1SkipWithoutLookup: "an acquire that skipped A1 skips the lookups of A3 and A8", [LINEARIZABLE];
 }
 
 impl Mutant {

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 28] = [
+const FAMILIES: [&str; 29] = [
     "2x3",
     "2x4",
     "3x2",
@@ -47,6 +47,7 @@ const FAMILIES: [&str; 28] = [
     "lockless",
     "lockless-drain",
     "lockless+pressure",
+    "2x3+limit+skip",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -137,6 +138,8 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // scripts (a drain that took a munmap's event off the queue and
         // revokes before it applies it: A0's draining count).
         "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
+        // An acquire may skip A1 (straight to A2), with a limit.
+        "2x3+limit+skip" => CheckConfig { skip_a1: true, max_regions: Some(1), ..base(2, 3) },
         // Without limits, the ENOMEM trim (S2.8) is the one note: A0's hits
         // before and after it (the trim is one step here; loom's
         // `lockless_hit_vs_trim` checks A0 inside it).
@@ -288,6 +291,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("lockless+pressure merge async", 92610),
     ("lockless+pressure no-merge-uncache-contained sync", 55965),
     ("lockless+pressure no-merge-uncache-contained async", 76967),
+    ("2x3+limit+skip independent sync", 9425),
+    ("2x3+limit+skip independent async", 14788),
+    ("2x3+limit+skip merge sync", 9304),
+    ("2x3+limit+skip merge async", 14022),
+    ("2x3+limit+skip no-merge-uncache-contained sync", 8505),
+    ("2x3+limit+skip no-merge-uncache-contained async", 12828),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when

@@ -163,6 +163,8 @@ pub struct Acq {
     pub handle: Option<Handle>,
     /// This acquire trimmed after an ENOMEM (S5.4): its outcome says `pressure`.
     pub trimmed: bool,
+    /// This acquire skipped A1 (went straight to A2; `CheckConfig::skip_a1`).
+    pub skipped_a1: bool,
 }
 
 /// One memo slot of a thread's lane (LN1–LN6). `held` is written only by the

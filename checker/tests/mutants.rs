@@ -94,6 +94,7 @@ mutants! {
     m37_remove_window_one_cache => RemoveWindowOneCache,
     m38_lockless_takes_removed => LocklessTakesRemoved,
     m39_lockless_skips_draining => LocklessSkipsDraining,
+    m40_a1_skip_without_lookup => A1SkipWithoutLookup,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

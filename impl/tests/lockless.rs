@@ -169,3 +169,34 @@ fn a0_never_hands_out_a_removed_or_reused_entry() {
     assert!(c.registrar().live.lock().unwrap().is_empty());
     assert_eq!(c.registrar().inner.live(), 0);
 }
+
+//= spec.md#A1 type=test
+/// With limits, a thread whose A1 lookups keep missing skips A1 (straight
+/// to A2, where A3 looks up under the lock exclusive) until its next hit,
+/// which A3 then finds: answers stay A1's, and A1 runs again after the hit.
+#[test]
+fn a_streak_of_a1_misses_skips_a1_until_a_hit() {
+    let c = cache(true, Some(10_000));
+    for i in 0..100u64 {
+        assert!(!c.acquire(i * 4 * P, P, RW).unwrap().hit());
+    }
+    let skips = c.diagnostics().a1_skips;
+    assert!(skips >= 100 - u64::from(4u32), "{skips} of 100 misses skipped A1");
+    // A hit while skipping: A3 finds it, with the entry A1 would have given.
+    let id = c.acquire(0, P, RW).unwrap().view().id;
+    let l = c.acquire(0, P, RW).unwrap();
+    assert!(l.hit() && l.view().id == id);
+    drop(l);
+    assert_eq!(c.diagnostics().a1_skips, skips + 1, "the hit came through a skipped A1");
+    // The streak is over: the next acquires take A1 (and the lane) again.
+    for _ in 0..10 {
+        assert!(c.acquire(0, P, RW).unwrap().hit());
+    }
+    assert_eq!(c.diagnostics().a1_skips, skips + 1);
+    // Without limits nothing is skipped.
+    let c = cache(true, None);
+    for i in 0..100u64 {
+        drop(c.acquire(i * 4 * P, P, RW).unwrap());
+    }
+    assert_eq!(c.diagnostics().a1_skips, 0);
+}

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 40] = [
+pub const MUTANTS: [&str; 41] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -49,6 +49,7 @@ pub const MUTANTS: [&str; 40] = [
     "remove-window-one-cache",
     "lockless-takes-removed",
     "lockless-skips-draining",
+    "a1-skip-without-lookup",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -72,7 +72,11 @@ impl AlgoModel {
         {
             return A7::Stale { replan: false };
         }
-        if let Some(h) = self.lookup(s, acq.req, acq.access) {
+        // Mutant `a1-skip-without-lookup`: an acquire that skipped A1 takes
+        // itself for a miss with nothing inserted since, as the cache's A3
+        // and A8 may skip their lookups then.
+        let skipped = acq.skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
+        if let Some(h) = self.lookup(s, acq.req, acq.access).filter(|_| !skipped) {
             return A7::Hit(h);
         }
         // Merge's span and access, and no-merge-uncache-contained's access,
@@ -286,6 +290,18 @@ impl Ctx<'_> {
     }
 
     //= spec.md#A1
+    //# a thread may skip A1 and go straight to A2, whose A3 then looks up
+    //# under the lock exclusive
+    /// A1 skipped (the `alt` branch with limits and `skip_a1`): straight to
+    /// A2. A3 looks up (mutant `a1-skip-without-lookup`: it does not, as if
+    /// A1 had missed with nothing inserted since).
+    pub(super) fn a1_skip(&mut self, t: usize) {
+        note!(self, "A1 skipped: T{t} goes straight to A2");
+        self.acq_mut(t).skipped_a1 = true;
+        self.thread_mut(t).pc = Pc::A2;
+    }
+
+    //= spec.md#A1
     //= spec.md#S3.9
     //# The fast (read-locked) hit path is taken only when the queue is empty,
     //# so a queued event is never missed.
@@ -349,8 +365,9 @@ impl Ctx<'_> {
 
     pub(super) fn a3(&mut self, t: usize) {
         let (req, access) = (self.acq(t).req, self.acq(t).access);
+        let skipped = self.acq(t).skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
         //= spec.md#A3
-        if let Some(h) = self.m.lookup(self.s, req, access) {
+        if let Some(h) = self.m.lookup(self.s, req, access).filter(|_| !skipped) {
             note!(self, "A3: hit #{h}");
             let ret = self.grant(t, h, true);
             self.unlock_exclusive(t as Actor);

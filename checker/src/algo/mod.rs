@@ -289,12 +289,12 @@ impl AlgoModel {
     }
 
     /// Whether thread `t` may start its next op, an acquire, with A0 (the
-    /// `alt` branch of its first step): A0 takes no lock, so it may start
-    /// while another thread holds the lock exclusive.
+    /// `alt` branch of its first step), or, with limits and `skip_a1`, by
+    /// skipping A1 (straight to A2): neither takes the lock at once, so
+    /// either may start while another thread holds the lock exclusive.
     pub fn a0_may_start(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
-        self.cfg.lockless
-            && !self.cfg.has_limits()
+        ((self.cfg.lockless && !self.cfg.has_limits()) || (self.cfg.skip_a1 && self.cfg.has_limits()))
             && th.pc == Pc::Idle
             && th.ev.is_none()
             && th.toctou.is_empty()
@@ -651,12 +651,15 @@ impl Ctx<'_> {
             ScriptOp::Acquire { lease, span, access } => {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
                 self.thread_mut(t).acq =
-                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false });
+                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false, skipped_a1: false });
                 if self.ln1_start(t, span, access) {
                     return;
                 }
-                if alt {
+                if alt && self.m.cfg.lockless && !self.m.cfg.has_limits() {
                     return self.a0_read(t);
+                }
+                if alt {
+                    return self.a1_skip(t);
                 }
                 self.a1_enter(t);
             }

@@ -210,8 +210,21 @@ impl<R: Registrar> Cache<R> {
                     return Ok(Lease::new(self, shared, e, true, false));
                 }
             }
+            //= spec.md#A1
+            //# a thread may skip A1 and go straight to A2, whose A3 then looks up
+            //# under the lock exclusive
+            // With limits, after A1_MISS_STREAK A1 misses in a row on this
+            // thread, until its next hit (A3 resets the streak): a miss then
+            // takes the lock once. `None`: A3 looks up.
+            if self.limits_active && lane.is_some_and(|lane| lane.a1_misses.load(Ordering::Relaxed) >= lanes::A1_MISS_STREAK) {
+                self.hot.bump_each(&[Hot::Acquires, Hot::A1Skips]);
+                return self.acquire_slow(shared, range, span, access, None);
+            }
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
+                if let Some(lane) = lane.filter(|lane| lane.a1_misses.load(Ordering::Relaxed) != 0) {
+                    lane.a1_misses.store(0, Ordering::Relaxed);
+                }
                 entry.state.acquire();
                 //= spec.md#LN2
                 //# memoize (in A1, under the lock shared)
@@ -231,6 +244,9 @@ impl<R: Registrar> Cache<R> {
                 return Ok(Lease::new(self, shared, e, true, false));
             }
             a1_missed_at = Some(st.index.inserts());
+            if let Some(lane) = lane {
+                lane.a1_misses.store(lane.a1_misses.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
+            }
         }
         self.hot.bump(Hot::Acquires);
         self.acquire_slow(shared, range, span, access, a1_missed_at)
@@ -345,6 +361,10 @@ impl<R: Registrar> Cache<R> {
                 let entry = indexed(slot);
                 entry.state.acquire();
                 self.touch(entry);
+                // A hit: this thread's A1 runs again (see `acquire_a1`).
+                if let Some(lane) = shared.lanes.mine().filter(|lane| lane.a1_misses.load(Ordering::Relaxed) != 0) {
+                    lane.a1_misses.store(0, Ordering::Relaxed);
+                }
                 st.unlock();
                 deregs.perform();
                 self.hot.bump(Hot::Hits);

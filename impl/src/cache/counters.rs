@@ -69,6 +69,8 @@ pub(crate) struct HotSlot {
     pub deregistrations: plain::AtomicU64,
     /// Hits A0 served without the lock (spec.md#A0), also in `hits`.
     pub lockless_hits: plain::AtomicU64,
+    /// Acquires that skipped A1 (spec.md#A1: a streak of A1 misses).
+    pub a1_skips: plain::AtomicU64,
 }
 
 /// Which striped counter to bump.
@@ -79,6 +81,8 @@ pub(crate) enum Hot {
     Releases,
     /// A0's hits (also counted as `Hits`).
     LocklessHits,
+    /// Acquires that skipped A1.
+    A1Skips,
     /// Not on the hit path, but bumped after unlocking by whichever thread
     /// performs a deregistration: a locked `fetch_add` per evicting miss
     /// otherwise.
@@ -93,6 +97,7 @@ impl HotSlot {
             Hot::Hits => &self.hits,
             Hot::Releases => &self.releases,
             Hot::LocklessHits => &self.lockless_hits,
+            Hot::A1Skips => &self.a1_skips,
             Hot::Deregistrations => &self.deregistrations,
         }
     }

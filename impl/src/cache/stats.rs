@@ -33,6 +33,10 @@ pub struct Diagnostics {
     /// Hits served without the lock (spec.md#A0), included in `Stats::hits`.
     #[serde(default)]
     pub lockless_hits: u64,
+    /// Acquires that skipped A1 after a streak of A1 misses, with limits
+    /// (spec.md#A1): each took the cache lock once, exclusive.
+    #[serde(default)]
+    pub a1_skips: u64,
     /// Windows a REMOVE opened (spec.md#M3), and those proven and closed
     /// (M4). Their difference is open now: those pages are served uncached
     /// (`Stats::uncached`) until the madvise is proven to have returned.
@@ -121,6 +125,7 @@ impl<R: Registrar> Cache<R> {
             queue_capacity: shared.queue.capacity() as u64,
             lane_hits: self.lane_counts(shared).0,
             lockless_hits: self.hot.sum(Hot::LocklessHits),
+            a1_skips: self.hot.sum(Hot::A1Skips),
             remove_windows: get(&c.remove_windows),
             remove_windows_closed: get(&c.remove_windows_closed),
             unwatched_uncached: get(&c.unwatched_uncached),

@@ -78,6 +78,12 @@ fn slot_index(span: PageSpan, access: Access, mask: usize) -> usize {
     ((h ^ u64::from(access.bits())) >> 32) as usize & mask
 }
 
+/// A1 misses in a row after which a thread with limits skips A1 (see
+/// [`Lane::a1_misses`]): an evicting miss then takes the cache lock once,
+/// exclusive, instead of shared for a lookup that misses and then
+/// exclusive (about 9 ns of a 250 ns evicting miss, bench/peers).
+pub(crate) const A1_MISS_STREAK: u32 = 4;
+
 /// One thread's memo table in one cache generation.
 pub(crate) struct Lane<R: Registrar> {
     slots: Box<[LaneSlot<R>]>,
@@ -100,6 +106,10 @@ pub(crate) struct Lane<R: Registrar> {
     pub(super) window_hits: plain::AtomicU64,
     pub(super) dry: plain::AtomicBool,
     pub(super) tick: plain::AtomicU32,
+    /// A1 lookups in a row that missed (owner only, plain): with limits, a
+    /// thread whose last [`A1_MISS_STREAK`] A1 lookups missed skips A1 until
+    /// its next hit (spec.md#A1; `Cache::acquire_a1`).
+    pub(in crate::cache) a1_misses: plain::AtomicU32,
     /// Held by the thread that owns the lane; released by its thread-local
     /// destructor (or when it drops the claim to bound its claim list).
     claim: Arc<Claim>,
@@ -257,6 +267,7 @@ impl<R: Registrar> Lanes<R> {
                     window_hits: plain::AtomicU64::new(0),
                     dry: plain::AtomicBool::new(false),
                     tick: plain::AtomicU32::new(0),
+                    a1_misses: plain::AtomicU32::new(0),
                     claim: Arc::new(Claim { taken: plain::AtomicBool::new(true), holder: plain::AtomicUsize::new(0) }),
                     owned_taken: plain::AtomicU64::new(0),
                     owned_returned: plain::AtomicU64::new(0),
