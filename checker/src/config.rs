@@ -131,10 +131,11 @@ impl Mutant {
             }
             Mutant::A1SkipWithoutLookup => {
                 cfg.skip_a1 = true;
+                changed.push("--skip-a1".into());
                 if !cfg.has_limits() {
                     cfg.max_regions = Some(1);
+                    changed.push("--max-regions 1".into());
                 }
-                changed.push("--skip-a1 and --max-regions 1".into());
             }
             Mutant::LocklessSkipsDraining if cfg.scripts.is_none() => {
                 cfg.lockless = true;

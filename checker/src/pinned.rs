@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 29] = [
+const FAMILIES: [&str; 30] = [
     "2x3",
     "2x4",
     "3x2",
@@ -48,6 +48,7 @@ const FAMILIES: [&str; 29] = [
     "lockless-drain",
     "lockless+pressure",
     "2x3+limit+skip",
+    "lanes+limit+skip",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -140,6 +141,14 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
         // An acquire may skip A1 (straight to A2), with a limit.
         "2x3+limit+skip" => CheckConfig { skip_a1: true, max_regions: Some(1), ..base(2, 3) },
+        // The cache skips A1 only on a thread with a lane: the same with lanes.
+        "lanes+limit+skip" => CheckConfig {
+            lanes: true,
+            skip_a1: true,
+            scripts: Some(crate::config::lane_scripts()),
+            max_regions: Some(1),
+            ..base(2, 3)
+        },
         // Without limits, the ENOMEM trim (S2.8) is the one note: A0's hits
         // before and after it (the trim is one step here; loom's
         // `lockless_hit_vs_trim` checks A0 inside it).
@@ -291,12 +300,18 @@ const COUNTS: &[(&str, usize)] = &[
     ("lockless+pressure merge async", 92610),
     ("lockless+pressure no-merge-uncache-contained sync", 55965),
     ("lockless+pressure no-merge-uncache-contained async", 76967),
-    ("2x3+limit+skip independent sync", 9425),
-    ("2x3+limit+skip independent async", 14788),
-    ("2x3+limit+skip merge sync", 9304),
-    ("2x3+limit+skip merge async", 14022),
-    ("2x3+limit+skip no-merge-uncache-contained sync", 8505),
-    ("2x3+limit+skip no-merge-uncache-contained async", 12828),
+    ("2x3+limit+skip independent sync", 6830),
+    ("2x3+limit+skip independent async", 11919),
+    ("2x3+limit+skip merge sync", 6486),
+    ("2x3+limit+skip merge async", 10866),
+    ("2x3+limit+skip no-merge-uncache-contained sync", 5894),
+    ("2x3+limit+skip no-merge-uncache-contained async", 9870),
+    ("lanes+limit+skip independent sync", 13558),
+    ("lanes+limit+skip independent async", 25294),
+    ("lanes+limit+skip merge sync", 13558),
+    ("lanes+limit+skip merge async", 25294),
+    ("lanes+limit+skip no-merge-uncache-contained sync", 13558),
+    ("lanes+limit+skip no-merge-uncache-contained async", 25294),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when

@@ -83,12 +83,13 @@ family! {
     pinned_lockless_drain => "lockless-drain",
     pinned_lockless_pressure => "lockless+pressure",
     pinned_2x3_limit_skip => "2x3+limit+skip",
+    pinned_lanes_limit_skip => "lanes+limit+skip",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 144);
+    assert_eq!(all.len(), 150);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -297,7 +297,10 @@ impl Ctx<'_> {
     /// A1 had missed with nothing inserted since).
     pub(super) fn a1_skip(&mut self, t: usize) {
         note!(self, "A1 skipped: T{t} goes straight to A2");
-        self.acq_mut(t).skipped_a1 = true;
+        // Only the mutant reads it: kept out of the state otherwise.
+        if self.mutant(Mutant::A1SkipWithoutLookup) {
+            self.acq_mut(t).skipped_a1 = true;
+        }
         self.thread_mut(t).pc = Pc::A2;
     }
 

@@ -214,11 +214,18 @@ impl<R: Registrar> Cache<R> {
             //# a thread may skip A1 and go straight to A2, whose A3 then looks up
             //# under the lock exclusive
             // With limits, after A1_MISS_STREAK A1 misses in a row on this
-            // thread, until its next hit (A3 resets the streak): a miss then
-            // takes the lock once. `None`: A3 looks up.
-            if self.limits_active && lane.is_some_and(|lane| lane.a1_misses.load(Ordering::Relaxed) >= lanes::A1_MISS_STREAK) {
+            // thread's lane, until its next hit: a miss then does not take
+            // the lock shared for a lookup that misses. `None`: A3 looks up.
+            if let Some(lane) =
+                lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) >= lanes::A1_MISS_STREAK)
+            {
                 self.hot.bump_each(&[Hot::Acquires, Hot::A1Skips]);
-                return self.acquire_slow(shared, range, span, access, None);
+                let leased = self.acquire_slow(shared, range, span, access, None);
+                // A hit (A3 or A8): this thread's A1 runs again.
+                if leased.as_ref().is_ok_and(|lease| lease.hit()) {
+                    lane.a1_misses.store(0, Ordering::Relaxed);
+                }
+                return leased;
             }
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
@@ -361,10 +368,6 @@ impl<R: Registrar> Cache<R> {
                 let entry = indexed(slot);
                 entry.state.acquire();
                 self.touch(entry);
-                // A hit: this thread's A1 runs again (see `acquire_a1`).
-                if let Some(lane) = shared.lanes.mine().filter(|lane| lane.a1_misses.load(Ordering::Relaxed) != 0) {
-                    lane.a1_misses.store(0, Ordering::Relaxed);
-                }
                 st.unlock();
                 deregs.perform();
                 self.hot.bump(Hot::Hits);

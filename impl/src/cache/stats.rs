@@ -33,8 +33,9 @@ pub struct Diagnostics {
     /// Hits served without the lock (spec.md#A0), included in `Stats::hits`.
     #[serde(default)]
     pub lockless_hits: u64,
-    /// Acquires that skipped A1 after a streak of A1 misses, with limits
-    /// (spec.md#A1): each took the cache lock once, exclusive.
+    /// Acquires that skipped A1 after a streak of A1 misses on their
+    /// thread's lane, with limits (spec.md#A1): each went straight to A2,
+    /// without taking the cache lock shared for A1's lookup.
     #[serde(default)]
     pub a1_skips: u64,
     /// Windows a REMOVE opened (spec.md#M3), and those proven and closed

@@ -79,9 +79,9 @@ fn slot_index(span: PageSpan, access: Access, mask: usize) -> usize {
 }
 
 /// A1 misses in a row after which a thread with limits skips A1 (see
-/// [`Lane::a1_misses`]): an evicting miss then takes the cache lock once,
-/// exclusive, instead of shared for a lookup that misses and then
-/// exclusive (about 9 ns of a 250 ns evicting miss, bench/peers).
+/// [`Lane::a1_misses`]): a miss then does not take the cache lock shared
+/// for a lookup that misses before A2 takes it exclusive (about 9 ns of a
+/// 250 ns evicting miss, bench/peers).
 pub(crate) const A1_MISS_STREAK: u32 = 4;
 
 /// One thread's memo table in one cache generation.
