@@ -276,3 +276,59 @@ fn caches_attach_and_detach_while_others_serve_and_release() {
         h.join().expect("a thread failed");
     }
 }
+
+/// The private anonymous read-write mappings of the process, as ranges.
+fn anonymous_rw_mappings() -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (span, perms, _offset, _dev, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+            let named = fields.next().is_some();
+            let (start, end) = span.split_once('-')?;
+            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+            (perms == "rw-p" && inode == "0" && !named).then_some((start, end))
+        })
+        .collect()
+}
+
+#[test]
+//= spec.md#S7.6
+//# the last detach stops the thread and closes
+//# the fd, which unwatches every range
+fn the_monitor_thread_exits_even_when_its_own_stacks_are_watched() {
+    // A registration may cover pages the caller never asked for (S6.2's
+    // chunk_pages widens a span over the neighbouring mapping), and so may
+    // its watch: in a dma_oracle run, a chunk-widened registration covered
+    // the monitor thread's signal stack. A thread's exit releases its own
+    // memory (Rust's std unmaps the signal stack, glibc madvises the unused
+    // stack), and a release of watched memory waits until the event is
+    // read, here by the exiting thread itself: the detach hung (about 1 run
+    // in 100 of dma_oracle's S7.4(b) variants). Here the monitor thread's
+    // new mappings are watched on purpose, through a cache's acquires.
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let before = anonymous_rw_mappings();
+    let cache = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m = MonitorThread::start(&cache).unwrap();
+    // The thread's stack and signal stack; glibc's heaps for a new arena
+    // (64 MiB-aligned) are left out: the monitor's own frees may trim them
+    // while it runs, which this test does not address.
+    let arena_align = 64 << 20;
+    let new: Vec<(u64, u64)> =
+        anonymous_rw_mappings().into_iter().filter(|m| !before.contains(m) && m.0 % arena_align != 0).collect();
+    assert!(!new.is_empty(), "the monitor thread's start mapped no stack");
+    for &(start, end) in &new {
+        drop(cache.acquire(start, end - start, Access::LOCAL_WRITE).unwrap());
+    }
+    assert_eq!(cache.stats().cached_entries, new.len() as u64, "each of the thread's mappings is cached, so watched");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(m);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the last detach did not return within 20 s: the monitor thread waits for itself to read its own exit's release");
+}

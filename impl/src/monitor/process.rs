@@ -5,8 +5,8 @@
 //! monitor each could not share a buffer (the second watch fails with
 //! EBUSY). Here the process has one `Hub`: one fd, one thread, one madvise
 //! prover. A cache *attaches* with [`MonitorThread::start`] and detaches
-//! when that handle is dropped; the last detach stops the thread and closes
-//! the fd (which unwatches every range).
+//! when that handle is dropped; the last detach stops the thread, which
+//! closes the fd (unwatching every range) before it exits.
 //!
 //! Invariants:
 //! - The fd is read only by the hub's thread, in a round that holds the
@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::thread::JoinHandle;
 
 /// Messages read per round.
@@ -120,7 +120,12 @@ impl<R: Registrar> Deferred for RoundDeregs<'_, R> {
 /// The process's monitor: its fd, its madvise-proof signal, and the caches
 /// attached to it, in attach order.
 struct Hub {
-    monitor: UffdMonitor,
+    /// The fd. `None` once the thread closed it on its way out ([`Hub::run`]):
+    /// a watch then finds nothing to watch through (the range is served
+    /// uncached). The lock keeps a watch from using the fd's number after
+    /// it was closed (and perhaps reused); only the closing takes it
+    /// exclusive, once.
+    monitor: RwLock<Option<UffdMonitor>>,
     signal: Signal,
     /// Attached caches by id. Its mutex orders rounds, attaches and detaches.
     members: Mutex<Vec<(u64, Arc<dyn Member>)>>,
@@ -141,7 +146,11 @@ impl Hub {
         let members = lock(&self.members);
         let mut locked: Vec<Box<dyn LockedMember<'_>>> = members.iter().map(|(_, m)| m.lock()).collect();
         let mut events = Vec::new();
-        if self.monitor.read_pending(&mut events, READ_BATCH).is_err() {
+        let read = match &*read_lock(&self.monitor) {
+            Some(monitor) => monitor.read_pending(&mut events, READ_BATCH).map(drop),
+            None => Ok(()),
+        };
+        if read.is_err() {
             // Retried next round: the fd stays readable.
             self.read_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -183,7 +192,11 @@ impl Hub {
             let timeout = if unproven { PROOF_POLL_MS } else { POLL_TIMEOUT_MS };
             //= spec.md#M1
             //# uffd monitor thread: poll until the fd is readable, without reading.
-            match self.monitor.wait_readable_or(self.signal.wake_fd(), timeout) {
+            let readable = match &*read_lock(&self.monitor) {
+                Some(monitor) => monitor.wait_readable_or(self.signal.wake_fd(), timeout),
+                None => break,
+            };
+            match readable {
                 Ok(true) => {
                     let opened = self.round();
                     //= spec.md#M3
@@ -197,7 +210,22 @@ impl Hub {
             self.signal.clear_wake();
             unproven = prover.advance(self);
         }
+        //= spec.md#S7.6
+        //# The monitor thread closes the fd itself, before it exits.
+        // Closed here, by this thread, before it returns: its exit releases
+        // memory of its own (Rust's std unmaps its signal stack, glibc
+        // madvises the unused part of its stack). A registration widened
+        // over a neighbouring mapping (S6.2's chunk_pages) can have watched
+        // those pages, and a release of watched memory waits until its event
+        // is read: by this thread, which would wait for itself forever. With
+        // the fd closed nothing is watched. Every cache detached before the
+        // stop (each was flushed while still a member), so no event is owed.
+        *self.monitor.write().unwrap_or_else(PoisonError::into_inner) = None;
     }
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A cache's event source when attached to the hub: it watches through the
@@ -223,7 +251,11 @@ impl EventSource for HubSource {
         //# If the kernel refuses to watch a range because
         //# another userfaultfd in the process watches it (EBUSY), the acquire is
         //# served, uncached
-        match hub.monitor.watch(range) {
+        let monitor = read_lock(&hub.monitor);
+        // The thread closed the fd: the last cache detached while this
+        // acquire was between its delivering check and here. Served uncached.
+        let Some(monitor) = &*monitor else { return Ok(Watched::Not) };
+        match monitor.watch(range) {
             Ok(()) => Ok(Watched::Yes),
             Err(UffdError::Unwatchable { errno: libc::EBUSY, .. }) => Ok(Watched::Not),
             Err(e) => Err(e.to_string()),
@@ -576,7 +608,7 @@ impl MonitorThread {
     /// Opens the fd and starts the thread.
     fn launch(signal: Signal, pid: u32) -> Result<Running, UffdError> {
         let hub = Arc::new(Hub {
-            monitor: UffdMonitor::open()?,
+            monitor: RwLock::new(Some(UffdMonitor::open()?)),
             signal,
             members: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
