@@ -12,11 +12,17 @@ proj=${PROJ:-$(git rev-parse --show-toplevel)}
 W=${OUTDIR:-$proj/target/peers}; B=$W/bin
 ROUNDS=${ROUNDS:-3}; MT_ROUNDS=${MT_ROUNDS:-2}
 PARTS=${PARTS:-"peers mt"}
+# The one-thread rows run pinned to CPU $PIN (every arm alike; PIN= pins nothing). Unpinned, single runs of
+# "evict 100000 1000" swung by up to a third for every cache (rounds of 345, 247 and 329 ns for one arm, one of
+# 334 ns in six for libfabric's), with the scheduler moving the process between the two cores; pinned and
+# interleaved they stayed within a few per cent. The two-thread part is never pinned (it needs both cores).
+PIN=${PIN-1}
+pin=(); [ -n "$PIN" ] && pin=(taskset -c "$PIN")
 HITS=${HITS:-2000000}; EVICTS=${EVICTS:-300000}; MT_SECS=${MT_SECS:-2}
 OUT=${OUT:-$W/results}; mkdir -p "$OUT"; raw=$OUT/raw.txt; : > "$raw"
 [ "${SKIP_BUILD:-0}" = 1 ] || bash "$here/build.sh" >&2 || exit 1
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "load $(load) start $(date -u +%FT%TZ) nproc $(nproc)" >> "$raw"
+echo "load $(load) start $(date -u +%FT%TZ) nproc $(nproc) pin ${PIN:-none}" >> "$raw"
 # rec PART ARM COND cmd...: run, tag every result line
 rec() { local part=$1 arm=$2 cond=$3; shift 3
   "$@" 2>>"$OUT/stderr.txt" | grep -v '^#' | sed "s|^|$part $arm $cond |" >> "$raw"; }
@@ -32,7 +38,7 @@ for round in $(seq "$ROUNDS"); do
         # grdma's hits cost O(N) (its interval tree degenerates on in-order inserts): fewer iterations at N >= 1e4
         if [ $arm = pb_grdma ] && [[ "$w" == hit\ 1000* ]]; then ww=$(sed "s/ $HITS/ 20000/" <<<"$w"); fi
         # shellcheck disable=SC2086
-        rec peers $arm count timeout 300 "$B/$arm" $ww
+        rec peers $arm count "${pin[@]}" timeout 300 "$B/$arm" $ww
       done
     done
     echo "load $(load) after peers round $round" >> "$raw"

@@ -229,7 +229,11 @@ impl<R: Registrar> Cache<R> {
             }
             let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
             if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
-                if let Some(lane) = lane.filter(|lane| lane.a1_misses.load(Ordering::Relaxed) != 0) {
+                // The streak matters only with limits (the skip above):
+                // without them an A1 hit costs no load of it.
+                if let Some(lane) =
+                    lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) != 0)
+                {
                     lane.a1_misses.store(0, Ordering::Relaxed);
                 }
                 entry.state.acquire();
@@ -251,7 +255,7 @@ impl<R: Registrar> Cache<R> {
                 return Ok(Lease::new(self, shared, e, true, false));
             }
             a1_missed_at = Some(st.index.inserts());
-            if let Some(lane) = lane {
+            if let Some(lane) = lane.filter(|_| self.limits_active) {
                 lane.a1_misses.store(lane.a1_misses.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
             }
         }
