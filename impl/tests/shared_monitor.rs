@@ -358,3 +358,55 @@ fn the_monitor_thread_exits_even_when_its_own_stacks_are_watched() {
     rx.recv_timeout(Duration::from_secs(20))
         .expect("the last detach did not return within 20 s: the monitor thread waits for itself to read its own exit's release");
 }
+
+#[test]
+//= spec.md#S7.6
+//# A fork child closes its copy of the fd at once
+fn a_fork_child_does_not_keep_the_parents_monitor_watching() {
+    // A child that does not exec keeps the fds it inherited, and a
+    // userfaultfd's context lives until its last fd is closed: had the
+    // child kept the parent's, the parent's last detach would close the
+    // parent's fd but leave every range watched, and this munmap would wait
+    // forever for a reader that is gone.
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let cache = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let m = MonitorThread::start(&cache).unwrap();
+    let a = map(4 * PAGE);
+    drop(cache.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    let mut pipe = [0i32; 2];
+    // SAFETY: two ints for pipe(2) to fill.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    // SAFETY: the child only calls close, read and _exit (async-signal-safe)
+    // in a copy of this multi-threaded process.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut byte = 0u8;
+        // SAFETY: the child's copies of the pipe's fds; it waits until the
+        // parent closes the write end, then leaves.
+        unsafe {
+            libc::close(pipe[1]);
+            libc::read(pipe[0], (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the parent's read end, not used again.
+    unsafe { libc::close(pipe[0]) };
+    drop(m); // the last detach: the parent's fd closes
+    let released = std::panic::catch_unwind(|| {
+        // SAFETY: our mapping, no lease held.
+        returns_within("munmap while a fork child lives", move || unsafe { libc::munmap(a as *mut _, (4 * PAGE) as usize) });
+    });
+    // The child goes (which would also end the wait of a munmap that hung).
+    // SAFETY: our write end; then we reap our own child.
+    unsafe { libc::close(pipe[1]) };
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    if let Err(panic) = released {
+        std::panic::resume_unwind(panic);
+    }
+}

@@ -26,6 +26,7 @@
 //!   then leaves the members: no entry of it outlives its monitor.
 //! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
 
+use super::fork_close;
 use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFile, TaskFiles};
 use super::uffd::{UffdError, UffdMonitor};
 use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
@@ -126,6 +127,11 @@ struct Hub {
     /// it was closed (and perhaps reused); only the closing takes it
     /// exclusive, once.
     monitor: RwLock<Option<UffdMonitor>>,
+    /// Where [`fork_close`] tracks the fd, so that a fork child closes it.
+    fd_slot: Option<usize>,
+    /// [`fork_close::forks`] at launch: another count means this is a fork
+    /// child's copy of the hub, whose fd the child closed.
+    forks_at_launch: u64,
     signal: Signal,
     /// Attached caches by id. Its mutex orders rounds, attaches and detaches.
     members: Mutex<Vec<(u64, Arc<dyn Member>)>>,
@@ -220,7 +226,33 @@ impl Hub {
         // is read: by this thread, which would wait for itself forever. With
         // the fd closed nothing is watched. Every cache detached before the
         // stop (each was flushed while still a member), so no event is owed.
-        *self.monitor.write().unwrap_or_else(PoisonError::into_inner) = None;
+        self.close_fd();
+    }
+
+    /// Closes the fd (once; later calls do nothing), untracking it first
+    /// under [`fork_close`]'s gate: no fork falls between the two.
+    fn close_fd(&self) {
+        let held = fork_close::hold();
+        let mut monitor = self.monitor.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = monitor.take() {
+            if fork_close::forks() == self.forks_at_launch {
+                fork_close::untrack(&held, self.fd_slot);
+                drop(open);
+            } else {
+                // A fork child's copy: the child handler closed this number
+                // already, and it may name another file by now.
+                std::mem::forget(open);
+            }
+        }
+        drop(monitor);
+        drop(held);
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        // A hub whose thread never ran (spawn failed) still holds its fd.
+        self.close_fd();
     }
 }
 
@@ -251,6 +283,15 @@ impl EventSource for HubSource {
         //# If the kernel refuses to watch a range because
         //# another userfaultfd in the process watches it (EBUSY), the acquire is
         //# served, uncached
+        if fork_close::forks() != hub.forks_at_launch {
+            // A fork child's copy of the parent's hub, reached only under the
+            // F1 fault switch (which keeps the parent's monitor; without it
+            // the child's cache has no source). The child closed the fd, and
+            // it never watched the child's memory (its context is the
+            // parent's): answered as that fd's watch did, which keeps the
+            // fault's behaviour.
+            return Ok(Watched::Yes);
+        }
         let monitor = read_lock(&hub.monitor);
         // The thread closed the fd: the last cache detached while this
         // acquire was between its delivering check and here. Served uncached.
@@ -607,8 +648,17 @@ impl MonitorThread {
 
     /// Opens the fd and starts the thread.
     fn launch(signal: Signal, pid: u32) -> Result<Running, UffdError> {
+        // Opened and tracked under the gate: a fork in between would give a
+        // child a copy it does not know to close.
+        let held = fork_close::hold();
+        let monitor = UffdMonitor::open()?;
+        let fd_slot = fork_close::track(&held, monitor.raw_fd());
+        let forks_at_launch = fork_close::forks();
+        drop(held);
         let hub = Arc::new(Hub {
-            monitor: RwLock::new(Some(UffdMonitor::open()?)),
+            monitor: RwLock::new(Some(monitor)),
+            fd_slot,
+            forks_at_launch,
             signal,
             members: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
