@@ -26,7 +26,6 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::Once;
 
 /// Hub fds tracked at once.
 pub(super) const SLOTS: usize = 4;
@@ -38,21 +37,23 @@ static GATE: AtomicBool = AtomicBool::new(false);
 /// Forks seen by the child handler: a hub that was launched at another
 /// count lives in a fork child, where its fd is closed.
 static FORKS: AtomicU64 = AtomicU64::new(0);
-static HANDLERS: Once = Once::new();
+/// Whether the handlers were registered. A flag, not a `Once`: a fork while
+/// another thread ran a `Once` would leave it running forever in the child.
+static HANDLERS: AtomicBool = AtomicBool::new(false);
 
 /// The gate, held: no fork passes its prepare handler until this is dropped.
 pub(super) struct Held(());
 
 /// Takes the gate (registering the atfork handlers the first time).
 pub(super) fn hold() -> Held {
-    HANDLERS.call_once(|| {
+    if !HANDLERS.swap(true, Ordering::AcqRel) {
         // SAFETY: registers three handlers that touch only the statics of
         // this module and call close(2). A failure (ENOMEM) leaves fork
         // children keeping their copies, as before.
         unsafe {
             libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
         }
-    });
+    }
     take_gate();
     Held(())
 }

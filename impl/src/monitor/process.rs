@@ -295,8 +295,13 @@ impl EventSource for HubSource {
         let monitor = read_lock(&hub.monitor);
         // The thread closed the fd: the last cache detached while this
         // acquire was between its delivering check and here. Served uncached.
-        let Some(monitor) = &*monitor else { return Ok(Watched::Not) };
-        match monitor.watch(range) {
+        let Some(open) = &*monitor else { return Ok(Watched::Not) };
+        let watched = open.watch(range);
+        // Unlocked before the error text is made: its allocation and free
+        // could release heap pages a widened registration watches, and a
+        // stopping monitor thread waits for this guard instead of reading.
+        drop(monitor);
+        match watched {
             Ok(()) => Ok(Watched::Yes),
             Err(UffdError::Unwatchable { errno: libc::EBUSY, .. }) => Ok(Watched::Not),
             Err(e) => Err(e.to_string()),
@@ -670,8 +675,18 @@ impl MonitorThread {
         let thread = std::thread::Builder::new()
             .name("mrcache-uffd".into())
             .spawn(move || {
+                // Closes the fd as the thread leaves, also if a round panics
+                // (a registrar's deregistration, say): the exit's releases
+                // must never find it open (S7.6, Stopping).
+                struct CloseOnExit(Arc<Hub>);
+                impl Drop for CloseOnExit {
+                    fn drop(&mut self) {
+                        self.0.close_fd();
+                    }
+                }
+                let hub = CloseOnExit(h);
                 let _ = started.send(());
-                h.run();
+                hub.0.run();
             })
             .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
         // Return only once the thread runs: its start maps memory (its stack
