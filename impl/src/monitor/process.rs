@@ -121,7 +121,7 @@ impl<R: Registrar> Deferred for RoundDeregs<'_, R> {
 /// The process's monitor: its fd, its madvise-proof signal, and the caches
 /// attached to it, in attach order.
 struct Hub {
-    /// The fd. `None` once the thread closed it on its way out ([`Hub::run`]):
+    /// The fd. `None` once the thread closed it on its way out:
     /// a watch then finds nothing to watch through (the range is served
     /// uncached). The lock keeps a watch from using the fd's number after
     /// it was closed (and perhaps reused); only the closing takes it
@@ -216,17 +216,6 @@ impl Hub {
             self.signal.clear_wake();
             unproven = prover.advance(self);
         }
-        //= spec.md#S7.6
-        //# The monitor thread closes the fd itself, before it exits.
-        // Closed here, by this thread, before it returns: its exit releases
-        // memory of its own (Rust's std unmaps its signal stack, glibc
-        // madvises the unused part of its stack). A registration widened
-        // over a neighbouring mapping (S6.2's chunk_pages) can have watched
-        // those pages, and a release of watched memory waits until its event
-        // is read: by this thread, which would wait for itself forever. With
-        // the fd closed nothing is watched. Every cache detached before the
-        // stop (each was flushed while still a member), so no event is owed.
-        self.close_fd();
     }
 
     /// Closes the fd (once; later calls do nothing), untracking it first
@@ -675,9 +664,17 @@ impl MonitorThread {
         let thread = std::thread::Builder::new()
             .name("mrcache-uffd".into())
             .spawn(move || {
-                // Closes the fd as the thread leaves, also if a round panics
-                // (a registrar's deregistration, say): the exit's releases
-                // must never find it open (S7.6, Stopping).
+                //= spec.md#S7.6
+                //# The monitor thread closes the fd itself, before it exits.
+                // Its exit releases memory of its own (Rust's std unmaps its
+                // signal stack, glibc madvises the unused part of its stack).
+                // A registration widened over a neighbouring mapping (S6.2's
+                // chunk_pages) can have watched those pages, and a release
+                // of watched memory waits until its event is read: by this
+                // thread, which would wait for itself forever. Closed by a
+                // guard, so also if a round panics (a registrar's
+                // deregistration, say). Every cache detached before the stop
+                // (each flushed while still a member), so no event is owed.
                 struct CloseOnExit(Arc<Hub>);
                 impl Drop for CloseOnExit {
                     fn drop(&mut self) {
