@@ -172,9 +172,11 @@
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
-//! [`explore`] serves stateright's Explorer. (The spec-citation linter,
-//! which also checks that every §A step is tagged here and in impl/src, is
-//! tools/citations.)
+//! [`explore`] serves stateright's Explorer. [`waits`] is a separate, small
+//! model of who may wait on whom around the userfaultfd monitor's reader
+//! and service threads (checker/WAITS.md), with its own mutants
+//! ([`WaitMutant`]). (The spec-citation linter, which also checks that every
+//! §A step is tagged here and in impl/src, is tools/citations.)
 
 #![forbid(unsafe_code)]
 
@@ -186,6 +188,7 @@ pub mod props;
 pub mod report;
 pub mod run;
 pub mod state;
+pub mod waits;
 
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
 pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
@@ -194,3 +197,4 @@ pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
+pub use waits::{check_waits, WaitConfig, WaitModel, WaitMutant, WaitOutcome};

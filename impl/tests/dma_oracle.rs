@@ -392,10 +392,8 @@ fn s7_6_config() -> dma::RaceConfig {
 }
 
 #[test]
-//= spec.md#S7.6
-//# The monitor thread reads the fd only while it holds the
-//# lock exclusive of every attached cache, and applies each event it reads to
-//# every one of them before it unlocks any.
+//= spec.md#M6
+//# Why P2 holds: a releasing thread is woken inside the read, after the odd store
 fn s7_6_two_caches_on_one_monitor_are_fresh() {
     let _g = serial();
     if skip_unless_available(MonitorKind::Uffd) {

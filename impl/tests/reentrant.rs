@@ -158,9 +158,10 @@ struct CountedSource {
 }
 
 impl EventSource for CountedSource {
-    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         out.append(&mut self.pending.lock().unwrap());
+        None
     }
 }
 

@@ -64,7 +64,7 @@ fn uffd_available() -> bool {
 //= spec.md#S7.6
 //# Every cache of a process that uses the
 //# userfaultfd monitor, whatever its registrar, shares one userfaultfd and one
-//# monitor thread
+//# monitor
 fn two_caches_with_different_registrars_share_a_buffer_and_an_unmap_reaches_both() {
     let _g = serial();
     if !uffd_available() {
@@ -104,8 +104,9 @@ fn two_caches_with_different_registrars_share_a_buffer_and_an_unmap_reaches_both
 }
 
 #[test]
-//= spec.md#M5
-//# apply each to every attached cache (A-D, and M3 for a REMOVE)
+//= spec.md#S7.6
+//# A REMOVE opens a window (M3) in every attached cache that
+//# applies it; the one prover (M4) closes each.
 fn a_madvise_opens_a_window_in_every_cache_and_one_proof_closes_them() {
     let _g = serial();
     if !uffd_available() {
@@ -179,8 +180,8 @@ fn a_detached_cache_is_flushed_and_caches_nothing_while_the_other_keeps_the_moni
 
 #[test]
 //= spec.md#S7.6
-//# the last detach stops the thread and closes
-//# the fd, which unwatches every range
+//# the last detach leaves them idle (blocked in
+//# `poll`), and ranges once watched stay watched
 fn after_the_last_detach_watched_memory_can_be_released_while_the_caches_live() {
     let _g = serial();
     if !uffd_available() {
@@ -294,9 +295,10 @@ fn anonymous_rw_mappings() -> Vec<(u64, u64)> {
 
 #[test]
 //= spec.md#S7.6
-//# the last detach stops the thread and closes
-//# the fd, which unwatches every range
-fn the_monitor_thread_exits_even_when_its_own_stacks_are_watched() {
+//# It never exits, so
+//# no exit of it releases memory (its stacks) that a widened registration
+//# (S6.2) may watch.
+fn the_last_detach_returns_even_when_the_monitors_own_stacks_are_watched() {
     // A registration may cover pages the caller never asked for (S6.2's
     // chunk_pages widens a span over the neighbouring mapping), and so may
     // its watch: in a dma_oracle run, a chunk-widened registration covered
@@ -350,8 +352,9 @@ fn the_monitor_thread_exits_even_when_its_own_stacks_are_watched() {
         drop(cache.acquire(start, end - start, Access::LOCAL_WRITE).unwrap());
     }
     assert_eq!(cache.stats().cached_entries, new.len() as u64, "each of the thread's mappings is cached, so watched");
-    // Without the fix the monitor thread waits for itself to read its own
-    // exit's release, and the detach never returns.
+    // Had the monitor thread exited at the last detach, it would have
+    // waited for itself to read its own exit's release (the bug this
+    // guards); the reader never exits now, and the detach returns.
     returns_within("the last detach", move || {
         drop(m);
         0
@@ -360,7 +363,9 @@ fn the_monitor_thread_exits_even_when_its_own_stacks_are_watched() {
 
 #[test]
 //= spec.md#S7.6
-//# A fork child closes its copy of the fd at once
+//# The child
+//# keeps a copy of the parent's fd; that never makes the parent wait, since
+//# the parent's reader never stops.
 fn a_fork_child_does_not_keep_the_parents_monitor_watching() {
     // A child that does not exec keeps the fds it inherited, and a
     // userfaultfd's context lives until its last fd is closed: had the
@@ -408,4 +413,74 @@ fn a_fork_child_does_not_keep_the_parents_monitor_watching() {
     if let Err(panic) = released {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// A registrar whose deregistration does what the header allows a callback
+/// to do: it frees a record it allocated at registration, unmaps the memory
+/// it registered, and drops another monitored cache (detaching it). With
+/// the monitor this runs on the service thread.
+struct Unmapping {
+    other: Mutex<Option<(Arc<Cache<CountingRegistrar>>, MonitorThread)>>,
+    deregistered: std::sync::atomic::AtomicU64,
+}
+
+impl mrcache::registrar::Registrar for Unmapping {
+    type Handle = (Range, Box<[u64; 8]>);
+    fn register(&self, range: Range, _access: Access) -> Result<Self::Handle, mrcache::registrar::RegistrarError> {
+        Ok((range, Box::new([range.addr; 8])))
+    }
+    fn deregister(&self, (range, record): Self::Handle) -> Result<(), mrcache::registrar::RegistrarError> {
+        drop(record);
+        // SAFETY: the mapping this registration was made of (the test owns
+        // it and holds no lease on it); unmapping watched memory waits until
+        // the monitor's reader reads the event.
+        unsafe { libc::munmap(range.addr as *mut _, range.len as usize) };
+        drop(self.other.lock().unwrap().take());
+        self.deregistered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    fn keys(&self, _handle: &Self::Handle) -> mrcache::registrar::Keys {
+        mrcache::registrar::Keys { lkey: 1, rkey: 1 }
+    }
+    fn name(&self) -> &'static str {
+        "unmapping"
+    }
+}
+
+#[test]
+//= spec.md#M5
+//# It never reads the fd, so no releasing thread waits for it: it may allocate, take locks and run the registrar's callbacks
+fn a_deregistration_on_the_service_thread_may_unmap_and_drop_another_cache() {
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    let other = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let other_monitor = MonitorThread::start(&other).unwrap();
+    let b = map(2 * PAGE);
+    drop(other.acquire(b, 2 * PAGE, Access::LOCAL_WRITE).unwrap());
+    let registrar = Unmapping { other: Mutex::new(Some((other, other_monitor))), deregistered: Default::default() };
+    let cache = Arc::new(Cache::new(registrar, config()));
+    let m = MonitorThread::start(&cache).unwrap();
+    let a = map(4 * PAGE);
+    drop(cache.acquire(a, 4 * PAGE, Access::LOCAL_WRITE).unwrap());
+    // The first page goes: the entry is invalidated and, unleased, handed
+    // to a deregistration, which unmaps the rest (watched: its own event)
+    // and detaches the other cache. Under the old monitor, which ran it on
+    // the thread that reads the fd, this waited for itself.
+    // SAFETY: our mapping, no lease held.
+    returns_within("munmap of a watched page", move || unsafe { libc::munmap(a as *mut _, PAGE as usize) });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cache.registrar().deregistered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the deregistration did not finish: the monitor hangs");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(cache.registrar().other.lock().unwrap().is_none(), "the other cache was dropped inside the callback");
+    assert_eq!(m.attached(), 1, "only this cache is attached now");
+    returns_within("the detach", move || {
+        drop(m);
+        0
+    });
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(b as *mut _, (2 * PAGE) as usize) };
 }

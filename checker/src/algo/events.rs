@@ -403,9 +403,13 @@ impl Ctx<'_> {
             }
         }
         if self.m.cfg.caches > 1 && !self.mutant(Mutant::AsyncApplyOutsideLock) {
-            //= spec.md#M5
-            //# apply each to every attached cache (A-D, and M3 for a REMOVE); unlock
-            //# each; perform the dereg lists.
+            //= spec.md#S7.6
+            //# a cache attached applies every event published after
+            //# its attach
+            // NOTE: this round is the design before M6 (the monitor locks
+            // every cache, reads, applies to all, unlocks each): a stronger
+            // synchronisation than the shipped reader, ring and gate (M6),
+            // which the model does not yet encode.
             // The other caches: each applies what was read, then unlocks and
             // deregisters (its dereg list holds handles of its own
             // registrations); cache 0 unlocks after, in `monitor_body`, with
@@ -416,8 +420,8 @@ impl Ctx<'_> {
                     note!(self, "M5 (mutant `event-to-one-cache`): cache {c} does not apply what the round read");
                 } else {
                     //= spec.md#S7.6
-                    //# A REMOVE opens a window (M3) in every attached cache; the one
-                    //# proof (M4) closes them all.
+                    //# A REMOVE opens a window (M3) in every attached cache that
+                    //# applies it; the one prover (M4) closes each.
                     self.s.swap_cache(c);
                     for &(span, madvise) in &read {
                         note!(self, "M5: cache {c} applies it too");
@@ -455,9 +459,7 @@ impl Ctx<'_> {
     fn monitor_lock_all(&mut self) {
         self.lock_exclusive(MONITOR);
         //= spec.md#M5
-        //# take the lock exclusive of every attached cache, in the order they
-        //# attached (a mutex orders rounds, attaches and detaches); read every
-        //# pending event non-blockingly
+        //# for each attached cache in the order they attached
         for c in 1..self.m.cfg.caches as usize {
             self.s.swap_cache(c);
             self.lock_exclusive(MONITOR);

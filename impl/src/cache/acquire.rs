@@ -181,7 +181,13 @@ impl<R: Registrar> Cache<R> {
         let span = range.pages(self.page_size);
         // The index's insert count when A1 missed (see `IntervalIndex::inserts`).
         let mut a1_missed_at = None;
-        if shared.queue.is_empty() {
+        //= spec.md#M6
+        //# a hit on a cache the process's monitor delivers to needs the gate current
+        // Checked once, before A0 and A1: an event whose release returned
+        // before this acquire began is then applied (INVALID set, memos
+        // revoked) before the lookups below (gate.rs). If not current, A2
+        // drains it under the lock exclusive.
+        if shared.queue.is_empty() && shared.gate.current() {
             //= spec.md#A1
             //# if the queue is empty, take the lock *shared*; look up a covering
             //# findable entry with sufficient access; if found, increment its lease

@@ -215,10 +215,11 @@ impl<R: Registrar> Cache<R> {
         // The source's events are read once, here, and applied after the
         // queued ones, in this critical section.
         let mut read = Vec::new();
+        let mut mark = None;
         if let Some(src) = source {
             //= spec.md#M2
             //# A2 and A6 also read pending events, from a monitor that serves their cache alone
-            src.read_pending(&mut read);
+            mark = src.read_pending(&mut read);
             add(&self.counters.release_events, read.len() as u64);
         }
         for ev in queued {
@@ -226,6 +227,16 @@ impl<R: Registrar> Cache<R> {
         }
         if let Some(src) = source {
             self.apply_source_events(shared, st, src.as_ref(), &read, deregs);
+            //= spec.md#M6
+            //# An attached cache's drain (A2, A6, a service round) applies the
+            //# ring's events from its cursor, waiting out a read in progress,
+            //# then sets its gate
+            if let Some(mark) = mark {
+                shared.gate.set(mark);
+            } else if shared.gate.is_gated() {
+                // A source that stopped gating (its cache detached, S7.6).
+                shared.gate.set(super::gate::UNGATED);
+            }
         }
     }
 
@@ -534,7 +545,7 @@ impl<R: Registrar> RoundDeregs<'_, R> {
 
 impl<'c, R: Registrar> RoundLock<'c, R> {
     //= spec.md#M5
-    //# apply each to every attached cache (A-D, and M3 for a REMOVE)
+    //# take its lock exclusive, drain it (M6), unlock it, perform its dereg list
     /// Applies `events`, read while this lock was held, every queued hook
     /// event and the installed source's pending events (the drain reads it,
     /// once: `events` must not come from it) (A-D; a REMOVE opens its

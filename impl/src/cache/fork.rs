@@ -85,7 +85,7 @@ impl<R: Registrar> Cache<R> {
             let current: &'static Generation<R> = unsafe { &*current };
             fresh.monitor_required = current.monitor_required;
             if let Some(src) = current.source.get() {
-                let _ = fresh.source.set(Box::new(KeptMonitor(&**src)));
+                let _ = fresh.install_source(Box::new(KeptMonitor(&**src)));
             }
         } else {
             fresh.monitor_required = current.monitor_required || current.source.get().is_some();
@@ -121,8 +121,11 @@ impl<R: Registrar> Cache<R> {
 struct KeptMonitor(&'static dyn EventSource);
 
 impl EventSource for KeptMonitor {
-    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
         self.0.read_pending(out)
+    }
+    fn gate_start(&self) -> Option<u64> {
+        self.0.gate_start()
     }
     fn watch(&self, range: mrcache_types::Range) -> Result<Watched, String> {
         self.0.watch(range)

@@ -6,6 +6,7 @@ use super::counters::get;
 use super::entry::{Entry, EntryPtr};
 use super::entry_pool::{EntryPool, Returned};
 use super::source::EventSource;
+use super::gate::Gate;
 use super::evict_order::{Candidate, EvictionOrder};
 use super::lanes;
 use super::queue::InvalidationQueue;
@@ -152,6 +153,9 @@ pub(crate) struct Generation<R: Registrar> {
     /// belongs to the process that installed it: a forked child's generation
     /// starts without one (spec.md#S2.6, F1).
     pub(super) source: OnceLock<Box<dyn EventSource>>,
+    /// What a hit checks when `source` gates (spec.md#M6): the event clock
+    /// value this generation has applied up to.
+    pub(super) gate: Gate,
     /// Set in a forked child whose parent read a monitor: until a monitor is
     /// installed in the child, nothing is cached (F1), since no release in
     /// the child would be seen.
@@ -193,9 +197,21 @@ impl<R: Registrar> Generation<R> {
             older: plain::AtomicPtr::new(std::ptr::null_mut()),
             draining: AtomicU64::new(0),
             source: OnceLock::new(),
+            gate: Gate::new(),
             monitor_required,
             windows: Windows::new(),
         }
+    }
+
+    /// Installs the generation's event source (once) and, if it gates hits
+    /// (spec.md#M6), the gate at the source's start.
+    pub(super) fn install_source(&self, source: Box<dyn EventSource>) -> Result<(), Box<dyn EventSource>> {
+        let start = source.gate_start();
+        self.source.set(source)?;
+        if let Some(mark) = start {
+            self.gate.set(mark);
+        }
+        Ok(())
     }
 
     //= spec.md#F1

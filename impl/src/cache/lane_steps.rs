@@ -27,7 +27,9 @@ impl<R: Registrar> Cache<R> {
         //= spec.md#LN1
         //# lane hit (before A1): if the queue is empty, the draining count is 0,
         //# and a slot of this thread's lane has exactly the request's key
-        if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 {
+        //= spec.md#M6
+        //# a hit on a cache the process's monitor delivers to needs the gate current
+        if self.lanes_on && shared.queue.is_empty() && shared.draining.load(Ordering::Acquire) == 0 && shared.gate.current() {
             // A match, not `Option::filter`: in the shared library the
             // filter stayed a call (callgrind).
             let probe = match shared.lanes.mine() {

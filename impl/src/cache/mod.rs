@@ -93,6 +93,7 @@
 //! | | `counters` | the slow-path counters and the striped hot counters |
 //! | | `config` | [`CacheConfig`], [`Monitoring`], the fault switches, [`LANE_SLOTS`] |
 //! | | `source` | the event source: [`EventSource`], [`ReleaseEvent`], [`Watched`] |
+//! | | `gate` | the event gate (M6): the process's event clock, and what a generation has applied of it |
 //! | 2. lanes, the OS, entry memory | `os` | the system calls: `membarrier`, `pthread_atfork` and the `MADV_WIPEONFORK` page, the fork generation |
 //! | | `lanes` (`barriers`, `claims`, `slots`, `protocol`) | a lane's slots and claims and the owner's side of LN1–LN3 |
 //! | | `entry_pool` | entry memory: blocks carved by A9, given back by deregistrations to a push-only list |
@@ -134,6 +135,7 @@ mod entry;
 mod evict_order;
 mod queue;
 mod entry_state;
+mod gate;
 mod source;
 mod window;
 // Layer 2: lane slots and claims, the system calls, entry memory.
@@ -160,6 +162,7 @@ pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNREL
 pub use config::Faults;
 pub use events::{RoundDeregs, RoundLock};
 pub use source::{EventSource, ReleaseEvent, Watched};
+pub use gate::{reading as clock_reading, EVENT_CLOCK};
 pub use os::{fork_generation, forking_thread};
 pub use lanes::{uses_membarrier, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
@@ -335,7 +338,7 @@ impl<R: Registrar> Cache<R> {
     /// it installs its own (spec.md#S2.6): the parent's monitor neither sees
     /// the child's releases nor may be read by it.
     pub fn set_event_source(&self, source: Box<dyn EventSource>) -> Result<(), Box<dyn EventSource>> {
-        self.shared_slow().source.set(source)
+        self.shared_slow().install_source(source)
     }
 }
 
@@ -380,6 +383,7 @@ mod layers {
         ("counters", 1),
         ("config", 1),
         ("source", 1),
+        ("gate", 1),
         ("os", 2),
         ("lanes", 2),
         ("entry_pool", 2),

@@ -25,8 +25,18 @@ pub enum Watched {
 pub trait EventSource: Send + Sync + 'static {
     /// Appends every pending event without blocking. Called with the cache's
     /// exclusive lock held: it must not block and must not free monitored
-    /// memory.
-    fn read_pending(&self, out: &mut Vec<ReleaseEvent>);
+    /// memory. Returns the gate mark (spec.md#M6) the events bring the cache
+    /// to: `Some(2q)` once `out` holds every event of the first `q` the
+    /// process's reader published (the source may wait out a read in
+    /// progress, which never waits on anything); `None` for a source that
+    /// does not gate hits.
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64>;
+
+    /// The gate mark (spec.md#M6) of a cache that installs this source and
+    /// has applied nothing from it yet; `None`: the source does not gate.
+    fn gate_start(&self) -> Option<u64> {
+        None
+    }
 
     /// Starts watching `range` before it is registered (spec.md#S7.3). Called
     /// without the cache lock, before the registrar. An error fails the

@@ -82,10 +82,21 @@ impl<R: Registrar> Cache<R> {
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
         if shared.source.get().is_some() && !super::generation::held_by_this_thread() {
-            // A shared section cannot start while the round's exclusive one
-            // runs; taken and dropped at once, it only orders the reads below
-            // after that round.
-            drop(shared.lock.read().unwrap_or_else(std::sync::PoisonError::into_inner));
+            if shared.gate.current() {
+                // A shared section cannot start while a round's exclusive
+                // one runs; taken and dropped at once, it only orders the
+                // reads below after that round.
+                drop(shared.lock.read().unwrap_or_else(std::sync::PoisonError::into_inner));
+            } else {
+                // Events read and not yet applied here (spec.md#M6): applied
+                // now, as A2 would, so the invalidation of a release that
+                // returned is counted.
+                let mut deregs = super::dereg::DeregList::new(self, shared);
+                let mut st = self.write(shared);
+                self.drain(shared, &mut st, &mut deregs);
+                st.unlock();
+                deregs.finish();
+            }
         }
         let c = &self.counters;
         let (lane_hits, lane_releases) = self.lane_counts(shared);

@@ -174,6 +174,15 @@ impl Signal {
         unsafe { libc::write(self.wake_fd(), (&one as *const u64).cast(), 8) };
     }
 
+    /// Waits until the wake eventfd is readable (a wake or an
+    /// acknowledgement), for at most `timeout_ms` (-1: no limit), or until a
+    /// signal interrupts the wait.
+    pub fn wait_wake(&self, timeout_ms: i32) {
+        let mut pfd = libc::pollfd { fd: self.wake_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, nfds = 1.
+        unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    }
+
     /// Empties the wake eventfd (non-blocking).
     pub fn clear_wake(&self) {
         let mut buf = 0u64;

@@ -2,16 +2,20 @@
 //!
 //! - [`uffd`]: the userfaultfd primitive (non-blocking reads, WP mode);
 //! - [`process`]: the process's one userfaultfd monitor, shared by every
-//!   cache (S7.6, M1, M2, M5) and proving madvise returns (M3, M4);
+//!   cache (S7.6, M1, M5, M6), whose reader never waits, and proving
+//!   madvise returns (M3, M4);
+//! - [`ring`]: the bounded event ring the reader publishes into (M6);
+//! - `process_lock`: the lock of the process's monitor state, which a fork
+//!   child takes over;
 //! - [`uffd_thread`]: that primitive as one cache's own event source;
-//! - `fork_close`: the hub's fds, which a fork child closes at once;
 //! - [`alloc`]: `MonitoredAlloc`, a global-allocator wrapper for Rust programs;
 //! - explicit calls: [`crate::Cache::invalidate`] (the synchronous hook path).
 
 pub mod alloc;
-mod fork_close;
 pub mod madvise_proof;
 pub mod process;
+mod process_lock;
+pub mod ring;
 pub mod uffd;
 pub mod uffd_thread;
 

@@ -1,54 +1,67 @@
 //! One userfaultfd monitor per process, shared by every cache that uses it
-//! (spec.md#S7.6, M1, M2, M5, M3, M4).
+//! (spec.md#S7.6, M1, M5, M6, M3, M4), built so that it can never hang the
+//! program.
 //!
-//! A range can be watched by one userfaultfd only, so two caches with a
-//! monitor each could not share a buffer (the second watch fails with
-//! EBUSY). Here the process has one `Hub`: one fd, one thread, one madvise
-//! prover. A cache *attaches* with [`MonitorThread::start`] and detaches
-//! when that handle is dropped; the last detach stops the thread, which
-//! closes the fd (unwatching every range) before it exits.
+//! A release of watched memory (munmap, madvise, a brk shrink inside
+//! `free()`) blocks in the kernel until the monitor *reads* its event. So
+//! the thread that reads must never wait on anything a releasing thread can
+//! hold. The monitor has two threads:
+//! - the **reader** (`mrcache-uffd`) polls the fd, marks the event clock odd,
+//!   reads into a buffer on its own stack, publishes each event into the
+//!   [`EventRing`], marks the clock even and wakes the service thread. It
+//!   allocates nothing, takes no lock, runs no user code, deregisters
+//!   nothing and never exits (spec.md#M6 lists what it may wait on: nothing
+//!   in user space);
+//! - the **service** thread (`mrcache-svc`) applies the ring to every
+//!   attached cache (each under its own lock, in turn), performs their
+//!   deregistrations (the registrar's callbacks) with no lock held, and
+//!   proves madvise returns (M4). It may wait on anything: no releasing
+//!   thread waits for it.
+//!
+//! Freshness does not depend on the service thread: a hit on an attached
+//! cache needs its gate current (`crate::cache` gate, M6), and an acquire
+//! that finds it behind drains the ring itself under its own lock.
 //!
 //! Invariants:
-//! - The fd is read only by the hub's thread, in a round that holds the
-//!   exclusive lock of every attached cache (taken in attach order, under
-//!   the members mutex), and every event read is applied to every one of
-//!   them before any unlocks (M5). A cache's A2/A6 read nothing from it
-//!   (`HubSource::read_pending` is empty). So no cache can hand out a
-//!   registration that an event already read (its releasing thread woken)
-//!   has invalidated.
-//! - Lock order: the process mutex, then the members mutex, then cache
-//!   locks in attach order. Nothing takes them in another order: a detach
-//!   flushes its cache before it takes the members mutex.
-//! - No deregistration runs while a cache lock is held: each cache's list
-//!   is performed once every cache of the round is unlocked (A11).
-//! - A cache detaching stops caching first (its source stops delivering:
-//!   A9 caches nothing), is flushed while events still reach it, and only
-//!   then leaves the members: no entry of it outlives its monitor.
-//! - Every loop is bounded by the stop flag or by [`READ_BATCH`].
+//! - The fd, the ring and both threads live until the process exits: no
+//!   exit of a monitor thread releases memory (its stacks) that a widened
+//!   registration may watch, and no fork child can keep the parent's fd
+//!   alive past a reader that stopped (there is none). A fork child starts
+//!   its own monitor at its first attach.
+//! - Lock order: the process lock, then the members mutex (held only to
+//!   change or copy the list), then a member's slot mutex, then that
+//!   cache's lock. The service holds a slot mutex across the member's
+//!   round, callbacks included, so a detach waits for it there; it holds no
+//!   other lock then.
+//! - A cache attached is delivered every event published after its attach,
+//!   by whichever drain comes first (its own A2/A6, or the service's round).
+//! - Every loop is bounded by the reader's progress (which waits on nothing)
+//!   or by [`super::uffd::READ_MESSAGES`] per read.
 
-use super::fork_close;
 use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFile, TaskFiles};
-use super::uffd::{UffdError, UffdMonitor};
-use crate::cache::{Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched};
+use super::process_lock::ProcessLock;
+use super::ring::{lost_events, EventRing, RING_EVENTS};
+use super::uffd::{MessageBuffer, UffdError, UffdMonitor};
+use crate::cache::{clock_reading, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Messages read per round.
+/// Messages a single-cache source reads per round (`UffdEvents`).
 pub const READ_BATCH: usize = 256;
 
-/// How long the monitor thread waits in `poll` before re-checking its stop flag.
-pub const POLL_TIMEOUT_MS: i32 = 20;
-
-/// The poll timeout while a REMOVE window awaits its proof: threads seen
-/// inside a madvise are looked at again this often (those that acknowledge
-/// the signal wake the poll at once).
+/// The service thread's poll timeout while a REMOVE window awaits its
+/// proof: threads seen inside a madvise are looked at again this often
+/// (those that acknowledge the signal wake the poll at once).
 pub const PROOF_POLL_MS: i32 = 1;
+
+/// How long the reader sleeps after a failed poll or read before trying
+/// again (never expected: the fd is ours and never closed).
+const REREAD_AFTER_ERROR_MS: u64 = 20;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -56,29 +69,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// An attached cache, whatever its registrar.
 trait Member: Send + Sync {
-    /// Takes the cache's lock exclusive for a round (M5).
+    /// Takes the cache's lock exclusive for its part of a round.
     fn lock(&self) -> Box<dyn LockedMember<'_> + '_>;
     /// M4 for one window M3 opened in this cache.
     fn close_remove_window(&self, range: Range);
     /// Stops caching and flushes (spec.md#S7.6, detaching).
     fn stop_caching(&self);
+    /// The windows M3 opened in this cache since the last call: each is
+    /// owed an M4.
+    fn take_owed(&self) -> Vec<Range>;
 }
 
-/// One attached cache, locked for the round.
+/// One attached cache, locked for its part of a round.
 trait LockedMember<'c> {
-    /// Applies the events; returns the ranges whose REMOVE window it opened.
-    fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range>;
+    /// Drains: applies every event published and not yet applied here.
+    fn drain(&mut self);
     fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c>;
 }
 
-/// A locked cache's deregistrations, performed once every cache is unlocked.
+/// A locked cache's deregistrations, performed once it is unlocked.
 trait Deferred {
     fn perform(self: Box<Self>);
 }
 
+/// What a cache's source and its membership share.
+struct Delivery {
+    /// False once the cache began to detach: nothing more is cached.
+    delivering: AtomicBool,
+    /// Events of the ring applied to this cache (the next one's number).
+    /// Changed only by a drain, under the cache's lock exclusive.
+    cursor: AtomicU64,
+    /// Windows M3 opened here, not yet handed to the prover. A leaf mutex.
+    owed: Mutex<Vec<Range>>,
+}
+
 struct CacheMember<C> {
     cache: C,
-    delivering: Arc<AtomicBool>,
+    delivery: Arc<Delivery>,
 }
 
 impl<R, C> Member for CacheMember<C>
@@ -98,14 +125,19 @@ where
         // Release: pairs with the Acquire in `delivering`, read by A9 under
         // the cache lock; the flush below takes that lock after it, so every
         // A9 after the flush sees `false`.
-        self.delivering.store(false, Ordering::Release);
+        self.delivery.delivering.store(false, Ordering::Release);
         self.cache.flush();
+    }
+
+    fn take_owed(&self) -> Vec<Range> {
+        std::mem::take(&mut *lock(&self.delivery.owed))
     }
 }
 
 impl<'c, R: Registrar> LockedMember<'c> for RoundLock<'c, R> {
-    fn apply(&mut self, events: &[ReleaseEvent]) -> Vec<Range> {
-        RoundLock::apply(self, events)
+    fn drain(&mut self) {
+        // No events of its own: the drain inside reads the ring.
+        RoundLock::apply(self, &[]);
     }
     fn unlock(self: Box<Self>) -> Box<dyn Deferred + 'c> {
         Box::new(RoundLock::unlock(*self))
@@ -118,179 +150,219 @@ impl<R: Registrar> Deferred for RoundDeregs<'_, R> {
     }
 }
 
-/// The process's monitor: its fd, its madvise-proof signal, and the caches
-/// attached to it, in attach order.
+/// A member's place in the hub. Its mutex is held by the service thread
+/// across the member's round (callbacks included) and by the detach that
+/// takes the member out: so once a detach returns, the hub holds no
+/// reference to the cache.
+struct MemberSlot {
+    id: u64,
+    member: Mutex<Option<Arc<dyn Member>>>,
+}
+
+/// The process's monitor: its fd, its ring, its madvise-proof signal, and
+/// the caches attached to it, in attach order. Lives until the process
+/// exits (module invariants).
 struct Hub {
-    /// The fd. `None` once the thread closed it on its way out:
-    /// a watch then finds nothing to watch through (the range is served
-    /// uncached). The lock keeps a watch from using the fd's number after
-    /// it was closed (and perhaps reused); only the closing takes it
-    /// exclusive, once.
-    monitor: RwLock<Option<UffdMonitor>>,
-    /// Where [`fork_close`] tracks the fd, so that a fork child closes it.
-    fd_slot: Option<usize>,
-    /// [`fork_close::forks`] at launch: another count means this is a fork
-    /// child's copy of the hub, whose fd the child closed.
-    forks_at_launch: u64,
+    /// The process that launched it: in a fork child this is the parent's
+    /// copy, whose threads do not exist there.
+    pid: u32,
+    monitor: UffdMonitor,
+    ring: EventRing,
     signal: Signal,
-    /// Attached caches by id. Its mutex orders rounds, attaches and detaches.
-    members: Mutex<Vec<(u64, Arc<dyn Member>)>>,
-    stop: AtomicBool,
+    members: Mutex<Vec<Arc<MemberSlot>>>,
+    /// The reader's thread id (0 until it runs): never inside a madvise.
+    reader_tid: AtomicI32,
     rounds: AtomicU64,
     read_errors: AtomicU64,
+    /// Drains that found their cache lapped (spec.md#M6).
+    laps: AtomicU64,
 }
 
 impl Hub {
-    //= spec.md#M5
-    //# take the lock exclusive of every attached cache, in the order they
-    //# attached (a mutex orders rounds, attaches and detaches); read every
-    //# pending event non-blockingly; apply each to every attached cache (A-D,
-    //# and M3 for a REMOVE); unlock each; perform the dereg lists.
-    /// One round. Returns each REMOVE window opened (M3), with the ids of
-    /// the caches that opened it: each is owed an M4.
-    fn round(&self) -> Vec<(Range, Vec<u64>)> {
-        let members = lock(&self.members);
-        let mut locked: Vec<Box<dyn LockedMember<'_>>> = members.iter().map(|(_, m)| m.lock()).collect();
-        let mut events = Vec::new();
-        let read = match &*read_lock(&self.monitor) {
-            Some(monitor) => monitor.read_pending(&mut events, READ_BATCH).map(drop),
-            None => Ok(()),
-        };
-        if read.is_err() {
-            // Retried next round: the fd stays readable.
-            self.read_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut opened: Vec<(Range, Vec<u64>)> = Vec::new();
-        for (member, (id, _)) in locked.iter_mut().zip(members.iter()) {
-            for range in member.apply(&events) {
-                match opened.iter_mut().find(|(r, _)| *r == range) {
-                    Some((_, ids)) => ids.push(*id),
-                    None => opened.push((range, vec![*id])),
+    //= spec.md#M6
+    //# reader thread: poll the fd; store the event clock odd; read every
+    //# pending message non-blockingly into memory of its own; publish each
+    //# release event in the ring; store the clock even; wake the service
+    //# thread
+    /// The reader's loop (module docs): never returns, never allocates,
+    /// never locks.
+    fn read_forever(&self) -> ! {
+        let mut buf = MessageBuffer::default();
+        // Launch left the clock even (no reader ran before in this process).
+        let mut published = EVENT_CLOCK.load(Ordering::Relaxed) / 2;
+        loop {
+            //= spec.md#M1
+            //# uffd monitor thread: poll until the fd is readable, without reading.
+            match self.monitor.wait_readable_or(-1, -1) {
+                Ok(true) => {}
+                Ok(false) => continue, // a signal (the proof's, say)
+                Err(_) => {
+                    self.read_errors.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(REREAD_AFTER_ERROR_MS));
+                    continue;
                 }
             }
+            // SeqCst, before the read(): a releasing thread is woken inside
+            // it, and an acquire ordered after that release must then see
+            // the clock odd or past this read's events (gate.rs).
+            EVENT_CLOCK.store(2 * published + 1, Ordering::SeqCst);
+            let mut next = published;
+            let read = self.monitor.read_into(&mut buf, |ev| {
+                self.ring.put(next, ev);
+                next += 1;
+            });
+            if read.is_err() {
+                self.read_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            // Release: the ring slots written above are visible to a drain
+            // that reads this value (it also re-checks each slot).
+            EVENT_CLOCK.store(2 * next, Ordering::Release);
+            if next != published {
+                published = next;
+                self.signal.wake();
+            }
         }
-        let deferred: Vec<Box<dyn Deferred + '_>> = locked.into_iter().map(|m| m.unlock()).collect();
-        for d in deferred {
-            d.perform();
+    }
+
+    /// The service thread's loop (module docs): rounds, then M4.
+    fn serve_forever(&self) -> ! {
+        let mut prover = Prover::new(self.signal, self.reader_tid.load(Ordering::Acquire));
+        let mut unproven = false;
+        loop {
+            let timeout = if unproven { PROOF_POLL_MS } else { -1 };
+            self.signal.wait_wake(timeout);
+            // Cleared before the round: a wake during it makes the next
+            // wait return at once.
+            self.signal.clear_wake();
+            let opened = self.round();
+            //= spec.md#M3
+            //# The window is handed to the monitor thread for M4 only once it is open.
+            prover.begin(opened);
+            unproven = prover.advance(self);
+        }
+    }
+
+    //= spec.md#M5
+    //# service thread, one round: for each attached cache in the order they
+    //# attached, take its lock exclusive, drain it (M6), unlock it, perform
+    //# its dereg list, with no other lock held but its member slot
+    /// One round. Returns each REMOVE window opened (M3) since the last
+    /// round, with the ids of the caches that opened it: each is owed an M4.
+    fn round(&self) -> Vec<(Range, Vec<u64>)> {
+        let slots: Vec<Arc<MemberSlot>> = lock(&self.members).clone();
+        let mut opened: Vec<(Range, Vec<u64>)> = Vec::new();
+        for slot in &slots {
+            let held = lock(&slot.member);
+            let Some(member) = held.as_ref() else { continue };
+            let mut locked = member.lock();
+            locked.drain();
+            let deferred = locked.unlock();
+            deferred.perform();
+            // After this cache's drain: every window an earlier drain of it
+            // opened (its own A2/A6) is in the list by now.
+            for range in member.take_owed() {
+                match opened.iter_mut().find(|(r, _)| *r == range) {
+                    Some((_, ids)) => ids.push(slot.id),
+                    None => opened.push((range, vec![slot.id])),
+                }
+            }
         }
         self.rounds.fetch_add(1, Ordering::Relaxed);
         opened
     }
 
     /// M4 for `range` in each cache of `ids` still attached, once per
-    /// time its id is listed (two REMOVEs of one range in a round opened two
-    /// windows there: a multiset).
+    /// time its id is listed (two REMOVEs of one range opened two windows
+    /// there: a multiset).
     fn close_windows(&self, range: Range, ids: &[u64]) {
-        let members = lock(&self.members);
+        let slots: Vec<Arc<MemberSlot>> = lock(&self.members).clone();
         for id in ids {
-            if let Some((_, member)) = members.iter().find(|(m, _)| m == id) {
-                member.close_remove_window(range);
-            }
-        }
-    }
-
-    fn run(&self) {
-        let mut prover = Prover::new(self.signal);
-        let mut unproven = false;
-        while !self.stop.load(Ordering::Acquire) {
-            // Short waits while a window awaits its proof: an
-            // acknowledgement also wakes the poll (the eventfd).
-            let timeout = if unproven { PROOF_POLL_MS } else { POLL_TIMEOUT_MS };
-            //= spec.md#M1
-            //# uffd monitor thread: poll until the fd is readable, without reading.
-            let readable = match &*read_lock(&self.monitor) {
-                Some(monitor) => monitor.wait_readable_or(self.signal.wake_fd(), timeout),
-                None => break,
-            };
-            match readable {
-                Ok(true) => {
-                    let opened = self.round();
-                    //= spec.md#M3
-                    //# The window is handed to the monitor thread for M4 only once it is open.
-                    prover.begin(opened);
+            if let Some(slot) = slots.iter().find(|s| s.id == *id) {
+                if let Some(member) = lock(&slot.member).as_ref() {
+                    member.close_remove_window(range);
                 }
-                Ok(false) => {}
-                // EINTR and the like: poll again after the timeout.
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(POLL_TIMEOUT_MS as u64)),
-            }
-            self.signal.clear_wake();
-            unproven = prover.advance(self);
-        }
-    }
-
-    /// Closes the fd (once; later calls do nothing), untracking it first
-    /// under [`fork_close`]'s gate: no fork falls between the two.
-    fn close_fd(&self) {
-        let held = fork_close::hold();
-        let mut monitor = self.monitor.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(open) = monitor.take() {
-            if fork_close::forks() == self.forks_at_launch {
-                fork_close::untrack(&held, self.fd_slot);
-                drop(open);
-            } else {
-                // A fork child's copy: the child handler closed this number
-                // already, and it may name another file by now.
-                std::mem::forget(open);
             }
         }
-        drop(monitor);
-        drop(held);
     }
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        // A hub whose thread never ran (spawn failed) still holds its fd.
-        self.close_fd();
-    }
-}
-
-fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A cache's event source when attached to the hub: it watches through the
-/// shared fd and reads nothing itself (events arrive by rounds, M5).
+/// shared fd and drains the ring from its own cursor (M6).
 struct HubSource {
-    hub: Weak<Hub>,
-    delivering: Arc<AtomicBool>,
+    hub: Arc<Hub>,
+    delivery: Arc<Delivery>,
 }
 
 impl EventSource for HubSource {
-    //= spec.md#M2
-    //# A2 and A6 also read pending events, from a monitor that serves their cache alone
-    /// Nothing: a shared monitor's events are read only in rounds that hold
-    /// every attached cache's lock (spec.md#M5).
-    fn read_pending(&self, _out: &mut Vec<ReleaseEvent>) {}
+    //= spec.md#M6
+    //# An attached cache's drain (A2, A6, a service round) applies the
+    //# ring's events from its cursor, waiting out a read in progress,
+    //# then sets its gate
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
+        if self.hub.pid != std::process::id() {
+            // A fork child's copy (the F1 fault switch keeps it): no reader
+            // here.
+            return None;
+        }
+        let mut cursor = self.delivery.cursor.load(Ordering::Relaxed);
+        // Bounded by the reader's progress: it is odd only across one
+        // read(), and waits on nothing.
+        loop {
+            // Acquire: pairs with the reader's Release store of the clock.
+            let clock = EVENT_CLOCK.load(Ordering::Acquire);
+            let published = clock / 2;
+            let mut lapped = published.saturating_sub(cursor) > RING_EVENTS;
+            if !lapped {
+                let before = out.len();
+                for n in cursor..published {
+                    match self.hub.ring.get(n) {
+                        Some(ev) => out.push(ev),
+                        None => {
+                            lapped = true;
+                            break;
+                        }
+                    }
+                }
+                if lapped {
+                    out.truncate(before);
+                }
+            }
+            if lapped {
+                //= spec.md#M6
+                //# A cache whose cursor the reader lapped applies a REMOVE of the whole address space instead
+                self.hub.laps.fetch_add(1, Ordering::Relaxed);
+                out.push(lost_events());
+            }
+            cursor = cursor.max(published);
+            if !clock_reading(clock) {
+                self.delivery.cursor.store(cursor, Ordering::Relaxed);
+                return Some(2 * cursor);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn gate_start(&self) -> Option<u64> {
+        Some(2 * self.delivery.cursor.load(Ordering::Relaxed))
+    }
 
     fn watch(&self, range: Range) -> Result<Watched, String> {
         if !self.delivering() {
             return Ok(Watched::Not);
         }
-        let Some(hub) = self.hub.upgrade() else { return Ok(Watched::Not) };
+        if self.hub.pid != std::process::id() {
+            // A fork child's copy of the parent's hub, reached only under the
+            // F1 fault switch (which keeps the parent's monitor; without it
+            // the child's cache has no source). Its fd never watched the
+            // child's memory (its context is the parent's): answered as that
+            // fd's watch did, which keeps the fault's behaviour.
+            return Ok(Watched::Yes);
+        }
         //= spec.md#S7.6
         //# If the kernel refuses to watch a range because
         //# another userfaultfd in the process watches it (EBUSY), the acquire is
         //# served, uncached
-        if fork_close::forks() != hub.forks_at_launch {
-            // A fork child's copy of the parent's hub, reached only under the
-            // F1 fault switch (which keeps the parent's monitor; without it
-            // the child's cache has no source). The child closed the fd, and
-            // it never watched the child's memory (its context is the
-            // parent's): answered as that fd's watch did, which keeps the
-            // fault's behaviour.
-            return Ok(Watched::Yes);
-        }
-        let monitor = read_lock(&hub.monitor);
-        // The thread closed the fd: the last cache detached while this
-        // acquire was between its delivering check and here. Served uncached.
-        let Some(open) = &*monitor else { return Ok(Watched::Not) };
-        let watched = open.watch(range);
-        // Unlocked before the error text is made: its allocation and free
-        // could release heap pages a widened registration watches, and a
-        // stopping monitor thread waits for this guard instead of reading.
-        drop(monitor);
-        match watched {
+        match self.hub.monitor.watch(range) {
             Ok(()) => Ok(Watched::Yes),
             Err(UffdError::Unwatchable { errno: libc::EBUSY, .. }) => Ok(Watched::Not),
             Err(e) => Err(e.to_string()),
@@ -298,11 +370,16 @@ impl EventSource for HubSource {
     }
 
     fn delivering(&self) -> bool {
-        self.delivering.load(Ordering::Acquire)
+        self.delivery.delivering.load(Ordering::Acquire)
     }
 
     fn proves_removes(&self) -> bool {
         true
+    }
+
+    fn remove_window_opened(&self, range: Range) {
+        // Under the cache lock: a leaf mutex and a push.
+        lock(&self.delivery.owed).push(range);
     }
 }
 
@@ -358,9 +435,15 @@ impl<'f> Looks<'f> {
         self.seen.entry(tid).or_insert_with(|| files.observe(tid))
     }
 
-    fn threads(&mut self, me: i32) -> Option<Vec<i32>> {
+    /// The process's threads but the monitor's own two (`me`: the service
+    /// thread, which proves; `reader`: the reader, which never calls
+    /// madvise).
+    fn threads(&mut self, (me, reader): (i32, i32)) -> Option<Vec<i32>> {
         if self.threads.is_none() {
-            let listed = madvise_proof::threads(me);
+            let listed = madvise_proof::threads(me).map(|mut tids| {
+                tids.retain(|&t| t != reader);
+                tids
+            });
             if let Some(tids) = &listed {
                 self.files.keep_only(tids);
             }
@@ -393,7 +476,8 @@ struct Outstanding {
 /// prover never signals but the same bound covers).
 struct Prover {
     signal: Signal,
-    me: i32,
+    /// The service thread's id and the reader's (never inside a madvise).
+    me: (i32, i32),
     unproven: Vec<Unproven>,
     /// The threads' `/proc` files, kept open between passes.
     files: TaskFiles,
@@ -403,10 +487,10 @@ struct Prover {
 }
 
 impl Prover {
-    fn new(signal: Signal) -> Self {
+    fn new(signal: Signal, reader: i32) -> Self {
         Prover {
             signal,
-            me: madvise_proof::gettid(),
+            me: (madvise_proof::gettid(), reader),
             unproven: Vec::new(),
             files: TaskFiles::default(),
             outstanding: Vec::new(),
@@ -520,23 +604,24 @@ impl Prover {
     }
 }
 
-/// The process's hub while any cache is attached.
+
+/// The process's hub, once a cache attached. In a fork child it still names
+/// the parent's (its threads do not exist there): `pid` tells.
 struct Running {
     pid: u32,
     hub: Arc<Hub>,
-    thread: JoinHandle<()>,
     attached: usize,
     next_id: u64,
 }
 
-/// The hub of this process, if any cache is attached. In a fork child it
-/// still names the parent's (its thread does not exist there): `pid` tells.
-static PROCESS: Mutex<Option<Running>> = Mutex::new(None);
+/// The hub of this process, if any cache ever attached. A [`ProcessLock`]:
+/// a fork child whose parent was inside attach or detach takes it over.
+static PROCESS: ProcessLock<Option<Running>> = ProcessLock::new(None);
 
 /// A cache's attachment to the process's userfaultfd monitor (spec.md#S7.6).
-/// Dropping it detaches the cache: it stops caching and is flushed; the
-/// last attachment of the process stops the monitor thread and closes the
-/// fd.
+/// Dropping it detaches the cache: it stops caching and is flushed, and
+/// once the drop returns the monitor holds no reference to it. The monitor
+/// itself (its fd and two threads) stays for the life of the process.
 ///
 /// ```
 /// use mrcache::registrar::counting::CountingRegistrar;
@@ -558,7 +643,8 @@ static PROCESS: Mutex<Option<Running>> = Mutex::new(None);
 /// };
 /// let buf = vec![0u8; 4 << 20]; // large enough that free() unmaps it
 /// drop(cache.acquire_slice(&buf, Access::LOCAL_WRITE)?);
-/// drop(buf); // the monitor invalidates the registration before munmap returns
+/// drop(buf); // munmap returns once the monitor has read the event
+/// // Applied before any later acquire can hit (and before stats count).
 /// assert_eq!(cache.stats().invalidations, 1);
 /// drop(monitor); // detaches: the cache is flushed and caches nothing more
 /// # Ok(())
@@ -567,22 +653,23 @@ static PROCESS: Mutex<Option<Running>> = Mutex::new(None);
 //= spec.md#S7.3
 pub struct MonitorThread {
     /// The process that attached: a fork child has a copy of this handle
-    /// but neither the thread nor the attachment.
+    /// but neither the threads nor the attachment.
     pid: u32,
-    id: u64,
     hub: ManuallyDrop<Arc<Hub>>,
+    slot: ManuallyDrop<Arc<MemberSlot>>,
     member: ManuallyDrop<Arc<dyn Member>>,
 }
 
 impl MonitorThread {
     /// Attaches `cache` to the process's userfaultfd monitor, starting it
-    /// (the fd and its thread) if no cache of the process has. Every cache
-    /// of the process shares the one monitor, whatever its registrar, so
-    /// caches can hold registrations of the same buffer. Fails if the cache
-    /// already has a source, userfaultfd is unavailable, or the madvise
-    /// proof's signal is taken. In a fork child, call it again: the parent's
-    /// monitor does not follow the child, and the child's cache caches
-    /// nothing until it has its own (spec.md#S2.6).
+    /// (the fd and its two threads, for the life of the process) if no
+    /// cache of the process has. Every cache of the process shares the one
+    /// monitor, whatever its registrar, so caches can hold registrations of
+    /// the same buffer. Fails if the cache already has a source,
+    /// userfaultfd is unavailable, or the madvise proof's signal is taken.
+    /// In a fork child, call it again: the parent's monitor does not follow
+    /// the child, and the child's cache caches nothing until it has its own
+    /// (spec.md#S2.6).
     pub fn start<R: Registrar>(cache: &Arc<Cache<R>>) -> Result<MonitorThread, UffdError> {
         Self::attach(Arc::clone(cache))
     }
@@ -605,12 +692,15 @@ impl MonitorThread {
             InstallError::Os(errno) => UffdError::Thread { errno },
         })?;
         let pid = std::process::id();
-        let mut process = lock(&PROCESS);
-        if process.as_ref().is_some_and(|r| r.pid != pid) {
-            // A fork child: the parent's hub has no thread here. Leaked (its
-            // fd watches nothing of the child: the child's mappings lose the
-            // parent's watch at fork).
-            std::mem::forget(process.take());
+        let mut process = PROCESS.lock();
+        if process.taken_over() || process.as_ref().is_some_and(|r| r.pid != pid) {
+            //= spec.md#S7.6
+            //# A fork child, of any kind, starts its own monitor at its first attach
+            // The parent's hub, perhaps half-changed: overwritten, never read
+            // or dropped (its threads and attachments are the parent's).
+            // SAFETY: a valid place for an `Option<Running>`; `write` neither
+            // reads nor drops the old value.
+            unsafe { std::ptr::write(&mut *process, None) };
         }
         if process.is_none() {
             *process = Some(Self::launch(signal, pid)?);
@@ -618,96 +708,89 @@ impl MonitorThread {
         let running = process.as_mut().expect("launched above");
         // Not delivering until it is a member: a registration made before a
         // round can reach the cache is served uncached, never cached.
-        let delivering = Arc::new(AtomicBool::new(false));
-        let source = HubSource { hub: Arc::downgrade(&running.hub), delivering: delivering.clone() };
+        let delivery = Arc::new(Delivery {
+            delivering: AtomicBool::new(false),
+            // Every event published from here on reaches the cache; earlier
+            // ones concern nothing it watches (it watches only once
+            // delivering).
+            cursor: AtomicU64::new(EVENT_CLOCK.load(Ordering::Acquire) / 2),
+            owed: Mutex::new(Vec::new()),
+        });
+        let source = HubSource { hub: running.hub.clone(), delivery: delivery.clone() };
         if cache.set_event_source(Box::new(source)).is_err() {
-            if running.attached == 0 {
-                let idle = process.take().expect("present");
-                drop(process);
-                Self::shut_down(idle);
-            }
             return Err(UffdError::AlreadyMonitored);
         }
         let id = running.next_id;
         running.next_id += 1;
         running.attached += 1;
-        let member: Arc<dyn Member> = Arc::new(CacheMember { cache, delivering: delivering.clone() });
-        lock(&running.hub.members).push((id, member.clone()));
+        let member: Arc<dyn Member> = Arc::new(CacheMember { cache, delivery: delivery.clone() });
+        let slot = Arc::new(MemberSlot { id, member: Mutex::new(Some(member.clone())) });
+        lock(&running.hub.members).push(slot.clone());
         // Release: a watch or an A9 that sees `true` (Acquire) comes after
-        // the push, so every round that reads an event for what it caches
-        // holds this cache's lock too.
-        delivering.store(true, Ordering::Release);
-        Ok(MonitorThread { pid, id, hub: ManuallyDrop::new(running.hub.clone()), member: ManuallyDrop::new(member) })
+        // the push, so the service's rounds reach what it caches.
+        delivery.delivering.store(true, Ordering::Release);
+        let hub = running.hub.clone();
+        drop(process);
+        Ok(MonitorThread { pid, hub: ManuallyDrop::new(hub), slot: ManuallyDrop::new(slot), member: ManuallyDrop::new(member) })
     }
 
-    /// Opens the fd and starts the thread.
+    /// Opens the fd, maps the ring and starts the two threads.
     fn launch(signal: Signal, pid: u32) -> Result<Running, UffdError> {
-        // Opened and tracked under the gate: a fork in between would give a
-        // child a copy it does not know to close.
-        let held = fork_close::hold();
         let monitor = UffdMonitor::open()?;
-        let fd_slot = fork_close::track(&held, monitor.raw_fd());
-        let forks_at_launch = fork_close::forks();
-        drop(held);
+        let ring = EventRing::map().map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::ENOMEM) })?;
+        // Even: a fork child's copy may be odd (its parent's reader was
+        // inside a read at the fork), and no reader runs here yet.
+        let clock = EVENT_CLOCK.load(Ordering::Acquire);
+        EVENT_CLOCK.store(clock + (clock & 1), Ordering::SeqCst);
         let hub = Arc::new(Hub {
-            monitor: RwLock::new(Some(monitor)),
-            fd_slot,
-            forks_at_launch,
+            pid,
+            monitor,
+            ring,
             signal,
             members: Mutex::new(Vec::new()),
-            stop: AtomicBool::new(false),
+            reader_tid: AtomicI32::new(0),
             rounds: AtomicU64::new(0),
             read_errors: AtomicU64::new(0),
+            laps: AtomicU64::new(0),
         });
+        // The reader first: the service thread's prover needs its id. The
+        // channel says the thread runs (its start allocated and mapped what
+        // it needed: its stack and signal stack, before anything is
+        // watched); a closed channel means it died first.
         let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
         let h = hub.clone();
-        let thread = std::thread::Builder::new()
-            .name("mrcache-uffd".into())
-            .spawn(move || {
-                //= spec.md#S7.6
-                //# The monitor thread closes the fd itself, before it exits.
-                // Its exit releases memory of its own (Rust's std unmaps its
-                // signal stack, glibc madvises the unused part of its stack).
-                // A registration widened over a neighbouring mapping (S6.2's
-                // chunk_pages) can have watched those pages, and a release
-                // of watched memory waits until its event is read: by this
-                // thread, which would wait for itself forever. Closed by a
-                // guard, so also if a round panics (a registrar's
-                // deregistration, say). Every cache detached before the stop
-                // (each flushed while still a member), so no event is owed.
-                struct CloseOnExit(Arc<Hub>);
-                impl Drop for CloseOnExit {
-                    fn drop(&mut self) {
-                        self.0.close_fd();
-                    }
-                }
-                let hub = CloseOnExit(h);
-                let _ = started.send(());
-                hub.0.run();
-            })
-            .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
-        // Return only once the thread runs: its start maps memory (its stack
-        // and signal stack), which must not land in a hole the application
-        // makes later between an unmap and a MAP_FIXED of the same address.
-        // A closed channel means the thread died before it ran.
+        spawn("mrcache-uffd", move || {
+            h.reader_tid.store(madvise_proof::gettid(), Ordering::Release);
+            let _ = started.send(());
+            h.read_forever()
+        })?;
         let _ = running.recv();
-        Ok(Running { pid, hub, thread, attached: 0, next_id: 0 })
+        let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
+        let h = hub.clone();
+        // If this spawn fails, the reader runs on alone: events are still
+        // read and applied by the caches' own drains; only deregistrations
+        // wait for the next acquire, and windows stay open.
+        spawn("mrcache-svc", move || {
+            let _ = started.send(());
+            h.serve_forever()
+        })?;
+        let _ = running.recv();
+        Ok(Running { pid, hub, attached: 0, next_id: 0 })
     }
 
-    fn shut_down(idle: Running) {
-        idle.hub.stop.store(true, Ordering::Release);
-        let _ = idle.thread.join();
-    }
-
-    /// Monitor rounds run so far by the process's monitor (every cache's).
+    /// Monitor rounds the service thread has run so far (every cache's).
     pub fn rounds(&self) -> u64 {
         self.hub.rounds.load(Ordering::Relaxed)
     }
 
-    /// `read()` calls of the shared fd that failed (not EAGAIN); each is
-    /// retried in the next round.
+    /// Failed polls or reads of the shared fd (not EAGAIN); each is retried.
     pub fn read_errors(&self) -> u64 {
         self.hub.read_errors.load(Ordering::Relaxed)
+    }
+
+    /// Drains that found their cache lapped by the reader (spec.md#M6).
+    pub fn laps(&self) -> u64 {
+        self.hub.laps.load(Ordering::Relaxed)
     }
 
     /// Caches attached to the process's monitor now.
@@ -716,15 +799,28 @@ impl MonitorThread {
     }
 }
 
+/// Spawns a monitor thread that never returns.
+fn spawn(name: &str, body: impl FnOnce() -> std::convert::Infallible + Send + 'static) -> Result<(), UffdError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _never = body();
+        })
+        .map(drop)
+        .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })
+}
+
 impl Drop for MonitorThread {
     fn drop(&mut self) {
         if std::process::id() != self.pid {
-            // In a fork child the thread does not exist and the hub's state
+            // In a fork child the threads do not exist and the hub's state
             // is the parent's copy: touch nothing (leaked).
             return;
         }
         // SAFETY: taken once, here; not used after.
         let member = unsafe { ManuallyDrop::take(&mut self.member) };
+        // SAFETY: as above.
+        let slot = unsafe { ManuallyDrop::take(&mut self.slot) };
         // SAFETY: as above.
         let hub = unsafe { ManuallyDrop::take(&mut self.hub) };
         //= spec.md#S7.6
@@ -734,26 +830,22 @@ impl Drop for MonitorThread {
         // Flushed while events still reach it (it is still a member), and
         // with nothing cached after: no entry outlives its monitor.
         member.stop_caching();
-        let mut process = lock(&PROCESS);
-        let removed = {
-            let mut members = lock(&hub.members);
-            let at = members.iter().position(|(id, _)| *id == self.id);
-            at.map(|i| members.remove(i))
-        };
-        let idle = match process.as_mut() {
-            Some(running) if Arc::ptr_eq(&running.hub, &hub) => {
-                running.attached -= 1;
-                if running.attached == 0 { process.take() } else { None }
+        {
+            let mut process = PROCESS.lock();
+            lock(&hub.members).retain(|s| !Arc::ptr_eq(s, &slot));
+            if !process.taken_over() {
+                if let Some(running) = process.as_mut().filter(|r| Arc::ptr_eq(&r.hub, &hub)) {
+                    running.attached -= 1;
+                }
             }
-            _ => None,
-        };
-        drop(process);
-        // Outside the mutexes: this may be the last handle of the cache.
-        drop(removed);
-        drop(member);
-        if let Some(idle) = idle {
-            Self::shut_down(idle);
         }
+        // Waits for a round of the service thread on this cache (its
+        // callbacks included) to end; later rounds no longer see it.
+        let taken = lock(&slot.member).take();
+        // Outside every lock: this may be the last handle of the cache.
+        drop(taken);
+        drop(member);
+        drop(slot);
         drop(hub);
     }
 }

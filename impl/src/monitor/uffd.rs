@@ -215,6 +215,19 @@ pub struct UffdMonitor {
 
 /// Messages read per `read()` call.
 const BATCH: usize = 16;
+
+/// Messages one [`UffdMonitor::read_into`] reads at most.
+pub const READ_MESSAGES: usize = 256;
+
+/// Room for one [`UffdMonitor::read_into`]: plain memory the caller owns
+/// (the process monitor's reader keeps one on its stack for its life).
+pub struct MessageBuffer([sys::UffdMsg; READ_MESSAGES]);
+
+impl Default for MessageBuffer {
+    fn default() -> Self {
+        MessageBuffer([sys::UffdMsg::default(); READ_MESSAGES])
+    }
+}
 const MSG_SIZE: usize = std::mem::size_of::<sys::UffdMsg>();
 
 fn userfaultfd(extra_flags: libc::c_int) -> Result<OwnedFd, i32> {
@@ -491,6 +504,32 @@ impl UffdMonitor {
             }
         }
         Ok(appended)
+    }
+
+    /// One non-blocking `read()` of up to `buf.len()` messages into `buf`,
+    /// calling `each` with every release event among them. Allocates nothing
+    /// and takes no lock: the process monitor's reader uses it (spec.md#M1,
+    /// M6). Page faults are answered as in [`Self::read_pending`]. Returns
+    /// the messages read: 0 when nothing is pending (EAGAIN) or a signal
+    /// interrupted the call.
+    pub fn read_into(&self, buf: &mut MessageBuffer, mut each: impl FnMut(ReleaseEvent)) -> Result<usize, UffdError> {
+        // SAFETY: `buf.0` is READ_MESSAGES plain-old-data messages, so
+        // `READ_MESSAGES * MSG_SIZE` bytes are writable; the kernel writes
+        // whole `struct uffd_msg`s of MSG_SIZE bytes.
+        let n = unsafe { libc::read(self.raw_fd(), buf.0.as_mut_ptr().cast(), READ_MESSAGES * MSG_SIZE) };
+        if n < 0 {
+            return match last_errno() {
+                libc::EAGAIN | libc::EINTR => Ok(0),
+                errno => Err(UffdError::Read { errno }),
+            };
+        }
+        let got = n as usize / MSG_SIZE;
+        for msg in &buf.0[..got] {
+            if let Some(ev) = self.convert(msg) {
+                each(ev);
+            }
+        }
+        Ok(got)
     }
 
     //= spec.md#S7.1

@@ -37,12 +37,14 @@ impl UffdEvents {
 }
 
 impl EventSource for UffdEvents {
-    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) {
+    fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
         // Bounded: each call reads at most READ_BATCH messages and stops when
         // the kernel has none left (EAGAIN), so the lock is held briefly.
         if self.monitor.read_pending(out, READ_BATCH).is_err() {
             self.read_errors.fetch_add(1, Ordering::Relaxed);
         }
+        // Read under this cache's lock itself (M2): nothing to gate.
+        None
     }
 
     fn watch(&self, range: Range) -> Result<Watched, String> {
