@@ -42,6 +42,11 @@
  *    mrcache_monitor_start and mrcache_destroy on the same cache return
  *    MRCACHE_BUSY from inside its callbacks, however nested (also from a
  *    callback of another cache that one of its callbacks called into).
+ *  - The library disables cancellation (pthread_setcancelstate) while it
+ *    runs a callback: a pthread_cancel requested meanwhile acts at the
+ *    thread's next cancellation point after the library call returns.
+ *  - A callback must return: it must not longjmp out, call pthread_exit, or
+ *    throw (the library cannot intercept those; they are undefined).
  */
 
 #ifndef MRCACHE_H
@@ -170,7 +175,9 @@ typedef struct mrcache_config_t {
 // A registrar: two callbacks and their context.
 //
 // Both may be called from any thread, concurrently, never with a cache lock
-// held. See "Callbacks" in the header for what they may call.
+// held, with cancellation disabled, and must return (no longjmp,
+// pthread_exit or exception out of them). See "Callbacks" in the header for
+// what they may call.
 typedef struct mrcache_registrar_t {
   // Passed to both callbacks as is.
   void *ctx;

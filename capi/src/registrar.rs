@@ -9,6 +9,14 @@
 //! on the same cache: those return `MRCACHE_BUSY` there, and also in a
 //! callback of another cache called from inside one of its own (the thread
 //! is still inside its callback).
+//!
+//! Cancellation: a callback runs with the thread's cancelability disabled
+//! ([`NoCancel`]). glibc cancels a thread by a forced unwind from its
+//! cancellation point; from inside a callback that unwind would cross the
+//! library's Rust frames and be caught by the entry point's `catch_unwind`,
+//! which aborts the process ("FATAL: exception not rethrown"). Disabled, a
+//! cancel requested meanwhile stays pending and acts at the thread's next
+//! cancellation point after the entry point returned.
 
 use crate::status::{Failure, MRCACHE_BUSY};
 use crate::threads::{Mine, ThreadBucket, ThreadBuckets, MAX_DEPTH};
@@ -24,7 +32,9 @@ type DeregFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 /// A registrar: two callbacks and their context.
 ///
 /// Both may be called from any thread, concurrently, never with a cache lock
-/// held. See "Callbacks" in the header for what they may call.
+/// held, with cancellation disabled, and must return (no longjmp,
+/// pthread_exit or exception out of them). See "Callbacks" in the header for
+/// what they may call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -50,6 +60,64 @@ pub struct mrcache_registrar_t {
     /// Required. `dereg(ctx, handle)`: unpin a handle `reg` returned; 0 or an
     /// errno (the handle is gone either way: it is never passed again).
     pub dereg: Option<unsafe extern "C" fn(ctx: *mut c_void, handle: *mut c_void) -> c_int>,
+}
+
+#[cfg(target_os = "linux")]
+mod cancel {
+    use std::ffi::c_int;
+
+    // Not in the `libc` crate for Linux. The values are glibc's and musl's.
+    pub(super) const PTHREAD_CANCEL_ENABLE: c_int = 0;
+    pub(super) const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+    extern "C" {
+        pub(super) fn pthread_setcancelstate(state: c_int, oldstate: *mut c_int) -> c_int;
+    }
+}
+
+/// The calling thread's cancelability disabled until dropped, then put
+/// back as it was (on every path out of a callback: its return, or a panic
+/// of the library's own code around it). A cancel requested meanwhile
+/// stays pending: `pthread_setcancelstate` is no cancellation point, and
+/// re-enabling a deferred cancel does not act on it, so it acts at the
+/// thread's next cancellation point, after the library returned.
+///
+/// Two `pthread_setcancelstate` calls (an atomic update of the thread's
+/// cancel word each) on the miss path only: registrations and
+/// deregistrations, never a hit.
+#[must_use]
+pub(crate) struct NoCancel {
+    /// The state before: restored on drop unless it was disabled already.
+    #[cfg(target_os = "linux")]
+    old: c_int,
+}
+
+impl NoCancel {
+    #[inline]
+    pub(crate) fn new() -> NoCancel {
+        #[cfg(target_os = "linux")]
+        {
+            let mut old = cancel::PTHREAD_CANCEL_DISABLE;
+            // SAFETY: sets this thread's cancel state; `old` is a valid
+            // out-pointer. It cannot fail for a valid state.
+            unsafe { cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_DISABLE, &mut old) };
+            NoCancel { old }
+        }
+        #[cfg(not(target_os = "linux"))]
+        NoCancel {}
+    }
+}
+
+impl Drop for NoCancel {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.old == cancel::PTHREAD_CANCEL_ENABLE {
+            // SAFETY: restores this thread's state from before `new`; the
+            // old-state pointer may be NULL.
+            unsafe { cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_ENABLE, std::ptr::null_mut()) };
+        }
+    }
 }
 
 thread_local! {
@@ -207,6 +275,7 @@ impl Registrar for CRegistrar {
         #[cfg(test)]
         crate::tests::maybe_panic();
         let rc = {
+            let _no_cancel = NoCancel::new();
             let _mark = InCallback::enter(self);
             // SAFETY: the callback's contract (header): it reads nothing but
             // its arguments and writes the three out-pointers, which point at
@@ -226,6 +295,7 @@ impl Registrar for CRegistrar {
         #[cfg(test)]
         crate::tests::maybe_panic_in_dereg();
         let rc = {
+            let _no_cancel = NoCancel::new();
             let _mark = InCallback::enter(self);
             // SAFETY: `handle.ptr` is what `reg` returned, passed back once.
             unsafe { (self.dereg)(self.ctx, handle.ptr) }

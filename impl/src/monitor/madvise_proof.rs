@@ -19,7 +19,8 @@
 //!   is out of the kernel call it was in.
 //!
 //! Invariants: the handler is async-signal-safe (one atomic store, one
-//! `write` to an eventfd that is never closed, errno saved and restored); a
+//! raw `write` system call, no cancellation point, to an eventfd that is
+//! never closed, errno saved and restored); a
 //! token is never reused while its signal may still be pending, so a late
 //! handler cannot acknowledge a newer send; the handler is installed once
 //! per process and never replaces one the application installed.
@@ -67,7 +68,7 @@ pub enum InstallError {
 pub const SIGNAL_ENV: &str = "MRCACHE_PROOF_SIGNAL";
 
 extern "C" fn on_proof_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: errno is thread-local; saved and restored around `write`.
+    // SAFETY: errno is thread-local; saved and restored around the write.
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
     // our sender put the token in si_value (rt_tgsigqueueinfo).
@@ -78,13 +79,24 @@ extern "C" fn on_proof_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, _ct
         ACKS[(token as usize) & (SLOTS - 1)].store(token, Ordering::Release);
         let fd = WAKE_FD.load(Ordering::Relaxed);
         if fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: write(2) is async-signal-safe; the fd is never closed.
-            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            add_one(fd);
         }
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Adds 1 to the eventfd `fd` (never closed). A raw `write` system call,
+/// not libc's `write`: that one is a cancellation point, and this runs on
+/// application threads (in the proof signal's handler, on whatever thread
+/// was signalled). A cancel pending there would unwind out of the signal
+/// handler and through the interrupted code, which may be the library's
+/// own Rust frames, or hold a lock.
+fn add_one(fd: i32) {
+    let one: u64 = 1;
+    // SAFETY: write(2) of 8 bytes from a local to our non-blocking eventfd;
+    // a raw system call is async-signal-safe and no cancellation point.
+    unsafe { libc::syscall(libc::SYS_write, fd, (&one as *const u64).cast::<libc::c_void>(), 8usize) };
 }
 
 /// The process's proof signal, installed once.
@@ -168,10 +180,9 @@ impl Signal {
     }
 
     /// Makes the wake eventfd readable (the monitor thread's poll returns).
+    /// No cancellation point ([`add_one`]): safe to call on any thread.
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes to our non-blocking eventfd.
-        unsafe { libc::write(self.wake_fd(), (&one as *const u64).cast(), 8) };
+        add_one(self.wake_fd());
     }
 
     /// Waits until the wake eventfd is readable (a wake or an
