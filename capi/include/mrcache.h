@@ -96,7 +96,10 @@ typedef enum mrcache_monitor_t {
   // two libraries) can hold registrations of the same buffer, and a release
   // reaches both. Memory that another userfaultfd of the process already
   // watches (the kernel's EBUSY) is served uncached, never cached unwatched
-  // (counted in `mrcache_stats_t.uncached`).
+  // (counted in `mrcache_stats_t.uncached`). Memory userfaultfd cannot
+  // watch at all, SysV shared memory (shmat) and file mappings, is refused:
+  // `mrcache_acquire` returns `MRCACHE_UNWATCHABLE` and changes nothing
+  // (memfd and MAP_SHARED|MAP_ANONYMOUS memory can be watched).
   MRCACHE_MONITOR_UFFD = 2,
 } mrcache_monitor_t;
 
@@ -121,8 +124,8 @@ typedef enum mrcache_status_t {
   // cache, or never returned by `mrcache_acquire`.
   MRCACHE_INVALID_LEASE = 4,
   // E5: the registrar failed (after one retry for ENOMEM/EAGAIN, with
-  // every unleased entry evicted in between), or the monitor cannot watch
-  // the range. `mrcache_last_error` gives the errno and a message.
+  // every unleased entry evicted in between). `mrcache_last_error` gives
+  // the errno and a message.
   MRCACHE_REGISTRAR = 5,
   // E6: the registration was invalidated during each of its attempts.
   MRCACHE_RETRIES_EXHAUSTED = 6,
@@ -146,6 +149,11 @@ typedef enum mrcache_status_t {
   MRCACHE_UNSUPPORTED = 21,
   // More leases held at once than the cache can name (2^20).
   MRCACHE_TOO_MANY_LEASES = 22,
+  // E5 "cannot watch": the uffd monitor cannot watch this memory (SysV
+  // shared memory from shmat, or a file mapping); nothing changed.
+  // `mrcache_last_error` names the kind of mapping. memfd and shared
+  // anonymous memory (MAP_SHARED|MAP_ANONYMOUS) can be watched.
+  MRCACHE_UNWATCHABLE = 23,
   // A bug: a panic inside the library, caught at the boundary. The cache
   // stays usable; `mrcache_last_error` gives the panic message.
   MRCACHE_INTERNAL = 99,

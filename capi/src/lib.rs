@@ -88,7 +88,10 @@ pub enum mrcache_monitor_t {
     /// two libraries) can hold registrations of the same buffer, and a release
     /// reaches both. Memory that another userfaultfd of the process already
     /// watches (the kernel's EBUSY) is served uncached, never cached unwatched
-    /// (counted in `mrcache_stats_t.uncached`).
+    /// (counted in `mrcache_stats_t.uncached`). Memory userfaultfd cannot
+    /// watch at all, SysV shared memory (shmat) and file mappings, is refused:
+    /// `mrcache_acquire` returns `MRCACHE_UNWATCHABLE` and changes nothing
+    /// (memfd and MAP_SHARED|MAP_ANONYMOUS memory can be watched).
     MRCACHE_MONITOR_UFFD = 2,
 }
 

@@ -23,8 +23,8 @@ pub enum mrcache_status_t {
     /// cache, or never returned by `mrcache_acquire`.
     MRCACHE_INVALID_LEASE = 4,
     /// E5: the registrar failed (after one retry for ENOMEM/EAGAIN, with
-    /// every unleased entry evicted in between), or the monitor cannot watch
-    /// the range. `mrcache_last_error` gives the errno and a message.
+    /// every unleased entry evicted in between). `mrcache_last_error` gives
+    /// the errno and a message.
     MRCACHE_REGISTRAR = 5,
     /// E6: the registration was invalidated during each of its attempts.
     MRCACHE_RETRIES_EXHAUSTED = 6,
@@ -48,6 +48,11 @@ pub enum mrcache_status_t {
     MRCACHE_UNSUPPORTED = 21,
     /// More leases held at once than the cache can name (2^20).
     MRCACHE_TOO_MANY_LEASES = 22,
+    /// E5 "cannot watch": the uffd monitor cannot watch this memory (SysV
+    /// shared memory from shmat, or a file mapping); nothing changed.
+    /// `mrcache_last_error` names the kind of mapping. memfd and shared
+    /// anonymous memory (MAP_SHARED|MAP_ANONYMOUS) can be watched.
+    MRCACHE_UNWATCHABLE = 23,
     /// A bug: a panic inside the library, caught at the boundary. The cache
     /// stays usable; `mrcache_last_error` gives the panic message.
     MRCACHE_INTERNAL = 99,
@@ -74,7 +79,7 @@ impl From<Error> for Failure {
             Error::EmptyRange { .. } => (MRCACHE_EMPTY_RANGE, 0),
             Error::WrappingRange { .. } => (MRCACHE_WRAPPING_RANGE, 0),
             Error::Registrar { source, .. } => (MRCACHE_REGISTRAR, source.errno),
-            Error::Watch { .. } => (MRCACHE_REGISTRAR, 0),
+            Error::Watch { .. } => (MRCACHE_UNWATCHABLE, 0),
             Error::RetriesExhausted { .. } => (MRCACHE_RETRIES_EXHAUSTED, 0),
             Error::UnmatchedReleaseEnd { .. } => (MRCACHE_UNMATCHED_RELEASE_END, 0),
             Error::InvalidConfig { .. } => (MRCACHE_INVALID_CONFIG, libc::EINVAL),
@@ -173,7 +178,7 @@ pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<(), Failure> {
 
 /// The name of a status value (any int: C may pass one that is not a status).
 pub(crate) fn name(status: c_int) -> &'static std::ffi::CStr {
-    const ALL: [(mrcache_status_t, &std::ffi::CStr); 15] = [
+    const ALL: [(mrcache_status_t, &std::ffi::CStr); 16] = [
         (MRCACHE_OK, c"MRCACHE_OK"),
         (MRCACHE_EMPTY_RANGE, c"MRCACHE_EMPTY_RANGE"),
         (MRCACHE_WRAPPING_RANGE, c"MRCACHE_WRAPPING_RANGE"),
@@ -188,6 +193,7 @@ pub(crate) fn name(status: c_int) -> &'static std::ffi::CStr {
         (MRCACHE_INVALID_ARGUMENT, c"MRCACHE_INVALID_ARGUMENT"),
         (MRCACHE_UNSUPPORTED, c"MRCACHE_UNSUPPORTED"),
         (MRCACHE_TOO_MANY_LEASES, c"MRCACHE_TOO_MANY_LEASES"),
+        (MRCACHE_UNWATCHABLE, c"MRCACHE_UNWATCHABLE"),
         (MRCACHE_INTERNAL, c"MRCACHE_INTERNAL"),
     ];
     ALL.iter().find(|(s, _)| *s as c_int == status).map_or(c"(not an mrcache status)", |(_, n)| n)

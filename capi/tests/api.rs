@@ -471,6 +471,60 @@ fn a_callback_that_unmaps_watched_memory_works_under_the_uffd_monitor() {
     assert_eq!(c.registered.load(Ordering::SeqCst), c.deregistered.load(Ordering::SeqCst));
 }
 
+/// SysV shared memory (shmat) cannot be watched by userfaultfd: an acquire
+/// of it under the uffd monitor is MRCACHE_UNWATCHABLE, names it, and
+/// changes nothing; memfd memory is watched and cached.
+#[test]
+fn sysv_shared_memory_is_unwatchable_under_the_uffd_monitor() {
+    let c = Counting::default();
+    let cfg = config(MRCACHE_MONITOR_UFFD);
+    let r = registrar(&c);
+    let mut cache = null_mut();
+    // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
+    let st = unsafe { mrcache_create(&cfg, &r, &mut cache) };
+    if st == MRCACHE_UNSUPPORTED {
+        eprintln!("skipped: userfaultfd unavailable: {}", last_error().0);
+        return;
+    }
+    assert_eq!(st, MRCACHE_OK);
+    let mut l = mrcache_lease_t::default();
+    // SAFETY: a private SysV segment of our own, marked for removal at its
+    // last detach; the C API called as C calls it.
+    unsafe {
+        let id = libc::shmget(libc::IPC_PRIVATE, LEN, libc::IPC_CREAT | 0o600);
+        if id >= 0 {
+            let a = libc::shmat(id, null(), 0);
+            libc::shmctl(id, libc::IPC_RMID, null_mut());
+            assert_ne!(a as isize, -1, "shmat: {}", std::io::Error::last_os_error());
+            assert_eq!(mrcache_acquire(cache, a, LEN, 0, &mut l), MRCACHE_UNWATCHABLE);
+            let (message, errno) = last_error();
+            eprintln!("shmat memory: {message}");
+            assert!(message.contains("SysV") && message.contains("shmat"), "{message}");
+            assert_eq!(errno, 0);
+            assert_eq!(l, mrcache_lease_t::default(), "no lease");
+            let s = stats(cache);
+            assert_eq!((s.leases_held, s.registrations), (0, 0), "nothing changed: {s:?}");
+            assert_eq!(libc::shmdt(a), 0);
+        } else {
+            eprintln!("shmget: {}: the SysV half skipped", std::io::Error::last_os_error());
+        }
+        let fd = libc::memfd_create(c"mrcache-capi-test".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, LEN as libc::off_t), 0);
+        let a = libc::mmap(null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        libc::close(fd);
+        assert_ne!(a, libc::MAP_FAILED);
+        for _ in 0..2 {
+            assert_eq!(mrcache_acquire(cache, a, LEN, 0, &mut l), MRCACHE_OK, "{}", last_error().0);
+            assert_eq!(mrcache_release(cache, l), MRCACHE_OK);
+        }
+        assert_eq!(stats(cache).hits, 1, "memfd memory is watched, so cached");
+        assert_eq!(mrcache_destroy(cache), MRCACHE_OK);
+        libc::munmap(a, LEN);
+    }
+    assert_eq!(c.registered.load(Ordering::SeqCst), c.deregistered.load(Ordering::SeqCst));
+}
+
 #[test]
 fn leases_released_on_other_threads() {
     let c = Counting::default();
@@ -507,6 +561,8 @@ fn status_names() {
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
     let name = |s: i32| unsafe { std::ffi::CStr::from_ptr(mrcache_status_name(s)) }.to_str().unwrap().to_owned();
     assert_eq!(name(MRCACHE_BUSY as i32), "MRCACHE_BUSY");
+    assert_eq!(name(MRCACHE_UNWATCHABLE as i32), "MRCACHE_UNWATCHABLE");
+    assert_eq!(MRCACHE_UNWATCHABLE as i32, 23);
     assert_eq!(name(12345), "(not an mrcache status)");
 }
 

@@ -33,7 +33,8 @@ pub enum Error {
     },
     /// E5 as well: the event source refused to watch the range it would have
     /// to watch before registering (spec.md#S7.1: memory userfaultfd cannot
-    /// watch is refused with a clear error).
+    /// watch, SysV shared memory or a file mapping, is refused with a clear
+    /// error; the C API's `MRCACHE_UNWATCHABLE`).
     #[error("E5 registrar: {}", watch_message(.range, .detail))]
     Watch { range: Range, detail: String },
     /// E6: the registration was invalidated during every attempt (spec.md#A7).

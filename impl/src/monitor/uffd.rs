@@ -29,6 +29,11 @@
 //! | `mmap(MAP_FIXED)` over a watch   | `UNMAP` of the replaced range          | `Munmap`                               |
 //! | `free()` of an mmap-served chunk | `UNMAP` of the whole chunk             | `Munmap` (wider than the watched part) |
 //!
+//! SysV shared memory (`shmat`) cannot be watched at all: `UFFDIO_REGISTER`
+//! refuses it (EINVAL: its mappings are not shmem's to userfaultfd), so its
+//! `shmdt` is never seen. memfd and `MAP_SHARED|MAP_ANONYMOUS` memory is
+//! shmem and is watched like private memory.
+//!
 //! The kernel does not say *which* call produced a message: DONTNEED, FREE and
 //! REMOVE all arrive as `UFFD_EVENT_REMOVE`, and munmap, an mremap shrink, a
 //! MAP_FIXED replacement (and, by the kernel source, a brk shrink; not tested
@@ -118,9 +123,10 @@ fn last_errno() -> i32 {
 fn unwatchable_reason(errno: &i32) -> &'static str {
     match *errno {
         libc::EINVAL => {
-            "the range holds a mapping userfaultfd cannot watch (a file mapping, MAP_SHARED or \
-             MAP_PRIVATE, that is not shmem/tmpfs or hugetlbfs; a hugetlbfs range not aligned to its \
-             huge page size; a VM_DROPPABLE mapping) or no mapping at all"
+            "the range holds a mapping userfaultfd cannot watch (SysV shared memory from shmat; a \
+             file mapping, MAP_SHARED or MAP_PRIVATE, that is not shmem/tmpfs or hugetlbfs; a \
+             hugetlbfs range not aligned to its huge page size; a VM_DROPPABLE mapping) or no mapping \
+             at all"
         }
         libc::ENOMEM => {
             "nothing is mapped at or after the range start, or splitting mappings would exceed \
@@ -130,6 +136,89 @@ fn unwatchable_reason(errno: &i32) -> &'static str {
         libc::EBUSY => "the range is already watched by another userfaultfd",
         _ => "unexpected error",
     }
+}
+
+/// [`UffdError::Unwatchable`]'s text after its range: the refused mapping
+/// by name for EINVAL if `/proc/self/maps` shows one in the range, else the
+/// errno's reasons.
+fn unwatchable_text(range: &Range, errno: &i32) -> String {
+    if *errno == libc::EINVAL {
+        let page = crate::mem::page_size();
+        let start = range.addr & !(page - 1);
+        let end = range.end().checked_next_multiple_of(page).unwrap_or(u64::MAX);
+        let maps = proc_self_maps();
+        if let Some(named) = maps.and_then(|maps| refused_mapping(&String::from_utf8_lossy(&maps), start, end)) {
+            return named;
+        }
+    }
+    format!("{} ({})", unwatchable_reason(errno), os_err(errno))
+}
+
+/// The mapping in `[start, end)` that userfaultfd refuses (EINVAL), named
+/// from `maps` (the text of `/proc/self/maps`): SysV shared memory (a
+/// `shmat` segment shows as `/SYSV%08x (deleted)`) or a file mapping (its
+/// path), the first in address order. Anonymous memory, shmem (memfd,
+/// `MAP_SHARED|MAP_ANONYMOUS`: `/memfd:...`, `/dev/zero (deleted)`) and
+/// anonymous huge pages can be watched and are skipped; `None` if nothing
+/// else lies in the range. A file on tmpfs is shmem too, but shows as any
+/// file does: named only if the kernel refused the range, where it is the
+/// likely culprit unless a SysV segment comes after it.
+pub(crate) fn refused_mapping(maps: &str, start: u64, end: u64) -> Option<String> {
+    let mut file = None;
+    for line in maps.lines() {
+        // `start-end perms offset dev inode [path]`, the path padded with spaces.
+        let mut rest = line;
+        let mut fields = [""; 5];
+        for f in &mut fields {
+            rest = rest.trim_start();
+            let at = rest.find(' ').unwrap_or(rest.len());
+            *f = &rest[..at];
+            rest = &rest[at..];
+        }
+        let path = rest.trim();
+        let Some((a, b)) = fields[0].split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        if b <= start || a >= end {
+            continue;
+        }
+        let anonymous = fields[4] == "0" || path.is_empty() || path.starts_with('[');
+        let shmem = path.starts_with("/memfd:") || path == "/dev/zero (deleted)" || path == "/anon_hugepage (deleted)";
+        if path.starts_with("/SYSV") {
+            return Some("SysV shared memory (shmat); the userfaultfd monitor cannot see its releases".to_string());
+        }
+        if !anonymous && !shmem && file.is_none() {
+            file = Some(format!("a file mapping ({path})"));
+        }
+    }
+    file
+}
+
+/// The text of `/proc/self/maps`, read with raw system calls: libc's
+/// `open`, `read` and `close` are cancellation points, and this runs on the
+/// acquiring application thread, inside the library's frames.
+fn proc_self_maps() -> Option<Vec<u8>> {
+    // SAFETY: openat(2) of a NUL-terminated path; returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
+        return None;
+    }
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let complete = loop {
+        // SAFETY: read(2) into `chunk`, which has `chunk.len()` writable bytes.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, chunk.as_mut_ptr(), chunk.len()) };
+        match n {
+            0 => break true,
+            n if n > 0 => text.extend_from_slice(&chunk[..n as usize]),
+            _ if last_errno() == libc::EINTR => {}
+            _ => break false,
+        }
+    };
+    // SAFETY: closes the fd opened above, once.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+    complete.then_some(text)
 }
 
 /// What went wrong, one variant per failing call.
@@ -158,8 +247,11 @@ pub enum UffdError {
     /// `UFFDIO_REGISTER` failed for a reason that is not about the range.
     #[error("UFFDIO_REGISTER of {range} failed: {}", os_err(.errno))]
     Register { range: Range, errno: i32 },
-    /// The range (page-aligned outwards) cannot be watched.
-    #[error("cannot watch {range}: {} ({})", unwatchable_reason(.errno), os_err(.errno))]
+    /// The range (page-aligned outwards) cannot be watched. For EINVAL
+    /// the message names the mapping the kernel refused (SysV shared
+    /// memory, a file mapping) when `/proc/self/maps` shows one: it is read
+    /// when the message is made (see [`refused_mapping`]).
+    #[error("cannot watch {range}: {}", unwatchable_text(.range, .errno))]
     Unwatchable { range: Range, errno: i32 },
     /// `UFFDIO_UNREGISTER` failed for a reason other than the range being gone.
     #[error("UFFDIO_UNREGISTER of {range} failed: {}", os_err(.errno))]
@@ -361,8 +453,9 @@ impl UffdMonitor {
     ///   (pages mapped there later are not watched); a range with no mapping at
     ///   all fails.
     /// - Ranges that cannot be watched give [`UffdError::Unwatchable`] with the
-    ///   errno (EINVAL: a file mapping that is not shmem/hugetlbfs, e.g. a
-    ///   MAP_SHARED or MAP_PRIVATE ext4 file, or nothing mapped; ENOMEM: nothing
+    ///   errno (EINVAL: SysV shared memory from `shmat`, whose mappings are not
+    ///   shmem's to userfaultfd, or a file mapping that is not shmem/hugetlbfs,
+    ///   e.g. a MAP_SHARED or MAP_PRIVATE ext4 file, or nothing mapped; ENOMEM: nothing
     ///   mapped at or after the start, or vm.max_map_count reached; EPERM: not
     ///   writable-capable; EBUSY: watched by another userfaultfd). The whole
     ///   call fails then: the kernel registers nothing.

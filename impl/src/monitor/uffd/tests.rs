@@ -544,7 +544,7 @@ fn file_mappings_on_a_disk_filesystem_are_unwatchable() {
         } else {
             let e = r.unwrap_err();
             assert_eq!(e, UffdError::Unwatchable { range: range(a, 4 * p), errno: libc::EINVAL });
-            assert!(e.to_string().contains("file mapping"), "{e}");
+            assert!(e.to_string().contains("a file mapping (/"), "names the file: {e}");
         }
         unmap_unwatched(a, 4 * p);
     }
@@ -561,6 +561,91 @@ fn shmem_is_watchable_and_madv_remove_emits_remove() {
     assert_eq!(events, [ev(ReleaseKind::MadviseDontneed, a + 2 * p, p)]);
     assert_writes_not_trapped(&mon, a, 4 * p);
     assert_eq!(munmap_in(&mon, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
+}
+
+/// Attaches a fresh SysV segment of `pages` pages, already marked for
+/// removal (it goes with its last detach); `None` where SysV IPC is not
+/// available (a sandbox without it).
+fn shmat_pages(pages: u64) -> Option<u64> {
+    // SAFETY: shmget/shmat/shmctl on a private segment of our own; shmat
+    // maps it at a kernel-chosen address.
+    unsafe {
+        let id = libc::shmget(libc::IPC_PRIVATE, (pages * page()) as usize, libc::IPC_CREAT | 0o600);
+        if id < 0 {
+            eprintln!("shmget: {}: SysV test skipped", io::Error::last_os_error());
+            return None;
+        }
+        let a = libc::shmat(id, ptr::null(), 0);
+        libc::shmctl(id, libc::IPC_RMID, ptr::null_mut());
+        if a as isize == -1 {
+            eprintln!("shmat: {}: SysV test skipped", io::Error::last_os_error());
+            return None;
+        }
+        Some(a as u64)
+    }
+}
+
+/// SysV shared memory is refused (EINVAL: its mappings are not shmem's to
+/// userfaultfd), with a message that names it; memfd memory (shmem) is
+/// watched, and its munmap is seen.
+#[test]
+//= spec.md#S7.1
+fn sysv_shared_memory_is_refused_and_memfd_is_watched() {
+    let (mon, p) = monitor();
+    if let Some(a) = shmat_pages(4) {
+        // SAFETY: the attached segment is 4 writable pages.
+        unsafe { ptr::write_bytes(a as *mut u8, 1, (4 * p) as usize) };
+        let e = mon.watch(range(a + 10, p)).unwrap_err();
+        assert_eq!(e, UffdError::Unwatchable { range: range(a + 10, p), errno: libc::EINVAL });
+        let text = e.to_string();
+        assert!(text.contains("SysV shared memory (shmat)") && text.contains("cannot see its releases"), "{text}");
+        assert!(text.starts_with(&format!("cannot watch {}: ", range(a + 10, p))), "{text}");
+        // SAFETY: detaches the segment attached above, unwatched.
+        assert_eq!(unsafe { libc::shmdt(a as *const libc::c_void) }, 0);
+    }
+    // SAFETY: memfd_create with a NUL-terminated name; the fd is ours.
+    let fd = unsafe { libc::memfd_create(c"mrcache-uffd-test".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
+    // SAFETY: sizes our memfd, then maps it shared at a kernel-chosen address.
+    let a = unsafe {
+        assert_eq!(libc::ftruncate(fd, (4 * p) as libc::off_t), 0);
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let a = libc::mmap(ptr::null_mut(), (4 * p) as usize, prot, libc::MAP_SHARED, fd, 0);
+        libc::close(fd);
+        assert_ne!(a, libc::MAP_FAILED);
+        ptr::write_bytes(a as *mut u8, 1, (4 * p) as usize);
+        a as u64
+    };
+    assert_eq!(mon.watch(range(a, 4 * p)), Ok(()));
+    assert_writes_not_trapped(&mon, a, 4 * p);
+    assert_eq!(munmap_in(&mon, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
+}
+
+/// The refused mapping is found by its line of /proc/self/maps.
+#[test]
+fn the_refused_mapping_is_named_from_the_maps() {
+    let maps = "\
+00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/dbus-daemon
+7f0000000000-7f0000004000 rw-p 00000000 00:00 0
+7f0000004000-7f0000008000 rw-s 00000000 00:01 2056                       /memfd:buf (deleted)
+7f0000008000-7f000000c000 rw-s 00000000 00:01 5                          /dev/zero (deleted)
+7f000000c000-7f0000010000 rw-s 00000000 00:01 32789                      /SYSV00000000 (deleted)
+7f0000010000-7f0000014000 rw-s 00000000 08:02 99                         /data/my file
+7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]
+";
+    let sysv = refused_mapping(maps, 0x7f0000000000, 0x7f0000010000).unwrap();
+    assert!(sysv.starts_with("SysV shared memory (shmat)"), "{sysv}");
+    // The SysV segment is named also after a file mapping in the range.
+    assert_eq!(
+        refused_mapping(maps, 0x400000, 0x7f000000d000).as_deref(),
+        Some("SysV shared memory (shmat); the userfaultfd monitor cannot see its releases")
+    );
+    assert_eq!(refused_mapping(maps, 0x7f0000010000, 0x7f0000011000).as_deref(), Some("a file mapping (/data/my file)"));
+    assert_eq!(refused_mapping(maps, 0x400000, 0x401000).as_deref(), Some("a file mapping (/usr/bin/dbus-daemon)"));
+    // Anonymous, memfd, shared anonymous memory and the stack: nothing to name.
+    assert_eq!(refused_mapping(maps, 0x7f0000000000, 0x7f000000c000), None);
+    assert_eq!(refused_mapping(maps, 0x7ffc00000000, 0x7ffc00001000), None);
+    assert_eq!(refused_mapping(maps, 0x1000, 0x2000), None);
 }
 
 #[test]
