@@ -33,11 +33,18 @@
  * Callbacks (mrcache_registrar_t)
  *  - reg and dereg are called from any thread, concurrently, never with a
  *    cache lock held.
- *  - They may free or unmap memory (also registered memory: with
- *    MRCACHE_MONITOR_UFFD the monitor thread sees it) and may call
- *    mrcache_invalidate on any cache (it only queues the event),
+ *  - They may allocate, free or unmap memory (also registered memory) and
+ *    may call mrcache_invalidate on any cache (it only queues the event),
  *    mrcache_stats, mrcache_lease_keys, mrcache_lease_view,
- *    mrcache_last_error, and anything on another cache.
+ *    mrcache_last_error, and anything on another cache (acquire, release,
+ *    create, destroy).
+ *  - With MRCACHE_MONITOR_UFFD, the deregistrations of invalidated
+ *    registrations run on the monitor's service thread (mrcache-svc) or on
+ *    an application thread. The thread that reads the userfaultfd
+ *    (mrcache-uffd) never runs a callback, allocates or takes a lock, so
+ *    nothing a callback or the heap does can stop it: every munmap, madvise
+ *    or free() of watched memory returns (spec.md S7.6). The monitor's fd
+ *    and both threads live until the process exits.
  *  - mrcache_acquire, mrcache_release, mrcache_flush, mrcache_trim,
  *    mrcache_monitor_start and mrcache_destroy on the same cache return
  *    MRCACHE_BUSY from inside its callbacks, however nested (also from a

@@ -174,7 +174,7 @@
 //! lists the broken variants and the property each must violate;
 //! [`explore`] serves stateright's Explorer. [`waits`] is a separate, small
 //! model of who may wait on whom around the userfaultfd monitor's reader
-//! and service threads (checker/WAITS.md), with its own mutants
+//! and service threads (spec.md S7.7), with its own mutants
 //! ([`WaitMutant`]). (The spec-citation linter, which also checks that every
 //! §A step is tagged here and in impl/src, is tools/citations.)
 

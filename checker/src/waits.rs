@@ -1,5 +1,5 @@
 //! The wait model: who may wait on whom around the userfaultfd monitor
-//! (checker/WAITS.md).
+//! (spec.md S7.7).
 //!
 //! A separate, small stateright model, apart from the §A model of the rest
 //! of this crate. It knows nothing of entries, leases or ranges: only the
@@ -1032,6 +1032,9 @@ impl WaitOutcome {
 
 /// Checks the wait model exhaustively (BFS: shortest counterexamples), on
 /// `workers` threads.
+//= spec.md#S7.7
+//# A stateright model of who waits on
+//# whom around the monitor
 pub fn check_waits(cfg: &WaitConfig, workers: usize) -> WaitOutcome {
     let model = WaitModel::new(cfg.clone());
     let start = Instant::now();

@@ -1,4 +1,4 @@
-//! The wait model (checker/src/waits.rs, checker/WAITS.md): the new
+//! The wait model (checker/src/waits.rs, spec.md S7.7): the new
 //! monitor's design has no wait cycle, its reader never blocks, every
 //! application thread finishes, with the recorded number of unique states;
 //! each mutant (an old hang put back) is caught with a short counterexample.
@@ -39,6 +39,9 @@ fn check_pinned(heavy: bool) {
 }
 
 #[test]
+//= spec.md#S7.7
+//# Properties: `no-wait-cycle` (always: no cycle in
+//# the wait-for graph
 fn the_design_has_no_wait_cycle() {
     check_pinned(false);
 }

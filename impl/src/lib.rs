@@ -96,6 +96,7 @@ macro_rules! fault {
 
 pub mod cache;
 pub mod error;
+mod fork_safe;
 #[doc(hidden)]
 pub mod hit_memo;
 #[doc(hidden)]

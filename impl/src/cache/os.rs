@@ -5,7 +5,6 @@
 //! the cache's fork check (`fork.rs`) compares [`fork_generation`].
 
 use crate::sync::{plain, Ordering};
-use std::sync::Once;
 
 // ---------------------------------------------------------------------------
 // membarrier
@@ -54,7 +53,9 @@ static FORKS: plain::AtomicU64 = plain::AtomicU64::new(0);
 /// process by its last fork, the one thread the child started with; 0 when
 /// unknown (a fork the atfork handler did not see) or none.
 static FORKED_BY: plain::AtomicUsize = plain::AtomicUsize::new(0);
-static INSTALL: Once = Once::new();
+/// Fork-safe: a child whose parent's thread was inside it runs it again
+/// (registering the handler twice only counts a fork twice).
+static INSTALL: crate::fork_safe::ForkSafeOnce = crate::fork_safe::ForkSafeOnce::new();
 
 /// A word on a page mapped with `MADV_WIPEONFORK` (Linux 4.14): [`ARMED`] in
 /// this process, 0 in a child however it was made (fork(), or a raw

@@ -30,7 +30,7 @@
 use mrcache_types::Range;
 use std::fs;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use crate::fork_safe::{ProcessGuard, ProcessLock};
 
 /// Acknowledgement slots: a token's low bits name its slot.
 const SLOTS: usize = 1024;
@@ -42,15 +42,32 @@ static ACKS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 /// Created with the handler and never closed (a late handler must never
 /// write to a reused descriptor).
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-/// The installed signal, or why none is.
-static INSTALLED: OnceLock<Result<Signal, InstallError>> = OnceLock::new();
-/// Slots whose signal may still be pending, and the token sequence.
-static SLOT_STATE: Mutex<SlotState> = Mutex::new(SlotState { busy: [false; SLOTS], next: 0, seq: 0 });
+/// The installed signal, or why none is, with the process that installed
+/// it. A [`ProcessLock`], not a `OnceLock`: a fork child whose parent was
+/// installing it must not wait forever (spec.md#S7.6, *Fork*).
+static INSTALLED: ProcessLock<Option<(u32, Result<Signal, InstallError>)>> = ProcessLock::new(None);
+/// Slots whose signal may still be pending, and the token sequence, for the
+/// process `pid` (a fork child starts with no signal pending: it resets
+/// `busy` and keeps `seq`, so no token of its own equals one its parent
+/// sent, which `ACKS` may hold).
+static SLOT_STATE: ProcessLock<SlotState> = ProcessLock::new(SlotState { pid: 0, busy: [false; SLOTS], next: 0, seq: 0 });
 
 struct SlotState {
+    pid: u32,
     busy: [bool; SLOTS],
     next: usize,
     seq: u64,
+}
+
+/// The slot state of this process.
+fn slot_state() -> ProcessGuard<'static, SlotState> {
+    let mut s = SLOT_STATE.lock();
+    let me = std::process::id();
+    if s.pid != me {
+        s.pid = me;
+        s.busy = [false; SLOTS];
+    }
+    s
 }
 
 /// Why the proof signal was not installed.
@@ -142,7 +159,25 @@ impl Signal {
     /// Refuses a number that already has a handler or is ignored (the
     /// application owns it), naming it.
     pub fn install() -> Result<Signal, InstallError> {
-        *INSTALLED.get_or_init(|| Self::configured_number().and_then(Self::install_number))
+        let me = std::process::id();
+        let mut installed = INSTALLED.lock();
+        if installed.taken_over() {
+            // The parent's thread was inside this at the fork: install again
+            // (`install_number` accepts our own handler).
+            // SAFETY: a valid place; `write` neither reads nor drops it.
+            unsafe { std::ptr::write(&mut *installed, None) };
+        }
+        let result = match *installed {
+            Some((pid, result)) if pid == me => return result,
+            // A fork child: the handler is inherited, but the eventfd is
+            // shared with the parent, whose monitor would take the child's
+            // wakes. The child gets its own.
+            Some((_, Ok(signal))) => new_wake_fd().map(|()| signal),
+            Some((_, Err(e))) => Err(e),
+            None => Self::configured_number().and_then(Self::install_number),
+        };
+        *installed = Some((me, result));
+        result
     }
 
     fn install_number(number: i32) -> Result<Signal, InstallError> {
@@ -152,15 +187,11 @@ impl Signal {
         if unsafe { libc::sigaction(number, std::ptr::null(), &mut old) } != 0 {
             return Err(InstallError::Os(errno()));
         }
-        if old.sa_sigaction != libc::SIG_DFL {
+        let ours = on_proof_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+        if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != ours {
             return Err(InstallError::Taken(number));
         }
-        // SAFETY: eventfd(2) with plain flags.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(InstallError::Os(errno()));
-        }
-        WAKE_FD.store(fd, Ordering::Relaxed);
+        new_wake_fd()?;
         // SAFETY: zeroed sigaction is a valid starting value.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = on_proof_signal as *const () as usize;
@@ -205,7 +236,7 @@ impl Signal {
     /// token.
     pub fn send(&self, tid: i32) -> SendOutcome {
         let token = {
-            let mut s = SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut s = slot_state();
             // Bounded: one turn per slot.
             let Some(slot) = (0..SLOTS).map(|k| (s.next + k) % SLOTS).find(|&k| !s.busy[k]) else {
                 return SendOutcome::Later;
@@ -266,7 +297,20 @@ impl Signal {
 /// Proof signals sent and not yet acknowledged nor forgotten (their
 /// threads exited): the prover keeps at most one per thread.
 pub fn signals_outstanding() -> usize {
-    SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner).busy.iter().filter(|&&b| b).count()
+    slot_state().busy.iter().filter(|&&b| b).count()
+}
+
+/// Creates the eventfd the handler writes to and publishes it. The one it
+/// replaces (a fork child's copy of its parent's) is left open: a late
+/// handler must never write to a reused descriptor.
+fn new_wake_fd() -> Result<(), InstallError> {
+    // SAFETY: eventfd(2) with plain flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(InstallError::Os(errno()));
+    }
+    WAKE_FD.store(fd, Ordering::Relaxed);
+    Ok(())
 }
 
 fn errno() -> i32 {
@@ -274,7 +318,7 @@ fn errno() -> i32 {
 }
 
 fn release_slot(token: u64) {
-    let mut s = SLOT_STATE.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut s = slot_state();
     s.busy[(token as usize) & (SLOTS - 1)] = false;
 }
 
@@ -854,6 +898,16 @@ mod tests {
         assert_eq!(sig.send(tid), SendOutcome::Gone);
         // Installing again gives the same signal; a taken number is refused.
         assert_eq!(Signal::install(), Ok(sig));
-        assert_eq!(Signal::install_number(sig.number), Err(InstallError::Taken(sig.number)));
+        // A number with the application's handler is refused.
+        extern "C" fn theirs(_: libc::c_int) {}
+        let other = sig.number - 1;
+        // SAFETY: a zeroed sigaction with a plain handler, on a real-time
+        // signal this test owns.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = theirs as extern "C" fn(libc::c_int) as usize;
+            assert_eq!(libc::sigaction(other, &act, std::ptr::null_mut()), 0);
+        }
+        assert_eq!(Signal::install_number(other), Err(InstallError::Taken(other)));
     }
 }

@@ -5,8 +5,6 @@
 //!   cache (S7.6, M1, M5, M6), whose reader never waits, and proving
 //!   madvise returns (M3, M4);
 //! - [`ring`]: the bounded event ring the reader publishes into (M6);
-//! - `process_lock`: the lock of the process's monitor state, which a fork
-//!   child takes over;
 //! - [`uffd_thread`]: that primitive as one cache's own event source;
 //! - [`alloc`]: `MonitoredAlloc`, a global-allocator wrapper for Rust programs;
 //! - explicit calls: [`crate::Cache::invalidate`] (the synchronous hook path).
@@ -14,7 +12,6 @@
 pub mod alloc;
 pub mod madvise_proof;
 pub mod process;
-mod process_lock;
 pub mod ring;
 pub mod uffd;
 pub mod uffd_thread;

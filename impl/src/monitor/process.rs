@@ -39,7 +39,7 @@
 //!   or by [`super::uffd::READ_MESSAGES`] per read.
 
 use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFile, TaskFiles};
-use super::process_lock::ProcessLock;
+use crate::fork_safe::ProcessLock;
 use super::ring::{lost_events, EventRing, RING_EVENTS};
 use super::uffd::{MessageBuffer, UffdError, UffdMonitor};
 use crate::cache::{clock_reading, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};

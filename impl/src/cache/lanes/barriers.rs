@@ -5,14 +5,14 @@ use super::slots::LaneSlot;
 use crate::cache::os::membarrier;
 use crate::registrar::Registrar;
 use crate::sync::{plain, AtomicPtr, AtomicU64, Ordering};
-use std::sync::Once;
 
 const BARRIER_UNKNOWN: u8 = 0;
 const BARRIER_MEMBARRIER: u8 = 1;
 const BARRIER_FENCES: u8 = 2;
 
 static BARRIER_KIND: plain::AtomicU8 = plain::AtomicU8::new(BARRIER_UNKNOWN);
-static BARRIER_INIT: Once = Once::new();
+/// Fork-safe (registration is idempotent, so a child may run it again).
+static BARRIER_INIT: crate::fork_safe::ForkSafeOnce = crate::fork_safe::ForkSafeOnce::new();
 
 /// Registers the process for private expedited membarrier, once. Must run
 /// before any lane exists (a cache constructor calls it): the light barrier is

@@ -1,8 +1,11 @@
-//! A lock that a fork child never waits on (spec.md#S7.6, *Fork*): the
-//! process's monitor state is guarded by it, and a child made by any kind
+//! Process-wide state that a fork child never waits on (spec.md#S7.6,
+//! *Fork*): [`ProcessLock`] and [`ForkSafeOnce`]. A child made by any kind
 //! of fork (glibc's `fork`, `_Fork`, a raw `clone` or `SYS_fork`) while a
-//! thread of the parent held it can still create its own caches.
+//! thread of the parent held the lock, or ran the once, can still create
+//! its own caches: a std `Mutex` or `Once` copied held would block it
+//! forever.
 //!
+//! ProcessLock:
 //! The lock word is the pid of the process whose thread holds it (0: free).
 //! A thread that finds it held by another pid is in a fork child: the
 //! holder does not exist there and never unlocks, so the thread takes the
@@ -19,9 +22,9 @@
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub(super) struct ProcessLock<T> {
+pub(crate) struct ProcessLock<T> {
     holder: AtomicU32,
     data: UnsafeCell<T>,
 }
@@ -31,17 +34,17 @@ pub(super) struct ProcessLock<T> {
 // threads needs.
 unsafe impl<T: Send> Sync for ProcessLock<T> {}
 
-pub(super) struct ProcessGuard<'a, T> {
+pub(crate) struct ProcessGuard<'a, T> {
     lock: &'a ProcessLock<T>,
     taken_over: bool,
 }
 
 impl<T> ProcessLock<T> {
-    pub(super) const fn new(data: T) -> Self {
+    pub(crate) const fn new(data: T) -> Self {
         ProcessLock { holder: AtomicU32::new(0), data: UnsafeCell::new(data) }
     }
 
-    pub(super) fn lock(&self) -> ProcessGuard<'_, T> {
+    pub(crate) fn lock(&self) -> ProcessGuard<'_, T> {
         let me = std::process::id();
         loop {
             // Acquire: the data the last holder wrote is visible.
@@ -64,7 +67,7 @@ impl<T> ProcessLock<T> {
 impl<T> ProcessGuard<'_, T> {
     /// Whether the lock was held by a thread of the parent at a fork: the
     /// data is the parent's, perhaps half-changed.
-    pub(super) fn taken_over(&self) -> bool {
+    pub(crate) fn taken_over(&self) -> bool {
         self.taken_over
     }
 }
@@ -91,6 +94,55 @@ impl<T> Drop for ProcessGuard<'_, T> {
     }
 }
 
+/// A `Once` that a fork child re-runs if the parent's thread was inside it
+/// at the fork (that thread does not exist in the child). So its closure
+/// must be safe to run again after a partial run in the parent.
+///
+/// The state word: [`ONCE_NEW`], [`ONCE_DONE`], or the pid of the process
+/// whose thread runs it, shifted left by 2 and tagged [`ONCE_RUNNING`].
+pub(crate) struct ForkSafeOnce {
+    state: AtomicU64,
+}
+
+const ONCE_NEW: u64 = 0;
+const ONCE_DONE: u64 = 1;
+const ONCE_RUNNING: u64 = 2;
+
+impl ForkSafeOnce {
+    pub(crate) const fn new() -> Self {
+        ForkSafeOnce { state: AtomicU64::new(ONCE_NEW) }
+    }
+
+    /// Runs `f` once per process (again in a fork child whose parent was
+    /// running it). Waits, yielding, while another thread of this process
+    /// runs it.
+    pub(crate) fn call_once(&self, f: impl FnOnce()) {
+        let running = (u64::from(std::process::id()) << 2) | ONCE_RUNNING;
+        loop {
+            // Acquire: what the run wrote is visible once DONE is seen.
+            let seen = self.state.load(Ordering::Acquire);
+            let ours = match seen {
+                ONCE_DONE => return,
+                ONCE_NEW => self.state.compare_exchange(ONCE_NEW, running, Ordering::Acquire, Ordering::Relaxed).is_ok(),
+                // A fork copied it running in the parent: run it here.
+                other if other != running => {
+                    self.state.compare_exchange(other, running, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                }
+                _ => {
+                    std::thread::yield_now();
+                    false
+                }
+            };
+            if ours {
+                f();
+                // Release: the run's writes before DONE.
+                self.state.store(ONCE_DONE, Ordering::Release);
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +161,18 @@ mod tests {
         *g = 6;
         drop(g);
         assert_eq!(*lock.lock(), 6);
+    }
+
+    #[test]
+    fn a_once_left_running_by_another_pid_runs_again() {
+        let once = ForkSafeOnce::new();
+        let mut runs = 0;
+        once.call_once(|| runs += 1);
+        once.call_once(|| runs += 1);
+        assert_eq!(runs, 1);
+        let copied = ForkSafeOnce::new();
+        copied.state.store((u64::from(std::process::id().wrapping_add(1).max(1)) << 2) | ONCE_RUNNING, Ordering::Relaxed);
+        copied.call_once(|| runs += 1);
+        assert_eq!(runs, 2, "run again: its runner is in another process");
     }
 }
