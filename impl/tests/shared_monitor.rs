@@ -484,3 +484,100 @@ fn a_deregistration_on_the_service_thread_may_unmap_and_drop_another_cache() {
     // SAFETY: our mapping.
     unsafe { libc::munmap(b as *mut _, (2 * PAGE) as usize) };
 }
+
+/// A registrar whose deregistration waits until `open` is set: it holds
+/// the service thread inside a callback.
+struct Holding {
+    open: Arc<std::sync::atomic::AtomicBool>,
+    entered: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl mrcache::registrar::Registrar for Holding {
+    type Handle = ();
+    fn register(&self, _range: Range, _access: Access) -> Result<(), mrcache::registrar::RegistrarError> {
+        Ok(())
+    }
+    fn deregister(&self, _handle: ()) -> Result<(), mrcache::registrar::RegistrarError> {
+        self.entered.store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.open.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+    fn keys(&self, _handle: &()) -> mrcache::registrar::Keys {
+        mrcache::registrar::Keys { lkey: 1, rkey: 1 }
+    }
+    fn name(&self) -> &'static str {
+        "holding"
+    }
+}
+
+#[test]
+//= spec.md#M6
+//# A cache whose cursor the reader lapped applies a REMOVE of the whole address space instead
+fn a_cache_the_reader_laps_drops_everything_and_caches_again_once_proven() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _g = serial();
+    if !uffd_available() {
+        return;
+    }
+    // A: its deregistration holds the service thread (a callback that
+    // blocks), so the rounds stop; B attaches after A and is not drained
+    // while the service is held; C makes the events (its own acquires
+    // drain only C).
+    let (open, entered) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let a = Arc::new(Cache::new(Holding { open: open.clone(), entered: entered.clone() }, config()));
+    let ma = MonitorThread::start(&a).unwrap();
+    let b = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let mb = MonitorThread::start(&b).unwrap();
+    let c = Arc::new(Cache::new(CountingRegistrar::default(), config()));
+    let mc = MonitorThread::start(&c).unwrap();
+    let kept = map(PAGE);
+    drop(b.acquire(kept, PAGE, Access::LOCAL_WRITE).unwrap());
+    assert!(b.acquire(kept, PAGE, Access::LOCAL_WRITE).unwrap().hit());
+    let held = map(PAGE);
+    drop(a.acquire(held, PAGE, Access::LOCAL_WRITE).unwrap());
+    // SAFETY: our mapping, no lease held: its deregistration (on the
+    // service thread) blocks until `open`.
+    returns_within("munmap of A's page", move || unsafe { libc::munmap(held as *mut _, PAGE as usize) });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !entered.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the service thread never ran A's deregistration");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // More events than the ring holds, each a munmap of C's watched page:
+    // every one returns (the reader waits on nothing), with the service
+    // thread held.
+    let events = mrcache::monitor::ring::RING_EVENTS + 64;
+    let before = mb.laps();
+    for _ in 0..events {
+        let p = map(PAGE);
+        drop(c.acquire(p, PAGE, Access::LOCAL_WRITE).unwrap());
+        // SAFETY: our mapping, no lease held.
+        assert_eq!(unsafe { libc::munmap(p as *mut _, PAGE as usize) }, 0);
+    }
+    // B applies the lost events as one REMOVE of everything: its entry
+    // goes, and its pages are served uncached until M4 proves the window.
+    let again = b.acquire(kept, PAGE, Access::LOCAL_WRITE).unwrap();
+    assert!(!again.hit(), "the lapped cache still hit an entry it could not know was fresh");
+    drop(again);
+    assert!(mb.laps() > before, "B was lapped");
+    assert_eq!(b.stats().cached_entries, 0, "{:?}", b.stats());
+    let d = b.diagnostics();
+    assert!(d.remove_windows > d.remove_windows_closed, "a window over everything is open: {d:?}");
+    // The service resumes, proves the window and B caches again.
+    open.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        drop(b.acquire(kept, PAGE, Access::LOCAL_WRITE).unwrap());
+        if b.acquire(kept, PAGE, Access::LOCAL_WRITE).unwrap().hit() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never cached again: {:?}", b.diagnostics());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop((mc, mb, ma));
+    // SAFETY: our mapping.
+    unsafe { libc::munmap(kept as *mut _, PAGE as usize) };
+}

@@ -21,6 +21,10 @@
 //!   atomics, so the hit path needs the lock shared at most (A1), and
 //!   without limits not at all (A0: a compare-exchange on the state word of
 //!   the entry the hit memo names);
+//! - the **gate** (`gate`, spec.md#M6): with the process's userfaultfd
+//!   monitor, the event clock value this cache has applied; a hit needs it
+//!   current (A0, LN1, A1 check it first), so the monitor's reader never
+//!   takes this lock;
 //! - the **over-limit flag** (R2);
 //! - with limits, the **eviction order** (`evict_order`): a lazy min-heap
 //!   of victim candidates in policy order, under the lock exclusive, so that

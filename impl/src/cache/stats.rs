@@ -74,10 +74,11 @@ impl<R: Registrar> Cache<R> {
     /// in flight.
     ///
     /// With an event source installed (a [`crate::MonitorThread`]), it first
-    /// waits out a monitor round in progress: the kernel wakes a thread that
-    /// unmapped watched memory inside the round's read, before the round has
-    /// applied the event (M2). So the invalidation of a `munmap` that has
-    /// returned is counted. Its deregistration follows the round's unlock
+    /// applies the events its monitor has read and this cache has not
+    /// (spec.md#M6: the gate), as A2 would, performing the deregistrations
+    /// that frees; or, with a single-cache source, waits out a round in
+    /// progress (M2). So the invalidation of a `munmap` that has returned is
+    /// counted. A deregistration of a leased entry follows its last release
     /// (L1) and may not be counted yet.
     pub fn stats(&self) -> Stats {
         let shared = self.shared();
