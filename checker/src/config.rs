@@ -154,7 +154,7 @@ impl Mutant {
                 cfg.scripts = Some(remove_scripts());
                 changed.push("the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
             }
-            Mutant::EventToOneCache => {
+            Mutant::EventToOneCache | Mutant::HitWithoutGate | Mutant::DrainIgnoresReading | Mutant::GateBeforeApply => {
                 if cfg.scripts.is_none() {
                     cfg.scripts = Some(shared_monitor_scripts());
                 }
@@ -263,12 +263,17 @@ pub struct CheckConfig {
     /// monitor closes once the madvise has returned (M4). Async monitor only;
     /// nested events (registrar, cache) stay unmaps.
     pub remove: bool,
-    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1, or 2
-    /// with thread `t` on cache `t % 2`. With 2, the monitor's round takes
-    /// both locks, reads, applies each event to both and unlocks each; A2
-    /// and A6 read nothing; with `remove`, a REMOVE opens its window in both
-    /// (M3) and one M4 closes both. Async monitor only; no lanes, limits,
-    /// pair, or registrar and cache frees.
+    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1,
+    /// or 2 with thread `t` on cache `t % 2`. With 1, the async monitor is
+    /// the single-cache source (M2: reads under the cache lock). With 2,
+    /// the process's monitor: its reader (M6) marks the event clock odd,
+    /// reads (waking the releasing threads) and publishes into the ring
+    /// without any lock; each cache applies the ring from its `applied`
+    /// count in its drains (A2, A6, and the service thread's round, M5, one
+    /// cache at a time), waiting out an odd clock; A0 and A1 hit only
+    /// through the gate. With `remove`, each cache's drain opens a REMOVE's
+    /// window (M3) and one M4 closes it in every cache. Async monitor only;
+    /// no lanes, limits, pair, or registrar and cache frees.
     pub caches: u8,
 }
 
@@ -362,7 +367,7 @@ impl CheckConfig {
             s += ", script releases are madvise REMOVEs (M3/M4 windows)";
         }
         if self.caches > 1 {
-            s += &format!(", {} caches on one uffd monitor (M5; T<i> on cache i mod {})", self.caches, self.caches);
+            s += &format!(", {} caches on the process's uffd monitor (M5, M6; T<i> on cache i mod {})", self.caches, self.caches);
         }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
@@ -644,7 +649,7 @@ pub fn remove_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
 }
 
-/// Two caches on one monitor (spec.md#S7.6, M5): both cache A; T0 (cache
+/// Two caches on one monitor (spec.md#S7.6, M5, M6): both cache A; T0 (cache
 /// 0) unmaps it; T1's second acquire of A, on cache 1, may begin after the
 /// munmap returned, and must then not hit its cached registration of A.
 pub fn shared_monitor_scripts() -> Vec<Vec<Op>> {
@@ -654,8 +659,8 @@ pub fn shared_monitor_scripts() -> Vec<Vec<Op>> {
 /// Two caches on one monitor with a madvise REMOVE (spec.md#S7.6, M5,
 /// M3): T0 (cache 0) madvises A, then acquires it; T1 (cache 1) acquires A,
 /// releases it and acquires it again. T1's first registration may be
-/// planned after the round that read the REMOVE and made before the zap: it
-/// must be windowed in cache 1 (M3 in every cache), or T1's second acquire,
+/// planned after cache 1 drained the REMOVE from the ring and made before
+/// the zap: it must be windowed in cache 1 (M3 in every cache), or T1's second acquire,
 /// begun after the madvise returned, hits the frames it dropped.
 pub fn shared_remove_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR), rel(11), acq(12, 0, 1, RR)]]

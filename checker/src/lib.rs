@@ -43,7 +43,7 @@
 //! | step | where | granularity |
 //! |---|---|---|
 //! | A1 | `start_op`, `a1_lookup` | check the queue and take the lock shared (blocks while a writer holds it); then lookup + lease + touch + unlock |
-//! | A2, A6 | `thread_step` | take the lock exclusive (blocking), drain the queue, and with uffd read + apply pending events |
+//! | A2, A6 | `thread_step` | take the lock exclusive (blocking), drain the queue, and with uffd read + apply pending events (with two caches: drain the ring, M6, the step enabled only with the clock even) |
 //! | A3, A4 | `a3` | lookup; hit: lease, unlock. Miss: plan (S6.1), in-flight record, unlock |
 //! | A5 | `a5` | register: pin the current generations (optionally the registrar then frees a page) |
 //! | A7, A8, A9 | `a7` | stale → throw away, unlock, retry (E6 after `max_retries`); covered → lease that entry (A8); merge plan changed → as stale; else insert with the next id and displace what the policy gives now |
@@ -52,12 +52,29 @@
 //! | R1 | `r1` | one atomic step: touch, decrement (seeing INVALID), read the over-limit flag |
 //! | R2 | `thread_step` | lock, drain, evict, unlock |
 //! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
-//! | M1, M2 | `monitor_step` | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
+//! | M1, M2 | `monitor_step` (one cache) | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
 //! | M3 | `open_remove_window` ([`CheckConfig::remove`]) | in the step that applies a REMOVE read by M2, A2 or A6: open a window on its pages, handed to the monitor; logged as the monitor's `release_begin` |
 //! | M4 | `m4_close` (action `CloseWindow`) | the monitor, between rounds, closes a REMOVE window once its madvise has returned (S7.5's proof taken as exact); logged as its `release_end` |
-//! | M5 | `monitor_lock_all`, `monitor_apply` ([`CheckConfig::caches`] 2) | two caches on one monitor, each thread on cache `t mod 2` (`State::swap_cache` swaps that cache's fields in for its steps): the round takes both locks in one step (a lock taken is a right mover), reads, applies each event to both (A-D, M3 for a REMOVE), unlocks each; A2/A6 read nothing; one M4 closes a REMOVE's window in both |
+//! | M5 | `service_step` (action `Service`; [`CheckConfig::caches`] 2) | the process monitor's service thread, each thread on cache `t mod 2` (`State::swap_cache` swaps that cache's fields in for its steps): a round starts once some cache is behind the ring and visits each cache in attach order, one step each: lock, drain the ring into it (M6), unlock, perform its dereg list (enabled when that lock is free and the clock even: a lock taken earlier, waiting there, only holds off that cache's threads); M4 runs between rounds and closes a REMOVE's window in every cache that opened it |
+//! | M6 | `reader_step` (action `Monitor`), `drain_ring`, `gate_passes` (in `start_op`), `drain_may_finish` | the reader, two steps, no lock: store the clock odd and read (each releasing thread wakes), then publish in the ring and store the clock even; the ring is `State::ring` (a prefix every cache applied is dropped), the clock's odd bit `State::reading`, each cache's gate its `applied` count; A0 and A1 start only with the gate current (clock even, every published event applied), else A2; A2's and A6's drains (and the service's) apply the ring from `applied` (A-D, M3), wait out an odd clock, then set `applied` |
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
 //! | A-H | `apply_event`, `r1` | one atomic OR that returns the count (mutant `handoff-toctou` splits it) |
+//!
+//! # Which monitor each family models
+//!
+//! With the async monitor and one cache ([`CheckConfig::caches`] 1) the
+//! monitor is the single-cache source (M2: it reads under the cache lock;
+//! A2 and A6 read too), which the cache keeps for drivers that pace it
+//! (the conformance adapter): every one-cache async family (`2x3`, `lanes`,
+//! `remove`, `lockless`, ...) models M2. With two caches the monitor is the
+//! process's (S7.6): the reader, the ring and the gate (M6) and the service
+//! thread's rounds (M5), the path of every cache the shipped code attaches,
+//! even a single one: the `shared` families (a thread on each cache), and
+//! `2x3+attached` (the generated 2x3 scripts as two threads on cache 0,
+//! cache 1 idle: one attached cache, two threads racing on it). Not
+//! modelled there: lanes (so LN1's gate check is not), limits, registrar
+//! and cache frees, the ring's bound (a lapped cache's whole-space REMOVE),
+//! and a detach.
 //!
 //! # Lanes (LN1–LN6) under x86-TSO ([`CheckConfig::lanes`], opt-in)
 //!

@@ -168,10 +168,11 @@ mutants! {
     /// the read and before the zap pins the frames about to go and is cached
     /// (spec.md#S7.4 (b)).
     RemoveWithoutWindow: "a REMOVE read from uffd is applied as a plain event, no window (M3 missing)", [P2];
-    /// M5 broken: a shared monitor's round applies what it read to the
-    /// first attached cache only; the other keeps a registration of the
-    /// released frames and hits it after the release returned (spec.md#S7.6).
-    EventToOneCache: "a shared monitor applies each event to one cache only (M5)", [P2];
+    /// M5/M6 broken: each event the shared monitor publishes is applied by
+    /// the first attached cache only; the other caches' drains skip it but
+    /// set their gate: one keeps a registration of the released frames and
+    /// hits it after the release returned (spec.md#S7.6).
+    EventToOneCache: "a shared monitor's event is applied by one cache only; the others' drains skip it (M5, M6)", [P2];
     /// The over-limit flag and the second note come in a second pass after
     /// A9's insert, with a drain of their own (the algorithm before
     /// 2026-12-05): a release the first note saw leased reads the flag clear
@@ -180,11 +181,11 @@ mutants! {
     /// limit) and keeps the released entry, which the contract evicts
     /// (spec.md#A10).
     FlagAtSecondPass: "the over-limit flag, a second note and a drain after A9 (not in A6)", [LINEARIZABLE];
-    /// M5's M3 half broken: a shared monitor's round applies a REMOVE to
-    /// every cache (A-D) but opens its window in the first cache only; the
-    /// other caches a registration planned between the read and the zap,
-    /// which pins the frames about to go (spec.md#S7.6, S7.4 (b)).
-    RemoveWindowOneCache: "a shared monitor opens a REMOVE's window (M3) in one cache only (M5)", [P2];
+    /// M3 broken for a shared monitor: every cache's drain applies a
+    /// REMOVE from the ring (A-D), but only the first cache's opens its
+    /// window; the other caches a registration planned between the drain
+    /// and the zap, which pins the frames about to go (spec.md#S7.6, S7.4 (b)).
+    RemoveWindowOneCache: "a shared monitor's REMOVE opens its window (M3) in one cache only (M5, M6)", [P2];
     /// A0's compare-exchange succeeds on an entry that left the index since
     /// A0 read it (it ignores INVALID): a lease on a registration that is
     /// being deregistered (spec.md#A0).
@@ -199,6 +200,26 @@ mutants! {
     /// cache may then): a request a findable entry covers is registered and
     /// cached again (spec.md#A1).
     A1SkipWithoutLookup: "an acquire that skipped A1 skips the lookups of A3 and A8", [LINEARIZABLE];
+    /// M6's gate skipped: A0 and A1 (LN1 too, in the cache) hit a cache the
+    /// process's monitor delivers to without checking that it applied every
+    /// event published and that no read is in progress: a release woken by
+    /// the reader returns, and an acquire on another cache, whose drain has
+    /// not come yet, hits the registration of the released frames
+    /// (spec.md#M6).
+    HitWithoutGate: "A0/A1 hit without checking the gate (M6)", [P2];
+    /// A drain (A2, A6, a service round) does not wait out an odd clock: it
+    /// applies what is published and sets its gate while the reader has read
+    /// an event (and woken its releasing thread) but not yet published it;
+    /// A3's lookup after A2 then hits the released frames (spec.md#M6).
+    /// (Under merge, with two threads on one cache, the stale entry may
+    /// instead be merged into a new registration: linearizability.)
+    DrainIgnoresReading: "a drain does not wait out a read in progress (odd clock, M6)", [P2, LINEARIZABLE];
+    /// The service round sets every attached cache's gate as it starts,
+    /// before it locks each cache and applies the events to it (M5, M6): a
+    /// hit on a cache the round has not reached passes the gate with the
+    /// event unapplied. (Inside one critical section the order would be
+    /// masked by the lock and the draining count.)
+    GateBeforeApply: "the service round sets every cache's gate before it applies the events to each (M5, M6)", [P2];
 }
 
 impl Mutant {
@@ -225,9 +246,16 @@ impl Mutant {
         matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache)
     }
 
-    /// The mutant breaks M5: it needs two caches on one monitor.
+    /// The mutant breaks M5 or M6: it needs two caches on one monitor.
     pub fn needs_caches(&self) -> bool {
-        matches!(self, Mutant::EventToOneCache | Mutant::RemoveWindowOneCache)
+        matches!(
+            self,
+            Mutant::EventToOneCache
+                | Mutant::RemoveWindowOneCache
+                | Mutant::HitWithoutGate
+                | Mutant::DrainIgnoresReading
+                | Mutant::GateBeforeApply
+        )
     }
 
     /// The mutant breaks the lanes (LN1–LN6): it needs `CheckConfig::lanes`.

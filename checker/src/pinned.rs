@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 30] = [
+const FAMILIES: [&str; 31] = [
     "2x3",
     "2x4",
     "3x2",
@@ -44,6 +44,7 @@ const FAMILIES: [&str; 30] = [
     "2x4+shared",
     "2x3+shared+remove",
     "shared+remove",
+    "2x3+attached",
     "lockless",
     "lockless-drain",
     "lockless+pressure",
@@ -119,16 +120,26 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+remove" | "remove" if monitor != MonitorKind::Async => return None,
         "2x3+remove" => CheckConfig { remove: true, ..base(2, 3) },
         "remove" => CheckConfig { remove: true, scripts: Some(crate::config::remove_scripts()), ..base(2, 3) },
-        // Two caches on one userfaultfd monitor (spec.md#S7.6, M5): T0 on
+        // Two caches on one userfaultfd monitor (spec.md#S7.6, M5, M6): T0 on
         // cache 0 unmaps a page both caches cached; T1 on cache 1 acquires it
         // again (`event-to-one-cache`).
-        "shared" | "2x4+shared" | "2x3+shared+remove" | "shared+remove" if monitor != MonitorKind::Async => return None,
+        "shared" | "2x4+shared" | "2x3+shared+remove" | "shared+remove" | "2x3+attached" if monitor != MonitorKind::Async => {
+            return None
+        }
+        // One cache attached to the process's monitor (M6: the ring, the
+        // gate, the drains), with two threads on it: the generated 2x3
+        // scripts as T0 and T2 on cache 0, T1 (on cache 1) idle.
+        "2x3+attached" => {
+            let mut scripts = crate::config::default_scripts(2, 3);
+            scripts.insert(1, Vec::new());
+            CheckConfig { caches: 2, scripts: Some(scripts), ..base(2, 3) }
+        }
         // The generated scripts with T0 on cache 0 and T1 on cache 1: each
         // one's releases reach the other's entries only through M5.
         "2x4+shared" => CheckConfig { caches: 2, ..base(2, 4) },
         "shared" => CheckConfig { caches: 2, scripts: Some(crate::config::shared_monitor_scripts()), ..base(2, 3) },
-        // Two caches with every script release a madvise REMOVE: the round
-        // opens its window in both caches (M3), one M4 closes both.
+        // Two caches with every script release a madvise REMOVE: each
+        // cache's drain of the ring opens its window (M3), one M4 closes both.
         "2x3+shared+remove" => CheckConfig { caches: 2, remove: true, ..base(2, 3) },
         // T1 on cache 1 registers A between the REMOVE's read and its zap,
         // then acquires A again after the madvise returned.
@@ -270,18 +281,21 @@ const COUNTS: &[(&str, usize)] = &[
     ("remove independent async", 7525),
     ("remove merge async", 7525),
     ("remove no-merge-uncache-contained async", 7525),
-    ("shared independent async", 428),
-    ("shared merge async", 428),
-    ("shared no-merge-uncache-contained async", 428),
-    ("2x4+shared independent async", 1854),
-    ("2x4+shared merge async", 1854),
-    ("2x4+shared no-merge-uncache-contained async", 1854),
-    ("2x3+shared+remove independent async", 2095),
-    ("2x3+shared+remove merge async", 2095),
-    ("2x3+shared+remove no-merge-uncache-contained async", 2095),
-    ("shared+remove independent async", 36381),
-    ("shared+remove merge async", 36381),
-    ("shared+remove no-merge-uncache-contained async", 36381),
+    ("shared independent async", 1286),
+    ("shared merge async", 1286),
+    ("shared no-merge-uncache-contained async", 1286),
+    ("2x4+shared independent async", 9452),
+    ("2x4+shared merge async", 9452),
+    ("2x4+shared no-merge-uncache-contained async", 9452),
+    ("2x3+shared+remove independent async", 11034),
+    ("2x3+shared+remove merge async", 11034),
+    ("2x3+shared+remove no-merge-uncache-contained async", 11034),
+    ("shared+remove independent async", 236074),
+    ("shared+remove merge async", 236074),
+    ("shared+remove no-merge-uncache-contained async", 236074),
+    ("2x3+attached independent async", 6903),
+    ("2x3+attached merge async", 9904),
+    ("2x3+attached no-merge-uncache-contained async", 9248),
     ("lockless independent sync", 2848),
     ("lockless independent async", 3916),
     ("lockless merge sync", 4014),

@@ -251,7 +251,9 @@ pub struct Thread {
     pub failing: bool,
 }
 
-/// Program counter of the uffd monitor thread.
+/// Program counter of the uffd monitor thread (with several caches, of the
+/// process monitor's reader, M6: `Idle`, then `Apply` once it has read,
+/// until it publishes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MonPc {
     Idle,
@@ -274,7 +276,8 @@ pub struct Madvise {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Monitor {
     pub pc: MonPc,
-    /// Events read, not yet applied (with the madvise, for a REMOVE).
+    /// Events read, not yet applied (with the madvise, for a REMOVE); with
+    /// several caches, read by the reader and not yet published (M6).
     pub buf: Vec<(Span, Option<Madvise>)>,
     pub dereg: Vec<Handle>,
     pub toctou: Vec<Handle>,
@@ -284,6 +287,12 @@ pub struct Monitor {
     pub revoke: Option<Revoke>,
     /// Lanes: events taken from the queue, not applied yet.
     pub popped: Vec<Span>,
+    /// The process's monitor (`CheckConfig::caches` 2, M5): the cache the
+    /// service thread's round drains next; `None` between rounds.
+    pub svc: Option<u8>,
+    /// Mutant `gate-before-apply`: per cache, the ring position its
+    /// drain in the current round starts from (its gate was set ahead).
+    pub svc_from: Vec<u8>,
 }
 
 /// A violation detected when a lease is granted (P1, P2).
@@ -318,6 +327,7 @@ pub struct CacheSide {
     pub over_limit: bool,
     pub clock: u8,
     pub trim_evicted: bool,
+    pub applied: u8,
     pub lin: LinearizabilityTester<u8, RefModel>,
 }
 
@@ -343,6 +353,15 @@ pub struct State {
     pub remove_windows: Vec<(Span, Madvise)>,
     /// uffd events queued by the kernel and not read yet, with the sleeping thread.
     pub uffd: Vec<(Span, Actor)>,
+    /// The process's monitor (`CheckConfig::caches` 2, M6): the event ring,
+    /// the events published and not yet applied by every cache (a prefix
+    /// every cache applied is dropped, and the `applied` counts lowered).
+    pub ring: Vec<(Span, Option<Madvise>)>,
+    /// M6: the event clock is odd (the reader is inside a read whose
+    /// events are not published yet).
+    pub reading: bool,
+    /// M6: how many events of `ring` this cache has applied (its gate).
+    pub applied: u8,
     /// A10's over-limit flag.
     pub over_limit: bool,
     /// LRU clock (only advanced when limits are configured).
@@ -385,6 +404,7 @@ impl State {
         std::mem::swap(&mut self.over_limit, &mut o.over_limit);
         std::mem::swap(&mut self.clock, &mut o.clock);
         std::mem::swap(&mut self.trim_evicted, &mut o.trim_evicted);
+        std::mem::swap(&mut self.applied, &mut o.applied);
         std::mem::swap(&mut self.lin, &mut o.lin);
     }
 
@@ -410,6 +430,9 @@ impl State {
         self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty())
             && self.monitor.pc == MonPc::Idle
             && self.monitor.buf.is_empty()
+            && self.monitor.svc.is_none()
+            && self.applied as usize == self.ring.len()
+            && self.others.iter().all(|o| o.applied as usize == self.ring.len())
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
             && self.remove_windows.is_empty()
@@ -499,6 +522,9 @@ impl State {
         if self.over_limit {
             rest += " | over-limit flag";
         }
+        if !self.ring.is_empty() || self.applied > 0 {
+            rest += &format!(" | applied {} of the ring's {}", self.applied, self.ring.len());
+        }
         [lock, queue, rest]
     }
 
@@ -534,7 +560,22 @@ impl State {
                     None => format!("{s}"),
                 })
                 .collect();
-            out += &format!(" | monitor read, not applied [{}]", b.join(", "));
+            let what = if multi { "reader read, not published" } else { "monitor read, not applied" };
+            out += &format!(" | {what} [{}]", b.join(", "));
+        }
+        if self.reading {
+            out += " | event clock odd (reading)";
+        }
+        if !self.ring.is_empty() {
+            let r: Vec<String> = self
+                .ring
+                .iter()
+                .map(|(s, m)| match m {
+                    Some(m) => format!("{s} (REMOVE by T{})", m.thread),
+                    None => format!("{s}"),
+                })
+                .collect();
+            out += &format!(" | ring [{}]", r.join(", "));
         }
         out += &rest;
         out += "\n";
@@ -595,8 +636,11 @@ impl State {
             out += &line;
             out += "\n";
         }
+        if let Some(c) = self.monitor.svc {
+            out += &format!("    service thread: its round drains cache {c} next\n");
+        }
         if self.monitor.pc != MonPc::Idle || !self.monitor.buf.is_empty() {
-            let mut line = format!("    monitor: {:?}", self.monitor.pc);
+            let mut line = format!("    {}: {:?}", if multi { "reader" } else { "monitor" }, self.monitor.pc);
             if !self.monitor.sb.is_empty() {
                 line += &format!(" | store buffer {}", buf_line(&self.monitor.sb));
             }

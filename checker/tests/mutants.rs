@@ -95,6 +95,9 @@ mutants! {
     m38_lockless_takes_removed => LocklessTakesRemoved,
     m39_lockless_skips_draining => LocklessSkipsDraining,
     m40_a1_skip_without_lookup => A1SkipWithoutLookup,
+    m41_hit_without_gate => HitWithoutGate,
+    m42_drain_ignores_reading => DrainIgnoresReading,
+    m43_gate_before_apply => GateBeforeApply,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they
@@ -128,6 +131,29 @@ fn event_to_one_cache_is_caught_on_the_generated_scripts() {
         assert_eq!(c.property, props::P2, "{policy:?}\n{}", c.timeline);
         assert!(c.timeline.contains("| cache 1: lock "), "{}", c.timeline);
         assert!(c.detail.contains("on cache 1's #"), "{}", c.detail);
+    }
+}
+
+/// Two of the gate's mutants (M6) are no artifact of two caches: with one cache
+/// attached to the process's monitor and two threads on it (`2x3+attached`),
+/// P2 catches each under every policy (`drain-ignores-reading` under merge
+/// may be caught first by linearizability: a stale entry merged into a new
+/// registration).
+#[test]
+fn gate_mutants_are_caught_with_one_attached_cache() {
+    use mrcache_checker::pinned_configs;
+    // `gate-before-apply` needs a second cache: the round's first cache is
+    // locked, drained and gated in one step.
+    for m in [Mutant::HitWithoutGate, Mutant::DrainIgnoresReading] {
+        for p in pinned_configs().into_iter().filter(|p| p.name.starts_with("2x3+attached ")) {
+            let cfg = CheckConfig { mutant: Some(m), ..p.cfg };
+            let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
+            let c = out.counterexample.unwrap_or_else(|| panic!("{} not caught in {}", m.name(), p.name));
+            assert!(m.caught_by().contains(&c.property), "{} in {}: {}\n{}", m.name(), p.name, c.property, c.timeline);
+            if p.cfg.policy == mrcache_model::OverlapPolicy::Independent {
+                assert_eq!(c.property, props::P2, "{} in {}\n{}", m.name(), p.name, c.timeline);
+            }
+        }
     }
 }
 

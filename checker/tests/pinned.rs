@@ -79,6 +79,7 @@ family! {
     pinned_2x4_shared => "2x4+shared",
     pinned_2x3_shared_remove => "2x3+shared+remove",
     pinned_shared_remove => "shared+remove",
+    pinned_2x3_attached => "2x3+attached",
     pinned_lockless => "lockless",
     pinned_lockless_drain => "lockless-drain",
     pinned_lockless_pressure => "lockless+pressure",
@@ -89,7 +90,7 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 150);
+    assert_eq!(all.len(), 153);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 41] = [
+pub const MUTANTS: [&str; 44] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -50,6 +50,9 @@ pub const MUTANTS: [&str; 41] = [
     "lockless-takes-removed",
     "lockless-skips-draining",
     "a1-skip-without-lookup",
+    "hit-without-gate",
+    "drain-ignores-reading",
+    "gate-before-apply",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -1,6 +1,9 @@
 //! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, the
 //! release windows of a hook that runs before the release (W1, W2; W3 is in
-//! A4/A9, acquire.rs), and those of a uffd REMOVE (M3, M4).
+//! A4/A9, acquire.rs), those of a uffd REMOVE (M3, M4), and the process's
+//! monitor shared by several caches (M5, M6: the reader, the ring, the
+//! event clock, the service thread's round and each cache's drain of the
+//! ring; the gate a hit checks is in acquire.rs).
 
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
@@ -39,7 +42,10 @@ impl AlgoModel {
     /// (it proves without the lock). With several caches (M5), the first of
     /// any cache's: the one proof closes it in every cache that opened it.
     pub fn m4_window(&self, s: &State) -> Option<(Span, Madvise)> {
-        if s.monitor.pc != MonPc::Idle || !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
+        // With the process's monitor, M4 runs on the service thread between
+        // its rounds (the reader never proves).
+        let busy = if self.ring() { s.monitor.svc.is_some() } else { s.monitor.pc != MonPc::Idle };
+        if busy || !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
             return None;
         }
         s.remove_windows
@@ -56,11 +62,59 @@ impl AlgoModel {
         if !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
             return true;
         }
+        if self.ring() {
+            // The reader (M6): poll, then read; then publish. It waits on
+            // nothing else.
+            return match s.monitor.pc {
+                MonPc::Idle => !s.uffd.is_empty(),
+                _ => true,
+            };
+        }
         match s.monitor.pc {
             MonPc::Idle => !s.uffd.is_empty(),
             MonPc::Lock => s.lock == Lock::Free && s.others.iter().all(|o| o.lock == Lock::Free),
             MonPc::Read | MonPc::Apply => true,
         }
+    }
+}
+
+impl AlgoModel {
+    /// M6's gate, as A0 and A1 check it before they look up (`s` seen from
+    /// the acquiring thread's cache): the event clock is even and the cache
+    /// applied every event published. Always open with one cache (M2 reads
+    /// under the cache lock instead).
+    /// Mutant `hit-without-gate`: always.
+    pub fn gate_passes(&self, s: &State) -> bool {
+        !self.ring() || self.mutant(Mutant::HitWithoutGate) || (!s.reading && s.applied as usize == s.ring.len())
+    }
+
+    /// Whether a drain of the ring (A2, A6, the service thread's round) can
+    /// end now: it waits out an odd clock (M6; mutant
+    /// `drain-ignores-reading` does not).
+    pub fn drain_may_finish(&self, s: &State) -> bool {
+        !self.ring() || !s.reading || self.mutant(Mutant::DrainIgnoresReading)
+    }
+
+    /// The service thread's next step (M5): its round's next cache, or a
+    /// new round once some cache is behind the ring; the cache's lock free
+    /// (taken, the drain, and released in one step) and no read in
+    /// progress (the drain waits it out).
+    pub fn service_enabled(&self, s: &State) -> bool {
+        if !self.ring() || !s.monitor.toctou.is_empty() {
+            return false;
+        }
+        let c = match s.monitor.svc {
+            Some(c) => c as usize,
+            None => {
+                let behind = s.applied as usize != s.ring.len() || s.others.iter().any(|o| o.applied as usize != s.ring.len());
+                if !behind {
+                    return false;
+                }
+                0
+            }
+        };
+        let lock = if c == 0 { s.lock } else { s.others[c - 1].lock };
+        (lock == Lock::Free || self.mutant(Mutant::AsyncApplyOutsideLock)) && self.drain_may_finish(s)
     }
 }
 
@@ -159,11 +213,10 @@ impl Ctx<'_> {
         if !self.m.is_async() || self.mutant(Mutant::AsyncApplyOutsideLock) {
             return;
         }
-        if self.m.cfg.caches > 1 {
-            // A shared monitor delivers only through its rounds (M5): a
-            // read here would wake the releasing thread while the other
-            // caches are free to serve.
-            return;
+        if self.m.ring() {
+            // The process's monitor: A2 and A6 drain the ring instead.
+            let c = if a == MONITOR { self.s.monitor.svc.unwrap_or(0) } else { self.m.cache_of(a as usize) as u8 };
+            return self.drain_ring(a, c as usize);
         }
         self.set_applying(Some(true));
         for (span, w) in std::mem::take(&mut self.s.uffd) {
@@ -176,6 +229,51 @@ impl Ctx<'_> {
             }
         }
         self.set_applying(None);
+    }
+
+    //= spec.md#M6
+    //# An attached cache's drain (A2, A6, a service round) applies the
+    //# ring's events from its cursor, waiting out a read in progress, then
+    //# sets its gate (under the lock exclusive, after applying).
+    /// The drain of cache `c` (its state in the fields), under its lock
+    /// exclusive: the ring's events from its `applied` count on (A-D; a
+    /// REMOVE also opens its window, M3), then its gate. The wait for an
+    /// even clock is the step's enabling condition (`drain_may_finish`).
+    pub(super) fn drain_ring(&mut self, a: Actor, c: usize) {
+        if self.s.reading && self.mutant(Mutant::DrainIgnoresReading) {
+            let who = if a == MONITOR { "the service thread".to_string() } else { actor_name(a) };
+            note!(self, "M6 (mutant `drain-ignores-reading`): the clock is odd; {who}'s drain of cache {c} does not wait for the read in progress");
+        }
+        let from = match self.s.monitor.svc_from.get(c) {
+            // `gate-before-apply`: the round set the gate ahead.
+            Some(&f) if a == MONITOR && self.mutant(Mutant::GateBeforeApply) => f,
+            _ => self.s.applied,
+        };
+        let published = self.s.ring.len() as u8;
+        let who = if a == MONITOR { "the service thread".to_string() } else { actor_name(a) };
+        for i in from..published {
+            let (span, madvise) = self.s.ring[i as usize];
+            if c > 0 && self.mutant(Mutant::EventToOneCache) {
+                note!(self, "M6 (mutant `event-to-one-cache`): cache {c}'s drain skips the ring's event {span}");
+                continue;
+            }
+            note!(self, "M6: {who} applies the ring's event {span} to cache {c}");
+            self.apply_event(span, a);
+            if let Some(m) = madvise {
+                //= spec.md#S7.6
+                //# A REMOVE opens a window (M3) in every attached cache that
+                //# applies it; the one prover (M4) closes each.
+                if c > 0 && self.mutant(Mutant::RemoveWindowOneCache) {
+                    note!(self, "M3 (mutant `remove-window-one-cache`): cache {c} opens no window for T{}'s REMOVE {span}", m.thread);
+                } else {
+                    self.open_remove_window(span, m, a);
+                }
+            }
+        }
+        if self.s.applied != published {
+            note!(self, "M6: cache {c}'s gate: {published} event(s) of the ring applied");
+        }
+        self.s.applied = published;
     }
 
     /// The madvise REMOVE thread `w` sleeps in, if its uffd event is one
@@ -402,78 +500,6 @@ impl Ctx<'_> {
                 self.open_remove_window(span, m, MONITOR);
             }
         }
-        if self.m.cfg.caches > 1 && !self.mutant(Mutant::AsyncApplyOutsideLock) {
-            //= spec.md#S7.6
-            //# a cache attached applies every event published after
-            //# its attach
-            // NOTE: this round is the design before M6 (the monitor locks
-            // every cache, reads, applies to all, unlocks each): a stronger
-            // synchronisation than the shipped reader, ring and gate (M6),
-            // which the model does not yet encode.
-            // The other caches: each applies what was read, then unlocks and
-            // deregisters (its dereg list holds handles of its own
-            // registrations); cache 0 unlocks after, in `monitor_body`, with
-            // its own dereg list, kept aside meanwhile.
-            let cache0 = (std::mem::take(&mut self.s.monitor.dereg), std::mem::take(&mut self.s.monitor.toctou));
-            for c in 1..self.m.cfg.caches as usize {
-                if self.mutant(Mutant::EventToOneCache) {
-                    note!(self, "M5 (mutant `event-to-one-cache`): cache {c} does not apply what the round read");
-                } else {
-                    //= spec.md#S7.6
-                    //# A REMOVE opens a window (M3) in every attached cache that
-                    //# applies it; the one prover (M4) closes each.
-                    self.s.swap_cache(c);
-                    for &(span, madvise) in &read {
-                        note!(self, "M5: cache {c} applies it too");
-                        self.apply_event(span, MONITOR);
-                        if let Some(m) = madvise {
-                            if self.mutant(Mutant::RemoveWindowOneCache) {
-                                note!(self, "M5 (mutant `remove-window-one-cache`): cache {c} opens no window for T{}'s REMOVE {span}", m.thread);
-                            } else {
-                                self.open_remove_window(span, m, MONITOR);
-                            }
-                        }
-                    }
-                    self.s.swap_cache(c);
-                }
-                self.s.swap_cache(c);
-                note!(self, "M5: the monitor unlocks cache {c} and performs its dereg list");
-                self.unlock_exclusive(MONITOR);
-                // The A-H split mutant's late count reads are not modelled
-                // across caches: read them now, under this cache's state.
-                self.read_counts_late(MONITOR);
-                self.s.swap_cache(c);
-            }
-            (self.s.monitor.dereg, self.s.monitor.toctou) = cache0;
-        }
-    }
-
-    /// M2, or M5 with several caches: the monitor takes the lock exclusive
-    /// of every cache, cache 0's first. One step, enabled when every lock is
-    /// free: the real monitor may hold cache 0's while it waits for cache
-    /// 1's, but a lock taken is a right mover (taking it early only holds off
-    /// cache 0's threads, and nothing is read before the last lock), so the
-    /// states this reaches are those of the two-step acquisition, less the
-    /// waits. Threads take only their own cache's lock, so the attach order
-    /// admits no deadlock.
-    fn monitor_lock_all(&mut self) {
-        self.lock_exclusive(MONITOR);
-        //= spec.md#M5
-        //# for each attached cache in the order they attached
-        for c in 1..self.m.cfg.caches as usize {
-            self.s.swap_cache(c);
-            self.lock_exclusive(MONITOR);
-            self.s.swap_cache(c);
-        }
-    }
-
-    /// The other caches' unlocks when a round read nothing.
-    fn monitor_unlock_others(&mut self) {
-        for c in 1..self.m.cfg.caches as usize {
-            self.s.swap_cache(c);
-            self.unlock_exclusive(MONITOR);
-            self.s.swap_cache(c);
-        }
     }
 
     pub(super) fn monitor_step(&mut self) {
@@ -493,6 +519,9 @@ impl Ctx<'_> {
         if !self.s.monitor.toctou.is_empty() {
             return self.read_counts_late(MONITOR);
         }
+        if self.m.ring() {
+            return self.reader_step();
+        }
         let outside = self.mutant(Mutant::AsyncApplyOutsideLock);
         let blocking_read = self.mutant(Mutant::AsyncBlockingReadOutsideLock);
         match self.s.monitor.pc {
@@ -508,12 +537,8 @@ impl Ctx<'_> {
             }
             MonPc::Lock => {
                 //= spec.md#M2
-                if self.m.cfg.caches > 1 {
-                    note!(self, "M5: monitor takes the lock exclusive of cache 0, then of cache 1 (attach order)");
-                } else {
-                    note!(self, "M2: monitor takes the lock exclusive");
-                }
-                self.monitor_lock_all();
+                note!(self, "M2: monitor takes the lock exclusive");
+                self.lock_exclusive(MONITOR);
                 self.s.monitor.pc = if blocking_read { MonPc::Apply } else { MonPc::Read };
             }
             MonPc::Read => {
@@ -521,12 +546,7 @@ impl Ctx<'_> {
                 //# reads are non-blocking and happen only while holding the write lock
                 self.monitor_read();
                 if self.s.monitor.buf.is_empty() {
-                    if self.m.cfg.caches > 1 {
-                        note!(self, "M5: nothing left to read: unlock each cache");
-                    } else {
-                        note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
-                    }
-                    self.monitor_unlock_others();
+                    note!(self, "M2: nothing left to read (A2/A6 read it): unlock");
                     self.unlock_exclusive(MONITOR);
                     self.s.monitor.pc = MonPc::Idle;
                 } else {
@@ -542,6 +562,82 @@ impl Ctx<'_> {
                 }
                 self.s.monitor.pc = MonPc::Idle;
             }
+        }
+    }
+
+    //= spec.md#M6
+    //# reader thread: poll the fd; store the event clock odd; read every
+    //# pending message non-blockingly into memory of its own; publish each
+    //# release event in the ring; store the clock even; wake the service
+    //# thread.
+    /// The process monitor's reader, two steps, no lock: (poll, the odd
+    /// store, the read, which wakes each releasing thread) and (publish in
+    /// the ring, the even store). The odd store is merged into the read: a
+    /// gate or a drain between the two sees the clock as just before the
+    /// store, which a slower reader would give them too.
+    fn reader_step(&mut self) {
+        match self.s.monitor.pc {
+            MonPc::Idle => {
+                note!(self, "M6: the reader stores the event clock odd and reads");
+                self.s.reading = true;
+                self.monitor_read();
+                self.s.monitor.pc = MonPc::Apply;
+            }
+            _ => {
+                let read = std::mem::take(&mut self.s.monitor.buf);
+                note!(self, "M6: the reader publishes {} event(s) in the ring and stores the clock even; it wakes the service thread", read.len());
+                self.s.ring.extend(read);
+                self.s.reading = false;
+                self.s.monitor.pc = MonPc::Idle;
+            }
+        }
+    }
+
+    //= spec.md#M5
+    //# shared monitor (S7.6), service thread, one round: for each attached
+    //# cache in the order they attached, take its lock exclusive, drain it
+    //# (M6), unlock it, perform its dereg list
+    /// One cache of the service thread's round: lock, drain the ring into
+    /// it (M6), unlock, perform its dereg list, in one step (the lock is
+    /// free and the clock even when it runs: taking the lock earlier and
+    /// waiting there only holds off that cache's threads). A round starts
+    /// once some cache is behind the ring and visits every cache in order.
+    pub(super) fn service_step(&mut self) {
+        let caches = self.m.cfg.caches as usize;
+        let c = self.s.monitor.svc.unwrap_or(0) as usize;
+        if c == 0 && self.mutant(Mutant::GateBeforeApply) {
+            let published = self.s.ring.len() as u8;
+            note!(self, "M5 (mutant `gate-before-apply`): the round sets every cache's gate to {published} before it applies anything");
+            let mut from = Vec::new();
+            for k in 0..caches {
+                self.s.swap_cache(k);
+                from.push(self.s.applied);
+                self.s.applied = published;
+                self.s.swap_cache(k);
+            }
+            self.s.monitor.svc_from = from;
+        }
+        self.s.monitor.svc = Some(c as u8);
+        self.s.swap_cache(c);
+        let outside = self.mutant(Mutant::AsyncApplyOutsideLock);
+        if outside {
+            note!(self, "M5 (mutant `async-apply-outside-lock`): the service thread drains cache {c} without its lock");
+            self.drain_ring(MONITOR, c);
+            self.perform_dereg(MONITOR);
+        } else {
+            note!(self, "M5: the service thread locks cache {c} and drains it");
+            self.lock_exclusive(MONITOR);
+            self.drain_ring(MONITOR, c);
+            note!(self, "M5: the service thread unlocks cache {c} and performs its dereg list");
+            self.unlock_exclusive(MONITOR);
+        }
+        // The A-H split mutant's late count reads are not modelled on the
+        // service thread: read them now, under this cache's state.
+        self.read_counts_late(MONITOR);
+        self.s.swap_cache(c);
+        self.s.monitor.svc = (c + 1 < caches).then_some(c as u8 + 1);
+        if self.s.monitor.svc.is_none() {
+            self.s.monitor.svc_from.clear();
         }
     }
 }

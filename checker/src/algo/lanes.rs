@@ -21,8 +21,10 @@ impl AlgoModel {
         if self.mutant(Mutant::LaneQueueLenOnly) {
             return s.queue.is_empty();
         }
+        // With the process's monitor (M6) the reader's buffer is not the
+        // cache's: the gate covers a read in progress.
         s.queue.is_empty()
-            && s.monitor.buf.is_empty()
+            && (self.ring() || s.monitor.buf.is_empty())
             && s.monitor.popped.is_empty()
             && s.threads.iter().all(|t| t.popped.is_empty())
     }

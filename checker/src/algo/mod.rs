@@ -19,8 +19,12 @@ pub enum Action {
     /// choice: the registrar frees memory during A5, or the cache frees its
     /// own memory at A9 under the lock.
     Thread { t: u8, alt: bool },
-    /// The uffd monitor thread takes its next step.
+    /// The uffd monitor thread takes its next step (with several caches,
+    /// the process monitor's reader thread, M6).
     Monitor,
+    /// The process monitor's service thread (several caches, M5) drains
+    /// the next cache of its round.
+    Service,
     /// Thread `t`'s registrar call fails (at A5): ENOMEM the first time in an
     /// acquire (the trim of S5.4), EINVAL after it (E5).
     RegistrarFails { t: u8 },
@@ -154,6 +158,14 @@ impl AlgoModel {
         self.cfg.monitor == MonitorKind::Async
     }
 
+    /// The caches are attached to the process's monitor (M5, M6): the
+    /// reader publishes into the ring, each cache applies it in its drains
+    /// and gates its hits. Modelled with two caches; one cache's async
+    /// monitor is the single-cache source (M2).
+    pub fn ring(&self) -> bool {
+        self.cfg.caches > 1
+    }
+
     pub fn init_state(&self) -> State {
         let pages = (self.app_pages + 1) as usize;
         State {
@@ -167,6 +179,9 @@ impl AlgoModel {
             windowed_served: false,
             remove_windows: Vec::new(),
             uffd: Vec::new(),
+            ring: Vec::new(),
+            reading: false,
+            applied: 0,
             over_limit: false,
             clock: 0,
             threads: self
@@ -199,6 +214,8 @@ impl AlgoModel {
                 sb: Vec::new(),
                 revoke: None,
                 popped: Vec::new(),
+                svc: None,
+                svc_from: Vec::new(),
             },
             lanes: if self.cfg.lanes { vec![vec![Slot::default(); LANE_SLOTS]; self.scripts.len()] } else { Vec::new() },
             registrar_free_left: self.cfg.registrar_frees.is_some(),
@@ -219,6 +236,7 @@ impl AlgoModel {
                     over_limit: false,
                     clock: 0,
                     trim_evicted: false,
+                    applied: 0,
                     lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
                 })
                 .collect(),
@@ -261,12 +279,18 @@ impl AlgoModel {
                 // A1: a reader blocks while a writer holds the lock, unless the
                 // queue is non-empty (then it goes straight to A2). LN1 takes no lock.
                 ScriptOp::Acquire { span, access, .. } => {
-                    !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)) || self.ln1_slot(s, t, span, access).is_some()
+                    !s.queue.is_empty()
+                        || !matches!(s.lock, Lock::Exclusive(_))
+                        || self.ln1_slot(s, t, span, access).is_some()
+                        || !self.gate_passes(s)
                 }
                 ScriptOp::Release { .. } | ScriptOp::Event { .. } => true,
             },
             Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
-            Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
+            // With the process's monitor, A2's and A6's drains wait out a
+            // read in progress (M6); the lock taken first is a right mover.
+            Pc::A2 | Pc::A6 => (s.lock == Lock::Free || th.prelocked) && self.drain_may_finish(s),
+            Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
             // LN4 takes the lanes mutex, which only a revoke (LN5) holds across steps.
             Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
             Pc::Done | Pc::Event => false,
@@ -310,6 +334,12 @@ impl AlgoModel {
             Lock::Exclusive(h) if h == a => "itself".to_string(),
             Lock::Exclusive(h) => actor_name(h),
         };
+        if a == MONITOR && self.ring() {
+            return match s.monitor.svc {
+                Some(c) => format!("the service thread waits for cache {c}'s lock, or for the event clock to turn even"),
+                None => "the service thread is between rounds".to_string(),
+            };
+        }
         if a == MONITOR {
             return match s.monitor.pc {
                 MonPc::Lock => format!("M2 waits for the lock, held by {holder}"),
@@ -344,11 +374,15 @@ impl AlgoModel {
         match a {
             Action::Thread { t, alt } => cx.thread_step(t as usize, alt),
             Action::Monitor => cx.monitor_step(),
+            Action::Service => cx.service_step(),
             Action::RegistrarFails { t } => cx.registrar_fails_step(t as usize),
             Action::Flush { a } => cx.flush_one(a),
             Action::CloseWindow => cx.m4_close(),
         }
         s.swap_cache(c);
+        if self.ring() {
+            normalize_ring(s);
+        }
     }
 
     /// A short label for an action in state `s`: who moves, at which step.
@@ -363,7 +397,16 @@ impl AlgoModel {
                 let first = sb.first().map(|st| buf_line(std::slice::from_ref(st))).unwrap_or_default();
                 format!("{} store buffer: {first} reaches memory", actor_name(a))
             }
+            Action::CloseWindow if self.ring() => "service thread M4 (the madvise returned: close its window)".to_string(),
             Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
+            Action::Service => {
+                let c = s.monitor.svc.unwrap_or(0);
+                format!("service thread M5 (lock cache {c}, drain the ring into it (M6), unlock, perform its dereg list)")
+            }
+            Action::Monitor if self.ring() => match s.monitor.pc {
+                MonPc::Idle => "reader M6 (the fd is readable: store the clock odd, read the events: their threads wake)".to_string(),
+                _ => "reader M6 (publish the events read in the ring, store the clock even)".to_string(),
+            },
             Action::Monitor if s.monitor.revoke.is_some() => format!("monitor {}", revoke_label(s.monitor.revoke.as_ref())),
             Action::Monitor => {
                 let lockless = self.mutant(Mutant::AsyncApplyOutsideLock) || self.mutant(Mutant::AsyncBlockingReadOutsideLock);
@@ -371,9 +414,6 @@ impl AlgoModel {
                     _ if !s.monitor.toctou.is_empty() => "A-H (read lease counts)",
                     MonPc::Idle if lockless => "reads the uffd events without the lock",
                     MonPc::Idle => "M1 (the uffd fd is readable)",
-                    MonPc::Lock if self.cfg.caches > 1 => "M5 (take every cache's lock, in attach order)",
-                    MonPc::Read if self.cfg.caches > 1 => "M5 (read the pending events)",
-                    MonPc::Apply if self.cfg.caches > 1 => "M5 (apply the events read to every cache; unlock each)",
                     MonPc::Lock => "M2 (take the lock)",
                     MonPc::Read => "M2 (read the pending events)",
                     MonPc::Apply => "M2 (apply the events read)",
@@ -423,6 +463,28 @@ impl AlgoModel {
                 format!("T{t} {at}{}", if alt { " (alternative branch)" } else { "" })
             }
         }
+    }
+}
+
+/// Drops the ring's prefix that every cache has applied (no drain reads it
+/// again), lowering each cache's `applied`: states that differ only there
+/// are one.
+fn normalize_ring(s: &mut State) {
+    let k = std::iter::once(s.applied)
+        .chain(s.others.iter().map(|o| o.applied))
+        .chain(s.monitor.svc_from.iter().copied())
+        .min()
+        .unwrap_or(0);
+    if k == 0 {
+        return;
+    }
+    s.ring.drain(..k as usize);
+    s.applied -= k;
+    for o in &mut s.others {
+        o.applied -= k;
+    }
+    for f in &mut s.monitor.svc_from {
+        *f -= k;
     }
 }
 
@@ -655,6 +717,16 @@ impl Ctx<'_> {
                 if self.ln1_start(t, span, access) {
                     return;
                 }
+                //= spec.md#M6
+                //# Gate: a hit on a cache the process's monitor delivers to needs
+                //# the gate current (the clock even and equal to the clock value the
+                //# cache has applied), checked before A0, LN1 and A1; otherwise the
+                //# acquire goes to A2.
+                if !self.m.gate_passes(self.s) {
+                    note!(self, "M6: cache {}'s gate is not current (a read in progress, or events published it has not applied): T{t} takes the slow path", self.m.cache_of(t));
+                    self.thread_mut(t).pc = Pc::A2;
+                    return;
+                }
                 if alt && self.m.cfg.lockless && !self.m.cfg.has_limits() {
                     return self.a0_read(t);
                 }
@@ -698,6 +770,9 @@ impl Model for AlgoModel {
         if self.monitor_enabled(s) {
             actions.push(Action::Monitor);
         }
+        if self.service_enabled(s) {
+            actions.push(Action::Service);
+        }
         if self.m4_window(s).is_some() {
             actions.push(Action::CloseWindow);
         }
@@ -732,7 +807,9 @@ impl Model for AlgoModel {
         match a {
             Action::Thread { t, alt: false } => format!("T{t}"),
             Action::Thread { t, alt: true } => format!("T{t} (alternative branch)"),
+            Action::Monitor if self.ring() => "reader".into(),
             Action::Monitor => "monitor".into(),
+            Action::Service => "service thread".into(),
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
             Action::CloseWindow => "monitor (M4)".into(),
