@@ -113,8 +113,11 @@ pub struct CheckArgs {
     /// before the frames change (spec.md#S7.4, M3, M4). Async monitor only.
     #[arg(long)]
     pub remove: bool,
-    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5): 1 or 2;
-    /// thread `T<i>` uses cache `i mod 2`. Async monitor only.
+    /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1 or
+    /// 2; thread `T<i>` uses cache `i mod 2`. With 2, the monitor is the
+    /// process's (a reader that takes no lock, the event ring, each cache's
+    /// gate, the service thread's rounds); with 1, the single-cache source
+    /// of M2. Async monitor only.
     #[arg(long, default_value_t = 1)]
     pub caches: u8,
 }
