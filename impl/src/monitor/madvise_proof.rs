@@ -211,7 +211,7 @@ impl Signal {
     }
 
     /// Makes the wake eventfd readable (the monitor thread's poll returns).
-    /// No cancellation point ([`add_one`]): safe to call on any thread.
+    /// No cancellation point (`add_one`): safe to call on any thread.
     pub fn wake(&self) {
         add_one(self.wake_fd());
     }

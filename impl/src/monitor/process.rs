@@ -42,7 +42,7 @@ use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, S
 use crate::fork_safe::ProcessLock;
 use super::ring::{lost_events, EventRing, RING_EVENTS};
 use super::uffd::{MessageBuffer, UffdError, UffdMonitor};
-use crate::cache::{clock_reading, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
+use crate::cache::{clock_reading, fork_generation, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::collections::HashMap;
@@ -163,9 +163,10 @@ struct MemberSlot {
 /// the caches attached to it, in attach order. Lives until the process
 /// exits (module invariants).
 struct Hub {
-    /// The process that launched it: in a fork child this is the parent's
-    /// copy, whose threads do not exist there.
-    pid: u32,
+    /// [`fork_generation`] at launch: another value means this is a fork
+    /// child's copy, whose threads do not exist there (one load, where the
+    /// pid would be a system call).
+    forks_at_launch: u64,
     monitor: UffdMonitor,
     ring: EventRing,
     signal: Signal,
@@ -299,7 +300,7 @@ impl EventSource for HubSource {
     //# ring's events from its cursor, waiting out a read in progress,
     //# then sets its gate
     fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
-        if self.hub.pid != std::process::id() {
+        if fork_generation() != self.hub.forks_at_launch {
             // A fork child's copy (the F1 fault switch keeps it): no reader
             // here.
             return None;
@@ -350,7 +351,7 @@ impl EventSource for HubSource {
         if !self.delivering() {
             return Ok(Watched::Not);
         }
-        if self.hub.pid != std::process::id() {
+        if fork_generation() != self.hub.forks_at_launch {
             // A fork child's copy of the parent's hub, reached only under the
             // F1 fault switch (which keeps the parent's monitor; without it
             // the child's cache has no source). Its fd never watched the
@@ -743,7 +744,7 @@ impl MonitorThread {
         let clock = EVENT_CLOCK.load(Ordering::Acquire);
         EVENT_CLOCK.store(clock + (clock & 1), Ordering::SeqCst);
         let hub = Arc::new(Hub {
-            pid,
+            forks_at_launch: fork_generation(),
             monitor,
             ring,
             signal,

@@ -10,7 +10,7 @@
 //!   never make).
 //! - One writer (the reader thread). Event number `n` lives in slot
 //!   `n % RING_EVENTS`; a slot's `seq` is `n + 1` once event `n` is whole in
-//!   it, and [`WRITING`] while it is being overwritten (a seqlock per slot).
+//!   it, and `WRITING` while it is being overwritten (a seqlock per slot).
 //! - A consumer that asks for event `n` gets it whole, or `None` if the slot
 //!   no longer (or not yet) holds it: the consumer was *lapped* and applies
 //!   the whole address space instead (spec.md#M6), never a torn event.

@@ -250,7 +250,7 @@ pub enum UffdError {
     /// The range (page-aligned outwards) cannot be watched. For EINVAL
     /// the message names the mapping the kernel refused (SysV shared
     /// memory, a file mapping) when `/proc/self/maps` shows one: it is read
-    /// when the message is made (see [`refused_mapping`]).
+    /// when the message is made (see `refused_mapping`).
     #[error("cannot watch {range}: {}", unwatchable_text(.range, .errno))]
     Unwatchable { range: Range, errno: i32 },
     /// `UFFDIO_UNREGISTER` failed for a reason other than the range being gone.
