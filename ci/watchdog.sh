@@ -134,9 +134,9 @@ elapsed=$((SECONDS - start))
         break
       fi
       echo "---- user stacks of process $p (gdb, at most $gdb_timeout s)"
-      timeout -k 2 "$gdb_timeout" gdb -batch -nx -p "$p" -ex 'set pagination off' -ex 'thread apply all bt' \
-        >"$gdb_out" 2>&1
-      gdb_rc=$?
+      # In a subshell that waits (timeout kills itself with -k: no job message).
+      gdb_rc=$( (timeout -k 2 "$gdb_timeout" gdb -batch -nx -p "$p" -ex 'set pagination off' \
+        -ex 'thread apply all bt' >"$gdb_out" 2>&1; echo $?) 2>/dev/null)
       grep -v -E '^\[New LWP|^\[Thread debugging|^Using host libthread_db' "$gdb_out" | sed 's/^/  /'
       if ((gdb_rc == 124 || gdb_rc == 137)); then
         dstate=$(for t in /proc/$p/task/*; do
