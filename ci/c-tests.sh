@@ -5,7 +5,10 @@
 # run them again under valgrind (memory errors and leaks fail).
 #
 #   bash ci/c-tests.sh [--native]
-# --native: not under valgrind (ci/test.sh; ci/full.sh runs both).
+# --native: not under valgrind (ci/test.sh; ci/full.sh runs both), and then
+# the monitor hang tests against the same prefix: ci/hang-tests.sh --runs 3
+# --seconds 5 (each scenario of capi/tests/c/hang/ under ci/watchdog.sh;
+# ci/full.sh's step `hangs` runs them at length).
 # MRCACHE_PREFIX=DIR: test the library installed there by ci/install.sh
 # (ci/test.sh's) instead of installing one to a temporary prefix.
 #
@@ -75,6 +78,8 @@ MRCACHE_REQUIRE_UFFD=1 ./shared_monitor
 if [ -x verbs ]; then ./verbs; fi
 
 if ((native_only)); then
+  echo "== hang tests"
+  MRCACHE_PREFIX=$prefix MRCACHE_REQUIRE_UFFD=1 bash "$root/ci/hang-tests.sh" --runs 3 --seconds 5
   echo "C tests passed (natively; under valgrind: bash ci/c-tests.sh, run by ci/full.sh)"
   exit 0
 fi

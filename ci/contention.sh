@@ -85,7 +85,7 @@ job() {
       failed=$((failed + 1))
       cp "$out/$name.job-$j.log" "$out/$name-fail-$j-$failed.log"
       echo "contention $name: job $j run $n FAILED (log: $out/$name-fail-$j-$failed.log)" >&2
-      grep -m3 -E "panicked|FAILED|violation|stale|leak" "$out/$name.job-$j.log" >&2 || true
+      grep -m3 -E "panicked|FAILED|violation|stale|leak|^HANG:|^ABORT:" "$out/$name.job-$j.log" >&2 || true
     fi
     echo "$n $failed" >"$out/$name.job-$j.count"
   done

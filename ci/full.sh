@@ -27,12 +27,19 @@
 #   contention   the contention run of ci/test.sh for CONTENTION_SECONDS
 #                (default 120; ci/test.sh: 20) beside busy loops (the hours
 #                long runs: `bash ci/stress.sh contention`)
+#   hangs        the monitor hang tests (capi/tests/c/hang/, each run under
+#                ci/watchdog.sh, which prints every thread's wait on a hang):
+#                ci/hang-tests.sh --runs 100 (every scenario 100 times),
+#                then heap_traffic 1,000 times, then hang_stress under
+#                ci/contention.sh for HANG_STRESS_SECONDS (default 600: at
+#                least 10 minutes, 3 x nproc copies at once beside busy loops,
+#                each copy 20 s of stress under a watchdog)
 #   large        ci/check-large.sh: the 3 threads x 3 ops model checks
 # Every step runs; a summary lists each with its time, and the exit status is
 # non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-all=(fast verbs loom valgrind ignored reproducers stale_dma contention large)
+all=(fast verbs loom valgrind ignored reproducers stale_dma contention hangs large)
 case ${1:-} in
   "") steps=("${all[@]}") ;;
   --no-fast) steps=("${all[@]:1}") ;;
@@ -70,6 +77,21 @@ step_contention() {
   concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs) || return 1
   MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" \
     --name full -- "$concurrent" --exact four_threads_with_limits
+}
+# The hang tests: one installed library for the three parts; hang_stress's
+# binary is built by ci/hang-tests.sh's first part into HANG_BIN_DIR.
+step_hangs() {
+  local prefix bin rc=0
+  prefix=$(mktemp -d)
+  bin=$(mktemp -d)
+  bash ci/install.sh "$prefix" || { rm -rf "$prefix" "$bin"; return 1; }
+  MRCACHE_PREFIX=$prefix HANG_BIN_DIR=$bin bash ci/hang-tests.sh --runs 100 --seconds 0 || rc=1
+  MRCACHE_PREFIX=$prefix HANG_BIN_DIR=$bin bash ci/hang-tests.sh --only heap_traffic --runs 1000 --all-runs || rc=1
+  MRCACHE_REQUIRE_UFFD=1 bash ci/contention.sh --jobs $((3 * $(nproc))) --load spin \
+    --seconds "${HANG_STRESS_SECONDS:-600}" --name hang_stress \
+    -- bash ci/watchdog.sh --timeout 120 --name hang_stress -- "$bin/hang_stress" 20 || rc=1
+  rm -rf "$prefix" "$bin"
+  return $rc
 }
 step_large() { bash ci/check-large.sh; }
 
