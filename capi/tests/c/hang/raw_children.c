@@ -14,9 +14,12 @@
  * raw nanosleep and _exit(0)s: it never execs, never calls the library;
  * vfork's is made from a helper thread, which it suspends, so the main
  * thread goes on), destroys its cache, and then munmaps one registered
- * buffer and madvise(DONTNEED)s then munmaps the other. Each release must
+ * buffer and, on another thread at once, madvise(DONTNEED)s then munmaps
+ * the other. Each release must
  * return within 1 s (it is timed; the child lives 2 s, so a release that
- * waits for it fails the check). Then a child made by _Fork() (from a
+ * waits for it fails the check). The kinds run back to back, each with a
+ * cache and a userfaultfd of its own, and the children are reaped at the
+ * end. Then a child made by _Fork() (from a
  * parent with no monitor thread left, so it may use malloc) creates a
  * monitored cache of its own, acquires, munmaps registered memory, waits for
  * the deregistration and destroys it; while that child lives the parent
@@ -68,17 +71,29 @@ static void watch(struct setup *s) {
 }
 
 /* Destroy the last monitored cache, then release the memory it watched:
- * every release is timed. */
+ * a munmap on this thread and, at the same time, a madvise(DONTNEED) then a
+ * munmap on another (so each is timed while the child lives). */
+struct release_arg { struct setup *s; const char *who; };
+static void *release_b(void *p) {
+  struct release_arg *a = p;
+  char what[160];
+  snprintf(what, sizeof what, "madvise(DONTNEED) of formerly watched memory while a %s child lives", a->who);
+  HC_TIMED(what, 1.0, madvise(a->s->b, 8 * page, MADV_DONTNEED));
+  snprintf(what, sizeof what, "munmap of formerly watched memory (after a madvise) while a %s child lives", a->who);
+  HC_TIMED(what, 1.0, munmap(a->s->b, 8 * page));
+  return NULL;
+}
+
 static void stop_and_release(struct setup *s, const char *who) {
   char what[160];
+  struct release_arg arg = { s, who };
+  pthread_t t;
   EXPECT_OK(mrcache_destroy(s->c));
   hc_check_balanced(who, &s->r);
+  pthread_create(&t, NULL, release_b, &arg);
   snprintf(what, sizeof what, "munmap of formerly watched memory while a %s child lives", who);
   HC_TIMED(what, 1.0, munmap(s->a, 8 * page));
-  snprintf(what, sizeof what, "madvise(DONTNEED) of formerly watched memory while a %s child lives", who);
-  HC_TIMED(what, 1.0, madvise(s->b, 8 * page, MADV_DONTNEED));
-  snprintf(what, sizeof what, "munmap of formerly watched memory while a %s child lives", who);
-  HC_TIMED(what, 1.0, munmap(s->b, 8 * page));
+  pthread_join(t, NULL);
 }
 
 static void reap(pid_t pid, const char *who) {
@@ -97,11 +112,13 @@ static void reap(pid_t pid, const char *who) {
   }
 }
 
-static void one_kind(enum kind k) {
+/* One kind: watch, make the child, stop and release (timed). Returns the
+ * child's pid (vfork's: its helper thread is joined by reap_kind). */
+static pthread_t helper;
+static pid_t one_kind(enum kind k) {
   struct setup s;
   watch(&s);
   pid_t pid = -1;
-  pthread_t helper;
   printf("raw_children: %s child; the parent stops its monitor and releases watched memory\n", kind_name[k]);
   switch (k) {
   case GLIBC_FORK: pid = fork(); break;
@@ -114,6 +131,7 @@ static void one_kind(enum kind k) {
     pthread_create(&helper, NULL, vfork_thread, NULL);
     while (!atomic_load(&vfork_started)) usleep(100);
     usleep(100000); /* the helper is inside vfork: its child sleeps */
+    pid = 0;
     break;
   default: break;
   }
@@ -121,11 +139,15 @@ static void one_kind(enum kind k) {
     if (pid < 0) {
       perror(kind_name[k]);
       atomic_fetch_add(&hc_failures, 1);
-      return;
+      return -1;
     }
     if (pid == 0) child_body(2000000000L);
   }
   stop_and_release(&s, kind_name[k]);
+  return pid;
+}
+
+static void reap_kind(enum kind k, pid_t pid) {
   if (k == VFORK) {
     pthread_join(helper, NULL);
     pid = vfork_pid;
@@ -158,8 +180,8 @@ static void child_with_cache(void) {
     if (mrcache_destroy(c) != MRCACHE_OK) _exit(3);
     if (atomic_load(&cr.reg) != atomic_load(&cr.dereg)) _exit(4);
     if (atomic_load(&hc_failures)) _exit(5);
-    struct timespec ts = { 1, 0 };
-    nanosleep(&ts, NULL);
+    struct timespec ts = { 2, 0 };
+    nanosleep(&ts, NULL); /* lives on: the parent's releases are timed meanwhile */
     _exit(0);
   }
   EXPECT(pid > 0);
@@ -172,7 +194,11 @@ int main(int argc, char **argv) {
   long rounds = hc_param(argc, argv, "HANG_ITERS", 1);
   page = hc_page();
   for (long i = 0; i < rounds; i++) {
-    for (int k = 0; k < NKINDS; k++) one_kind((enum kind)k);
+    /* Every kind in turn without waiting for the children (each holds a
+     * copy of its own round's userfaultfd only), then reap them all. */
+    pid_t pids[NKINDS];
+    for (int k = 0; k < NKINDS; k++) pids[k] = one_kind((enum kind)k);
+    for (int k = 0; k < NKINDS; k++) reap_kind((enum kind)k, pids[k]);
     child_with_cache();
   }
   return hc_finish();
