@@ -72,7 +72,7 @@ reap_root() {
     root_status=$?
   fi
   # A zombie answers kill -0: wait for it if it has exited.
-  if [ -z "$root_status" ] && [ "$(awk '{print $3}' "/proc/$root/stat" 2>/dev/null)" = Z ]; then
+  if [ -z "$root_status" ] && [ "$(sed 's/.*) //' "/proc/$root/stat" 2>/dev/null | awk '{print $1}')" = Z ]; then
     wait "$root"
     root_status=$?
   fi
