@@ -23,11 +23,12 @@
 //! that finds it behind drains the ring itself under its own lock.
 //!
 //! Invariants:
-//! - The fd, the ring and both threads live until the process exits: no
-//!   exit of a monitor thread releases memory (its stacks) that a widened
-//!   registration may watch, and no fork child can keep the parent's fd
-//!   alive past a reader that stopped (there is none). A fork child starts
-//!   its own monitor at its first attach.
+//! - The fd, the ring and the reader live until the process exits: no exit
+//!   of the reader releases memory (its stacks) that a widened registration
+//!   may watch, and no fork child can keep the parent's fd alive past a
+//!   reader that stopped (there is none). The service thread runs while any
+//!   cache is attached (its exit's releases are read by the reader). A fork
+//!   child starts its own monitor at its first attach.
 //! - Lock order: the process lock, then the members mutex (held only to
 //!   change or copy the list), then a member's slot mutex, then that
 //!   cache's lock. The service holds a slot mutex across the member's
@@ -42,7 +43,7 @@ use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, S
 use crate::fork_safe::ProcessLock;
 use super::ring::{lost_events, EventRing, RING_EVENTS};
 use super::uffd::{MessageBuffer, UffdError, UffdMonitor};
-use crate::cache::{clock_reading, fork_generation, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
+use crate::cache::{clock_reading, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::collections::HashMap;
@@ -163,10 +164,6 @@ struct MemberSlot {
 /// the caches attached to it, in attach order. Lives until the process
 /// exits (module invariants).
 struct Hub {
-    /// [`fork_generation`] at launch: another value means this is a fork
-    /// child's copy, whose threads do not exist there (one load, where the
-    /// pid would be a system call).
-    forks_at_launch: u64,
     monitor: UffdMonitor,
     ring: EventRing,
     signal: Signal,
@@ -225,11 +222,13 @@ impl Hub {
         }
     }
 
-    /// The service thread's loop (module docs): rounds, then M4.
-    fn serve_forever(&self) -> ! {
+    /// The service thread's loop (module docs): rounds, then M4, until
+    /// `stop` (the last detach; no cache is attached, so no window is owed).
+    fn serve(&self, stop: &AtomicBool) {
         let mut prover = Prover::new(self.signal, self.reader_tid.load(Ordering::Acquire));
         let mut unproven = false;
-        loop {
+        // Acquire: pairs with the detach's Release store.
+        while !stop.load(Ordering::Acquire) {
             let timeout = if unproven { PROOF_POLL_MS } else { -1 };
             self.signal.wait_wake(timeout);
             // Cleared before the round: a wake during it makes the next
@@ -241,6 +240,17 @@ impl Hub {
             prover.begin(opened);
             unproven = prover.advance(self);
         }
+    }
+
+    /// Starts a service thread; `stop` ends it.
+    fn start_service(hub: &Arc<Hub>) -> Result<Service, UffdError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (hub.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("mrcache-svc".into())
+            .spawn(move || h.serve(&s))
+            .map_err(|e| UffdError::Thread { errno: e.raw_os_error().unwrap_or(libc::EAGAIN) })?;
+        Ok(Service { stop, thread })
     }
 
     //= spec.md#M5
@@ -300,7 +310,7 @@ impl EventSource for HubSource {
     //# ring's events from its cursor, waiting out a read in progress,
     //# then sets its gate
     fn read_pending(&self, out: &mut Vec<ReleaseEvent>) -> Option<u64> {
-        if fork_generation() != self.hub.forks_at_launch {
+        if !self.hub.ring.mapped_here() {
             // A fork child's copy (the F1 fault switch keeps it): no reader
             // here.
             return None;
@@ -351,7 +361,7 @@ impl EventSource for HubSource {
         if !self.delivering() {
             return Ok(Watched::Not);
         }
-        if fork_generation() != self.hub.forks_at_launch {
+        if !self.hub.ring.mapped_here() {
             // A fork child's copy of the parent's hub, reached only under the
             // F1 fault switch (which keeps the parent's monitor; without it
             // the child's cache has no source). Its fd never watched the
@@ -611,8 +621,34 @@ impl Prover {
 struct Running {
     pid: u32,
     hub: Arc<Hub>,
+    /// The service thread, while any cache is attached. It stops at the last
+    /// detach (its exit may release watched memory: the reader reads it), so
+    /// a process with no cache attached keeps only the reader, which never
+    /// allocates: a child it makes with a raw fork finds no allocator lock
+    /// held by mrcache.
+    service: Option<Service>,
     attached: usize,
     next_id: u64,
+}
+
+/// A running service thread and its stop flag.
+struct Service {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Service {
+    /// Stops the thread after its round, and waits for it unless this is
+    /// that thread (a callback that detached the last cache: it returns
+    /// to the loop, which then ends).
+    fn stop(self, hub: &Hub) {
+        // Release: pairs with the Acquire in `serve`.
+        self.stop.store(true, Ordering::Release);
+        hub.signal.wake();
+        if self.thread.thread().id() != std::thread::current().id() {
+            let _ = self.thread.join();
+        }
+    }
 }
 
 /// The hub of this process, if any cache ever attached. A [`ProcessLock`]:
@@ -707,6 +743,9 @@ impl MonitorThread {
             *process = Some(Self::launch(signal, pid)?);
         }
         let running = process.as_mut().expect("launched above");
+        if running.service.is_none() {
+            running.service = Some(Hub::start_service(&running.hub)?);
+        }
         // Not delivering until it is a member: a registration made before a
         // round can reach the cache is served uncached, never cached.
         let delivery = Arc::new(Delivery {
@@ -719,6 +758,12 @@ impl MonitorThread {
         });
         let source = HubSource { hub: running.hub.clone(), delivery: delivery.clone() };
         if cache.set_event_source(Box::new(source)).is_err() {
+            let idle = if running.attached == 0 { running.service.take() } else { None };
+            let hub = running.hub.clone();
+            drop(process);
+            if let Some(service) = idle {
+                service.stop(&hub);
+            }
             return Err(UffdError::AlreadyMonitored);
         }
         let id = running.next_id;
@@ -744,7 +789,6 @@ impl MonitorThread {
         let clock = EVENT_CLOCK.load(Ordering::Acquire);
         EVENT_CLOCK.store(clock + (clock & 1), Ordering::SeqCst);
         let hub = Arc::new(Hub {
-            forks_at_launch: fork_generation(),
             monitor,
             ring,
             signal,
@@ -766,17 +810,8 @@ impl MonitorThread {
             h.read_forever()
         })?;
         let _ = running.recv();
-        let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
-        let h = hub.clone();
-        // If this spawn fails, the reader runs on alone: events are still
-        // read and applied by the caches' own drains; only deregistrations
-        // wait for the next acquire, and windows stay open.
-        spawn("mrcache-svc", move || {
-            let _ = started.send(());
-            h.serve_forever()
-        })?;
-        let _ = running.recv();
-        Ok(Running { pid, hub, attached: 0, next_id: 0 })
+        // The service thread starts with the first attach (`attach`).
+        Ok(Running { pid, hub, service: None, attached: 0, next_id: 0 })
     }
 
     /// Monitor rounds the service thread has run so far (every cache's).
@@ -831,15 +866,18 @@ impl Drop for MonitorThread {
         // Flushed while events still reach it (it is still a member), and
         // with nothing cached after: no entry outlives its monitor.
         member.stop_caching();
-        {
+        let idle = {
             let mut process = PROCESS.lock();
             lock(&hub.members).retain(|s| !Arc::ptr_eq(s, &slot));
-            if !process.taken_over() {
-                if let Some(running) = process.as_mut().filter(|r| Arc::ptr_eq(&r.hub, &hub)) {
+            let ours = !process.taken_over();
+            match process.as_mut().filter(|r| ours && Arc::ptr_eq(&r.hub, &hub)) {
+                Some(running) => {
                     running.attached -= 1;
+                    if running.attached == 0 { running.service.take() } else { None }
                 }
+                None => None,
             }
-        }
+        };
         // Waits for a round of the service thread on this cache (its
         // callbacks included) to end; later rounds no longer see it.
         let taken = lock(&slot.member).take();
@@ -847,6 +885,9 @@ impl Drop for MonitorThread {
         drop(taken);
         drop(member);
         drop(slot);
+        if let Some(service) = idle {
+            service.stop(&hub);
+        }
         drop(hub);
     }
 }

@@ -46,10 +46,20 @@ fn kind_of(code: u64) -> Option<ReleaseKind> {
     code.checked_sub(1).and_then(|i| ReleaseKind::ALL.get(i as usize).copied())
 }
 
-/// The ring: [`RING_EVENTS`] slots in memory of its own.
+/// The ring: [`RING_EVENTS`] slots in memory of its own, and a page that
+/// says whether this is the process that mapped it.
 pub struct EventRing {
     slots: &'static [Slot],
+    /// [`MAPPED_HERE`] in the process that mapped the ring; 0 in any fork
+    /// child (a `MADV_WIPEONFORK` page: every kind of fork, with no atfork
+    /// handler). `None` if the kernel refused the advice.
+    here: Option<&'static AtomicU64>,
+    /// The pid that mapped it, for a kernel without `MADV_WIPEONFORK`.
+    pid: u32,
 }
+
+/// The marker of the process that mapped the ring.
+const MAPPED_HERE: u64 = 0x6d72_6361_7269_6e67;
 
 impl EventRing {
     /// Maps and populates the ring (and locks it in memory if the limit
@@ -57,7 +67,8 @@ impl EventRing {
     /// thread holds, but it should not have to fault at all).
     pub fn map() -> std::io::Result<EventRing> {
         let bytes = RING_EVENTS * std::mem::size_of::<Slot>() as u64;
-        let addr = crate::mem::map_anon(bytes, libc::MAP_POPULATE)?;
+        let page = crate::mem::page_size();
+        let addr = crate::mem::map_anon(bytes + page, libc::MAP_POPULATE)?;
         // SAFETY: `addr` is our fresh mapping of `bytes`; mlock only pins it.
         // Best effort: RLIMIT_MEMLOCK may refuse, and the ring works unlocked.
         let _ = unsafe { libc::mlock(addr as *const libc::c_void, bytes as usize) };
@@ -65,7 +76,27 @@ impl EventRing {
         // aligned to a page; an all-zero `Slot` is four zero atomics (valid);
         // never unmapped (module invariants), so `'static` holds.
         let slots = unsafe { std::slice::from_raw_parts(addr as *const Slot, RING_EVENTS as usize) };
-        Ok(EventRing { slots })
+        let marker = addr + bytes;
+        // SAFETY: advice on the last page of our own mapping.
+        let wiped = unsafe { libc::madvise(marker as *mut libc::c_void, page as usize, libc::MADV_WIPEONFORK) } == 0;
+        let here = wiped.then(|| {
+            // SAFETY: page-aligned zeroed memory of ours, never unmapped: a
+            // valid AtomicU64 for the life of the process.
+            let m = unsafe { &*(marker as *const AtomicU64) };
+            m.store(MAPPED_HERE, Ordering::Relaxed);
+            m
+        });
+        Ok(EventRing { slots, here, pid: std::process::id() })
+    }
+
+    /// Whether this process mapped the ring (false in a fork child of any
+    /// kind, whose copy no reader writes). One load where the kernel wipes
+    /// the marker at fork; else a `getpid`.
+    pub fn mapped_here(&self) -> bool {
+        match self.here {
+            Some(m) => m.load(Ordering::Relaxed) == MAPPED_HERE,
+            None => self.pid == std::process::id(),
+        }
     }
 
     fn slot(&self, n: u64) -> &Slot {
@@ -130,6 +161,7 @@ mod tests {
         ring.put(RING_EVENTS, other);
         assert_eq!(ring.get(0), None, "overwritten: lapped");
         assert_eq!(ring.get(RING_EVENTS), Some(other));
+        assert!(ring.mapped_here());
         for k in ReleaseKind::ALL {
             assert_eq!(kind_of(kind_code(Some(k))), Some(k));
         }

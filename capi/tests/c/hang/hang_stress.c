@@ -28,7 +28,15 @@ static size_t page;
 static mrcache_t *cache_h, *cache_a, *cache_d;
 static struct hc_reg rh, ra, rd, rtmp;
 static atomic_ulong heap_ops, unmaps, d_uses, tmp_caches, glibc_children, raw_children, hung, failed_children;
-static char unmap_rest_mark;
+/* One acquire of the unmap thread: its registrations (a cache may make
+ * more than one for one acquire, A7 retrying a registration an event made
+ * stale) all name it; only a deregistration after the acquire returned
+ * (ACQUIRED) unmaps the rest of the buffer, once. One that the cache
+ * dropped during the acquire must not: the retry is registering it. */
+enum { ACQUIRING, ACQUIRED, DONE };
+struct token {
+  atomic_int state;
+};
 
 static void *heap_thread(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg * 7919u;
@@ -51,7 +59,10 @@ static void *heap_thread(void *arg) {
 
 static void a_dereg(struct hc_reg *r, struct hc_rec *rec) {
   (void)r;
-  if (rec->owner != &unmap_rest_mark) return;
+  struct token *t = rec->owner;
+  int acquired = ACQUIRED;
+  if (!t || !atomic_compare_exchange_strong(&t->state, &acquired, DONE)) return;
+  free(t);
   /* The unmap thread unmapped the first page; the rest is the callback's. */
   EXPECT(munmap((char *)rec->addr + page, rec->len - page) == 0);
   unsigned long n = atomic_fetch_add(&unmaps, 1);
@@ -81,12 +92,20 @@ static void *unmap_thread(void *arg) {
   (void)arg;
   while (!atomic_load(&stop)) {
     char *buf = hc_map(4 * page);
-    hc_next_owner = &unmap_rest_mark;
+    struct token *t = malloc(sizeof *t);
+    if (!t) abort();
+    atomic_init(&t->state, ACQUIRING);
+    hc_next_owner = t;
     mrcache_lease_t l;
     mrcache_status_t st = mrcache_acquire(cache_a, buf, 4 * page, MRCACHE_ACCESS_LOCAL_WRITE, &l);
     hc_next_owner = NULL;
     EXPECT_ST(st, MRCACHE_OK);
-    if (st == MRCACHE_OK) EXPECT_OK(mrcache_release(cache_a, l));
+    if (st != MRCACHE_OK) {
+      free(t); /* no registration of it remains */
+    } else {
+      atomic_store(&t->state, ACQUIRED);
+      EXPECT_OK(mrcache_release(cache_a, l));
+    }
     EXPECT(munmap(buf, page) == 0);
     usleep(500);
   }

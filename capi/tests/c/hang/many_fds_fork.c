@@ -1,20 +1,23 @@
 /* many_fds_fork.c: monitors stopping while others start, on several
  * threads, across glibc forks.
  *
- * Every monitored cache of a process shares one monitor; when the last one
- * detaches the monitor stops and closes its userfaultfd, and the next cache
- * opens a new one. With several threads creating and destroying caches, a
- * stopping monitor's fd can still be open while a new one starts, so a fork
- * can catch several of them (the old design tracked at most 4 at a fork).
- * A child must not keep any of them: a copy in a child keeps that context,
- * and every range still registered on it, alive, so a release of such a
- * range in the parent would wait for the child.
+ * Every monitored cache of a process shares one monitor. In an older
+ * design the last detach stopped it and closed its userfaultfd, and the
+ * next cache opened a new one: a fork could catch several, a child's copy
+ * kept that context (and every range registered on it) alive after the
+ * parent's reader stopped, and the parent's release of such a range waited
+ * for the child (that design tracked at most 4 fds at a fork). Now the
+ * monitor's one fd and its reader live as long as the process (spec.md
+ * S7.6): a child's copy is harmless, and what this test checks is the
+ * property itself: every release in the parent returns within the limit
+ * while children live, and each child can create, use and destroy a cache
+ * of its own. The copies a child holds are reported.
  *
  * Threads (HANG_THREADS, default 6) loop: create a monitored cache, acquire
  * and release 4 pages, munmap one page (timed), destroy, munmap the rest
  * (timed: at most 1 s each). The main thread forks (glibc fork()) with up
- * to 8 children alive at once; each child checks that it holds no
- * userfaultfd (/proc/self/fd), creates, uses and destroys a monitored cache
+ * to 8 children alive at once; each child counts the userfaultfds it holds
+ * (/proc/self/fd, reported), creates, uses and destroys a monitored cache
  * of its own under alarm(5), and lives 1.5 s, longer than the time limit of
  * the parent's releases.
  *
@@ -75,15 +78,15 @@ static void child(void) {
   alarm(5);
   atomic_store(&hc_failures, 0); /* the parent's, copied */
   hc_name = "many_fds_fork (child)";
-  int n = count_uffds(1);
-  if (n != 0) fprintf(stderr, "%s: the child holds %d userfaultfd(s) of the parent\n", hc_name, n);
+  int n = count_uffds(0);
+  if (n != 0) printf("%s: the child holds %d userfaultfd(s) of the parent (harmless: the parent's reader never stops)\n", hc_name, n);
   static struct hc_reg r;
   cycle(&r, 1.0);
   hc_check_balanced("the child's cache", &r);
   /* Live on: a parent release that waits for this child's copy fails its
    * time limit. */
   while (hc_now() - t0 < 1.5) usleep(10000);
-  _exit(n != 0 ? 3 : atomic_load(&hc_failures) ? 1 : 0);
+  _exit(atomic_load(&hc_failures) ? 1 : 0);
 }
 
 static int failed_children, hung_children;
@@ -96,8 +99,7 @@ static void reap(pid_t pid, int flags, int *alive) {
     fprintf(stderr, "many_fds_fork: child %d HUNG: killed by its alarm after 5 s\n", p);
     hung_children++;
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "many_fds_fork: child %d failed (status 0x%x; exit 3: it held the parent's userfaultfd)\n", p,
-            status);
+    fprintf(stderr, "many_fds_fork: child %d failed (status 0x%x)\n", p, status);
     failed_children++;
   }
 }

@@ -159,9 +159,10 @@ static void reap_kind(enum kind k, pid_t pid) {
 static void child_with_cache(void) {
   struct setup s;
   watch(&s);
-  /* No monitor thread in the parent while it forks: destroy, re-create
-   * after. The child is made from a single-threaded parent, so it may
-   * malloc (the library does). */
+  /* No cache attached in the parent while it forks: destroy, re-create
+   * after. The monitor then keeps only its reader, which never allocates
+   * or locks (spec.md S7.6), so the child of this otherwise single-threaded
+   * parent may malloc (the library does). */
   EXPECT_OK(mrcache_destroy(s.c));
   EXPECT(munmap(s.a, 8 * page) == 0 && munmap(s.b, 8 * page) == 0);
   watch(&s);
