@@ -273,7 +273,13 @@ fn unmap(addr: u64, len: u64) -> bool {
 }
 
 fn touch(cache: &Cache<AllocRegistrar>, addr: u64, len: u64) -> bool {
-    cache.acquire(addr, len, RW).is_ok()
+    match cache.acquire(addr, len, RW) {
+        Ok(_) => true,
+        Err(e) => {
+            say(&format!("acquire of [{addr:#x}, +{len:#x}) failed: {e}\n"));
+            false
+        }
+    }
 }
 
 // ---- the scenarios ------------------------------------------------------
@@ -361,30 +367,55 @@ fn dereg_munmaps_its_registered_memory() {
 fn dereg_frees_its_registered_buffer() {
     in_child("dereg_frees", || {
         let counts = Arc::new(Counts::default());
+        // The buffer with a claim: a cache may register one acquire twice
+        // (A7 retries a registration a closing window or an event made
+        // stale, and deregisters the first), so only a deregistration after
+        // the acquire returned (ACQUIRED) frees it, once.
+        const ACQUIRING: u8 = 0;
+        const ACQUIRED: u8 = 1;
+        struct Owned {
+            state: AtomicU8,
+            _buf: Vec<u8>,
+        }
         let hook: Hook = Box::new(|rec: &Rec| {
-            if rec.owner != 0 {
-                // SAFETY: the Box leaked for this registration, dropped once.
-                drop(unsafe { Box::from_raw(rec.owner as *mut Vec<u8>) });
+            if rec.owner == 0 {
+                return;
+            }
+            // SAFETY: the Owned leaked for this acquire, alive until the one
+            // deregistration that claims it below frees it.
+            let owned = unsafe { &*(rec.owner as *const Owned) };
+            if owned.state.compare_exchange(ACQUIRED, 2, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                // SAFETY: claimed once (above); nothing refers to it after.
+                drop(unsafe { Box::from_raw(rec.owner as *mut Owned) });
             }
         });
         let m = monitored!(&counts, Some(hook));
         for i in 0..50u64 {
-            let buf = Box::new(vec![1u8; 256 * 1024 + (i as usize % 7) * 4096]);
+            let buf = vec![1u8; 256 * 1024 + (i as usize % 7) * 4096];
             let (a, l) = (buf.as_ptr() as u64, buf.len() as u64);
-            let owner = Box::into_raw(buf) as usize;
+            let owned = Box::into_raw(Box::new(Owned { state: AtomicU8::new(ACQUIRING), _buf: buf }));
             let before = counts.dereg.load(Ordering::SeqCst);
-            NEXT_OWNER.set(owner);
+            NEXT_OWNER.set(owned as usize);
             let ok = touch(&m.0, a, l);
             NEXT_OWNER.set(0);
             if !ok {
                 return 2;
             }
+            // SAFETY: alive: only a claim after this store frees it.
+            let claimable = unsafe { &(*owned).state };
+            claimable.store(ACQUIRED, Ordering::SeqCst);
             if counts.dereg.load(Ordering::SeqCst) != before {
-                continue; // served uncached: freed at its release
+                continue; // deregistered meanwhile (served uncached, or an A7 retry's first registration)
             }
             let inner = (a + 2 * PAGE) & !(PAGE - 1);
-            // SAFETY: a page inside the live buffer (its content is not read again).
-            if unsafe { libc::madvise(inner as *mut _, PAGE as usize, libc::MADV_DONTNEED) } != 0 {
+            // SAFETY: a page inside the buffer (its content is not read
+            // again). The madvise waits until the monitor reads its REMOVE;
+            // the service thread may then deregister (free, munmap) the
+            // buffer before the madvise resumes, which then finds the range
+            // gone (ENOMEM).
+            if unsafe { libc::madvise(inner as *mut _, PAGE as usize, libc::MADV_DONTNEED) } != 0
+                && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOMEM)
+            {
                 return 3;
             }
             wait_deregs(&counts, before + 1);
