@@ -805,6 +805,15 @@ impl MonitorThread {
         let (started, running) = std::sync::mpsc::sync_channel::<()>(1);
         let h = hub.clone();
         spawn("mrcache-uffd", move || {
+            // Every signal blocked: a process-directed signal is then
+            // delivered to another thread, so no handler of the
+            // application's (which might allocate or lock) ever runs here.
+            // SAFETY: a full set built by sigfillset, applied to this thread.
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+            }
             h.reader_tid.store(madvise_proof::gettid(), Ordering::Release);
             let _ = started.send(());
             h.read_forever()
