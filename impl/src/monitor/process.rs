@@ -193,7 +193,7 @@ impl Hub {
             //# uffd monitor thread: poll until the fd is readable, without reading.
             match self.monitor.wait_readable_or(-1, -1) {
                 Ok(true) => {}
-                Ok(false) => continue, // a signal (the proof's, say)
+                Ok(false) => continue, // woken without an event (every signal is blocked here)
                 Err(_) => {
                     self.read_errors.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(std::time::Duration::from_millis(REREAD_AFTER_ERROR_MS));
