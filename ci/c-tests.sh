@@ -48,7 +48,7 @@ cc "${cflags[@]}" shared_monitor.c $(pkg-config --cflags --libs mrcache) "$rpath
 # The static library: libmrcache.a plus what pkg-config --static lists.
 cc "${cflags[@]}" api_errors.c $(pkg-config --cflags mrcache) "$prefix/lib/libmrcache.a" \
   $(pkg-config --static --libs-only-l mrcache | sed 's/-lmrcache//') -lpthread -o api_errors_static
-# The header needs C99, as it says (issue 25): it compiles alone, pedantically.
+# The header needs C99, as it says: it compiles alone, pedantically.
 printf '#include <mrcache.h>\nint main(void) { return MRCACHE_OK; }\n' >c99.c
 cc -std=c99 -pedantic-errors -Wall -Wextra -Werror $(pkg-config --cflags mrcache) c99.c -o c99
 if pkg-config --exists libibverbs; then
@@ -59,7 +59,7 @@ if ldd ./api_errors_static | grep -q libmrcache; then
   exit 1
 fi
 
-# The README's "From C" recipes, verbatim, on a fresh prefix (issue 25).
+# The README's "From C" recipes, verbatim, on a fresh prefix.
 recipe=$(awk '/ci\/c-tests.sh runs the next block verbatim/{f=1; next} f&&/^```sh/{g=1; next} g&&/^```/{exit} g' "$root/README.md")
 [ -n "$recipe" ] || { echo "c-tests: no recipe block in README.md" >&2; exit 1; }
 mkdir "$work/recipe"

@@ -15,34 +15,13 @@
 # about once per 4 acquires. It fails unless 0 stale DMAs, 0 PFN mismatches,
 # and at least 1 acquire in 10 hit memory churned since its last grant.
 #
-# Measured with the lanes (2026-12-02, third session): uffd 1,000,000 acquires
-# in 37.7 s (0 stale, 0 PFN mismatches, 291,056 churned acquires); explicit +
-# merge 29.6 s (0 / 0, 310,559 churned); 2,370,000 histories linearizable in
-# 583 s; fuzz 120 s: 32.0 M sequential ops, 91,688 histories, 586,323 DMA
-# acquires, 0 violations; 14 min in all.
-# Measured 2026-12-06 (seventeenth session, after the madvise proof kept one
-# signal per thread: before, the S7.4 step never finished, since a thread that
-# never acknowledges, the registrar's io_uring worker, took a signal slot per
-# window): uffd 1,000,000 acquires in 111.5 s (0 stale, 0 PFN mismatches,
-# 291,627 churned acquires); explicit + merge 53.6 s (0 / 0, 310,884); the
-# S7.4 windows, 50,000 rounds per monitor, 42.9 s (uffd 29.8 s of it; 0 stale
-# after munmap or madvise returned); 100x the histories, linearizable, 771 s
-# (builds beside it); fuzz 120 s: 37.5 M sequential ops, 114,006 histories,
-# 640,775 DMA ops, 0 violations.
-# Measured on the 2-vCPU development machine (2026-12-02, after the A6/A10
-# and pressure-trim fixes, before the lanes): 1,000,000 acquires with uffd in 64 s (0 stale
-# DMAs, 0 PFN mismatches, 291,393 acquires on churned memory, 250,002
-# churns); with the explicit monitor, merge and releases inside 1
-# registration in 10, 58.6 s (0 / 0, 310,803 churned acquires); the S7.4
-# windows, 50,000 rounds per monitor, 46 s; 2,370,000 concurrent histories,
-# all linearizable, 558 s; then 120 s of fuzz (42.1 M sequential ops, 88,933
-# histories, 579,002 DMA acquires, 0 violations). Total 872 s after the
-# builds.
+# What it measured, run by run, with dates: docs/checking.md (generated from
+# docs/data/oracle.json; about 15 minutes on 2 vCPUs after the builds).
 # Needs io_uring and userfaultfd (root, or vm.unprivileged_userfaultfd=1 and
 # a memlock limit of a few MiB); layers that cannot run are skipped with a
 # message.
 #
-# Contention mode (issue 10): every concurrent test binary, unmodified, run
+# Contention mode (docs/checking.md): every concurrent test binary, unmodified, run
 # again and again while the cores are oversubscribed (ci/contention.sh: one
 # copy pinned to each CPU beside two busy loops pinned there):
 #
@@ -55,7 +34,7 @@
 #   1,100 DMA runs here) beside a looping parallel build and the busy loops;
 #   the old harness failed 81 of 858, so 30/p = 318, and the issue asks for
 #   at least 500;
-# - the S7.4(b) race (issue 23): RACE_ROUNDS (default 20000) rounds of each
+# - the S7.4(b) race: RACE_ROUNDS (default 20000) rounds of each
 #   madvise variant per CPU, and the same with the fault switch (its teeth);
 # - concurrent, linearizability, lanes, dma_oracle, faults, reentrant: each
 #   for BOX seconds (default 1200), run counts reported.
@@ -94,7 +73,7 @@ for l in sys.stdin:
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); d=s["dma"]
 print("contention fuzz-dma: %d DMA runs, %d violations, %d stale DMAs, %d acquires" % (d["cases"], d["violations"], s["stale_dmas"], d["ops"]))' \
     target/contention/fuzz-dma.json || status=1
-  # S7.4(b) (issue 23): every madvise variant, RACE_ROUNDS rounds each, one
+  # S7.4(b): every madvise variant, RACE_ROUNDS rounds each, one
   # copy per CPU beside the busy loops: 0 stale after madvise returned; then
   # the teeth (the fault switch remove-without-window) in the same mode.
   # S7.6: two caches on one monitor, fresh, and their teeth (one cache deaf).

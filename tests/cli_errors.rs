@@ -1,4 +1,4 @@
-//! The CLI's small edges (issue 25, item 9): a flag the chosen engine
+//! The CLI's small edges: a flag the chosen engine
 //! cannot honour is an error, not ignored; `--seconds 0` is refused, not
 //! rounded up; `report --plot` checks its directory before the work; and a
 //! closed pipe ends the process quietly, never with a panic (status 101).

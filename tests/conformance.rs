@@ -190,7 +190,7 @@ fn hung_crashing_and_babbling_adapters_are_reported_per_case() {
 }
 
 /// A line without end is bounded, and how the adapter then ended is
-/// reported (issue 25: one that wrote 200 MB with no newline and exited
+/// reported (one that wrote 200 MB with no newline and exited
 /// held the runner at 423 MB and was reported as `no hello within 5.0 s`).
 /// A run with no hello at all says so in its header, with no empty fields.
 #[test]
@@ -215,7 +215,7 @@ fn a_line_without_end_reports_how_the_adapter_ended() {
 
 /// An adapter that ends before its first hello did not start: one error
 /// (its exit, its stderr, a hint for status 127), exit status 3, never a
-/// crash per case (issue 25: 28 `fail crash` lines before).
+/// `fail crash` line per case.
 #[test]
 fn an_adapter_that_does_not_start_is_one_error_with_its_own_exit_status() {
     for (adapter, says) in [
@@ -251,7 +251,7 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
     assert!(err(r#"{"op": "acquire", "lease": 1, "addr": 0, "len": 0, "access": "rw"}"#).contains("bad.jsonl:2"));
     assert!(err(r#"{"mem": "mremap_shrink", "addr": 0, "len": 4096, "new_len": 8192}"#).contains("new_len"));
     assert!(err(r#"{"ctl": "go"}"#).contains("unknown ctl"));
-    // Mistakes that used to reach the adapter and be blamed on it (issue 25).
+    // Mistakes that used to reach the adapter and be blamed on it.
     let acq = r#"{"op": "acquire", "lease": 1, "addr": 0, "len": 4096, "access": "rw"}"#;
     let rel = r#"{"op": "release", "lease": 1}"#;
     let e = err(&format!("{acq}\n{rel}\n{rel}"));
@@ -339,7 +339,7 @@ fn a_peer_without_a_policy_is_judged_on_the_properties_and_its_overlap_reported(
     assert!(failing(&r).contains("overlap-partial"), "{}", conform::table(&r));
 }
 
-/// The data checks (issue 24): with the io_uring registrar a stale
+/// The data checks: with the io_uring registrar a stale
 /// registration is seen in the bytes, not only in the order of events.
 /// mrcache with its monitor switched off serves reuse-munmap's second
 /// acquire from the registration that pinned the unmapped frames: the

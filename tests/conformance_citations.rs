@@ -1,4 +1,4 @@
-//! CONFORMANCE.md's prose, checked (issue 24, item 5): every paragraph,
+//! CONFORMANCE.md's prose, checked: every paragraph,
 //! list item and table row that states a peer's behaviour (it names UCX,
 //! Open MPI/grdma, libfabric or mrcache, or is a row of a table whose header
 //! names one) cites the case file or the standalone reproducer that shows

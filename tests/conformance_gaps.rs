@@ -1,4 +1,4 @@
-//! Issue 24, item 4: the protocol gaps closed in the runner, each shown by
+//! The protocol gaps closed in the runner, each shown by
 //! an adapter that the old runner would have judged differently. The cases
 //! live in tests/conformance-gaps/ (they exercise the runner, not a peer,
 //! so they are not part of the suite in conformance/cases/).

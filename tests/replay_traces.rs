@@ -146,14 +146,15 @@ impl Args {
     }
 }
 
-/// Issue 10's two minimal counterexamples (traces/regressions/issue-10-*):
+/// The oracles' two false alarms under contention, as minimal traces
+/// (traces/regressions/oracle-*):
 /// the linearizations the cache produced when the tests' oracles raised
 /// their false alarms. The model accepts every outcome, and the real cache
 /// reproduces them.
 #[test]
-fn issue_10_regression_traces_are_legal_histories() {
+fn oracle_regression_traces_are_legal_histories() {
     use mrcache_cli::replay::cache::{self as replay_cache, MonitorKind, RegistrarKind};
-    for name in ["regressions/issue-10-stale-lease-oracle.jsonl", "regressions/issue-10-leak-oracle.jsonl"] {
+    for name in ["regressions/oracle-stale-lease.jsonl", "regressions/oracle-leak.jsonl"] {
         let r = run(name, None);
         assert_eq!(r.expectations_checked, r.records - count_unexpected(name), "{name}: every asserted record checked");
         assert_eq!(r.stats.registrations, r.stats.deregistrations + r.stats.cached_entries, "{name}: {:?}", r.stats);

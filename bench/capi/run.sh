@@ -6,7 +6,7 @@
 #   (`mrcache_acquire` + `mrcache_release` through the installed libmrcache.so,
 #   built by ci/install.sh, compiled with gcc -O2).
 # Prints ns/op (best of ROUNDS runs of ITERS) and each one's ratio to the
-# borrowed Rust lease with the same number of threads (issue 14's target: <= 1.5).
+# borrowed Rust lease with the same number of threads (target: <= 1.5).
 #   ROUNDS=5 ITERS=10000000 bash bench/capi/run.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

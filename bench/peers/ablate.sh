@@ -1,6 +1,6 @@
 #!/bin/bash
 # ablate.sh: what each part of the C API's hit path costs, measured beside UCX
-# in one interleaved run (the floor behind the C hit rows, issue 22).
+# in one interleaved run (the floor behind the C hit rows).
 #
 # Applies bench/peers/ablation.patch to HEAD in a scratch worktree (the
 # library itself never carries it), builds libmrcache there and pb.c once per

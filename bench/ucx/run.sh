@@ -4,7 +4,7 @@
 # runs on both sides in turn (which side goes first alternates by round), for
 # ROUNDS rounds (default 5); summarize.py prints medians and mrcache/UCX ratios
 # (of process CPU time per operation; wall-clock ratios beside them)
-# and exits non-zero when a target of issue 12 is missed.
+# and exits non-zero when a target (bench/ucx/README.md) is missed.
 #
 #   bash bench/ucx/run.sh                 # full run (a few minutes)
 #   QUICK=1 ROUNDS=1 bash bench/ucx/run.sh  # smaller iteration counts, a smoke test

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Medians and mrcache/UCX ratios of bench/ucx/run.sh's raw lines; checks the
-targets of issue 12 (with --check) and exits 1 when one is missed.
+targets (with --check) and exits 1 when one is missed.
 
 A raw line is `<workload> ns=<wall per op> cpu=<process CPU per op> [...]`
 (or `<workload> bytes=<...>` for RSS). Ratios and targets use the CPU time,
@@ -40,7 +40,7 @@ def order(w):
     n = w.split("/")[1] if "/" in w else "0"
     return (g, int(n) if n.isdigit() else 0, w)
 
-# Targets (issue 12): ratio mrcache/UCX, met within 5 %.
+# Targets: ratio mrcache/UCX, met within 5 %.
 TARGETS = {
     "hit64k": 0.5, "hit/1": 0.5, "hit/100": 0.5,
     "hit/10000": 1.0, "hit/100000": 1.0, "hit-seq/100000": 1.0,

@@ -82,7 +82,7 @@ const char *access_name(unsigned a, char *buf, size_t n)
 	}
 	for (i = 0; i < 4; i++)
 		if (a & (1u << i))
-			used += snprintf(buf + used, n - used, "%s%s", used ? "+" : "", names[i]);
+			used += snprintf(buf + used, n - used, "%s%s", used ? "+": "", names[i]);
 	return buf;
 }
 
@@ -134,7 +134,7 @@ static uint64_t json_u64(const char *line, const char *key, uint64_t dflt)
 
 	if (json_get(line, key, v, sizeof(v)) || !strcmp(v, "null"))
 		return dflt;
-	return strtoull(v, NULL, strncmp(v, "0x", 2) ? 10 : 16);
+	return strtoull(v, NULL, strncmp(v, "0x", 2) ? 10: 16);
 }
 
 static void pause_here(void)
@@ -260,8 +260,8 @@ static void reply_runs(uint64_t seq, const struct runs *r)
 
 	u = (size_t)snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":true,\"runs\":[", (unsigned long)seq);
 	for (i = 0; i < r->n; i++)
-		u += (size_t)snprintf(line + u, sizeof(line) - u, "%s[%d,%lu]", i ? "," : "", r->byte[i], (unsigned long)r->count[i]);
-	snprintf(line + u, sizeof(line) - u, "]%s}", r->trunc ? ",\"truncated\":true" : "");
+		u += (size_t)snprintf(line + u, sizeof(line) - u, "%s[%d,%lu]", i ? ",": "", r->byte[i], (unsigned long)r->count[i]);
+	snprintf(line + u, sizeof(line) - u, "]%s}", r->trunc ? ",\"truncated\":true": "");
 	emit(line);
 }
 
@@ -310,7 +310,7 @@ static void do_data(uint64_t seq, const char *cmd, const char *line)
 		return;
 	}
 	for (done = 0; done < len; done += sizeof(buf)) {
-		size_t n = len - done < sizeof(buf) ? len - done : sizeof(buf);
+		size_t n = len - done < sizeof(buf) ? len - done: sizeof(buf);
 		if (!strcmp(cmd, "dma_in")) {
 			r = ur_dma_write(slot, (void *)(addr + done), n, byte);
 		} else {
@@ -394,7 +394,7 @@ static void reply_ok(uint64_t seq, const char *extra)
 {
 	char line[256];
 
-	snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":true%s%s}", (unsigned long)seq, extra ? "," : "", extra ? extra : "");
+	snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":true%s%s}", (unsigned long)seq, extra ? ",": "", extra ? extra: "");
 	emit(line);
 }
 
@@ -408,7 +408,7 @@ static void reply_err(uint64_t seq, int err, const char *what)
 		if (clean[i] == '"' || clean[i] == '\\' || (unsigned char)clean[i] < 0x20)
 			clean[i] = ' ';
 	snprintf(line, sizeof(line), "{\"seq\":%lu,\"ok\":false,\"errno\":%d,\"error\":\"%s\"%s}", (unsigned long)seq, err, clean,
-		 err == -2 ? ",\"unsupported\":true" : "");
+		 err == -2 ? ",\"unsupported\":true": "");
 	emit(line);
 }
 
@@ -486,7 +486,7 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 	} else if (!strcmp(cmd, "mremap_move")) {
 		void *t = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *q;
 		errno = 0;
-		q = t == MAP_FAILED ? MAP_FAILED : mremap((void *)addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t);
+		q = t == MAP_FAILED ? MAP_FAILED: mremap((void *)addr, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, t);
 		if (q == MAP_FAILED) {
 			r = -1;
 		} else if (q != t) {
@@ -496,11 +496,11 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 			snprintf(err, sizeof(err), "mremap(MREMAP_FIXED) put the pages at %p, not at the target %p", q, t);
 		}
 	} else if (!strcmp(cmd, "mremap_shrink")) {
-		r = mremap((void *)addr, len, json_u64(line, "new_len", 0), 0) == MAP_FAILED ? -1 : 0;
+		r = mremap((void *)addr, len, json_u64(line, "new_len", 0), 0) == MAP_FAILED ? -1: 0;
 	} else if (!strcmp(cmd, "free")) {
 		free((void *)addr);
 	} else if (!strcmp(cmd, "brk_shrink")) {
-		r = sbrk(-(intptr_t)len) == (void *)-1 ? -1 : 0;
+		r = sbrk(-(intptr_t)len) == (void *)-1 ? -1: 0;
 	} else {
 		in_mem_op = 0;
 		snprintf(err, sizeof(err), "unknown command %s", cmd);
@@ -657,7 +657,7 @@ int adapter_main(const struct peer *p)
 	if (getline(&line, &cap, stdin) <= 0)
 		return 0;
 	seq = json_u64(line, "seq", 0);
-	/* The arena the case asks for (issue 24), at least ours; more than
+	/* The arena the case asks for, at least ours; more than
 	 * ARENA_MAX: the case is unsupported here. */
 	arena_len = json_u64(line, "arena_len", 0);
 	if (arena_len > ARENA_MAX) {
@@ -694,9 +694,9 @@ int adapter_main(const struct peer *p)
 		 "{\"seq\":%lu,\"ok\":true,\"protocol\":1,\"name\":\"%s\",\"version\":\"%s\",\"policy\":%s%s%s,"
 		 "\"page_size\":4096,\"caps\":%s,\"access_classes\":%s,\"eviction\":\"lru\",\"limits\":%s,"
 		 "\"arena\":{\"addr\":\"0x%lx\",\"len\":%lu},\"chunk_size\":%lu,\"registrar\":\"%s\"}",
-		 (unsigned long)seq, p->name, p->version, p->policy ? "\"" : "", p->policy ? p->policy : "null", p->policy ? "\"" : "",
-		 p->caps, p->access_classes ? p->access_classes : "null", limits, (unsigned long)arena, (unsigned long)arena_len,
-		 p->chunk_size ? p->chunk_size : PAGE, use_uring ? "io_uring" : "counting");
+		 (unsigned long)seq, p->name, p->version, p->policy ? "\"": "", p->policy ? p->policy: "null", p->policy ? "\"": "",
+		 p->caps, p->access_classes ? p->access_classes: "null", limits, (unsigned long)arena, (unsigned long)arena_len,
+		 p->chunk_size ? p->chunk_size: PAGE, use_uring ? "io_uring": "counting");
 	emit(out);
 	while (getline(&line, &cap, stdin) > 0) {
 		if (json_get(line, "cmd", cmd, sizeof(cmd)))
@@ -742,7 +742,7 @@ int adapter_main(const struct peer *p)
 			} else {
 				int st = 0;
 				waitpid(pid, &st, 0);
-				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st): 128 + WTERMSIG(st));
 			}
 		} else {
 			dispatch(t, line);

@@ -3,7 +3,7 @@
 //!
 //! Modes, same workload and same thread count:
 //! - `plain`: the userfaultfd monitor with the fault switch
-//!   `remove-without-window` (the behaviour before issue 23: S7.4(b) open);
+//!   `remove-without-window` (no window for a REMOVE: S7.4(b) open);
 //! - `proof`: M3/M4 (the default).
 //!
 //! Per madvise it records the call's latency, and in `proof` mode the time

@@ -123,7 +123,7 @@ mod tests {
     }
 
     /// The range appears once, whether or not the monitor's detail names it
-    /// (issue 25: "monitor cannot watch [0x0,0x1000): cannot watch [0x0,0x1000): ...").
+    /// (for example "monitor cannot watch [0x0,0x1000): cannot watch [0x0,0x1000): ...").
     #[test]
     fn a_watch_error_names_its_range_once() {
         let range = Range::new(0, 4096).unwrap();

@@ -185,7 +185,7 @@ fn smoke_fails(faults: Faults) -> String {
 }
 
 /// The corrected P2 oracle (each event completes with the generations it
-/// installed, issue 10) still catches a cache that ignores release events.
+/// installed) still catches a cache that ignores release events.
 #[test]
 fn oracle_catches_p2_monitor_off() {
     let mut faults = Faults::default();

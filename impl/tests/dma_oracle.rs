@@ -37,7 +37,7 @@ const N_SKIP_RECHECK: u64 = 25;
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+fn serial() -> std::sync::MutexGuard<'static,> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -197,7 +197,7 @@ fn teeth_skip_seq_recheck_gives_stale_dmas() {
     }
 }
 
-/// The final check (after the monitor thread stopped, issue 10) still sees a
+/// The final check (after the monitor thread stopped) still sees a
 /// cache that loses deregistrations (P4).
 fn teeth_leak_deregistration_fails_cleanup() {
     let _g = serial();

@@ -430,7 +430,7 @@ fn loom_catches_a_note_that_skips_the_revoke() {
 /// second note (after the flag is raised) sees the release and A10 evicts,
 /// or the release sees the flag and runs R2. Either way, once both are
 /// done, the cache is within its limit but for leased entries (P5): the
-/// flag is raised only when a note falls short (issue 22).
+/// flag is raised only when a note falls short (spec.md#A6).
 fn release_vs_second_pass(config: CacheConfig) {
     model(move || {
         let mut config = config;

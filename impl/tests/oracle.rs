@@ -1,4 +1,4 @@
-//! Issue 10: the two failures logged under CPU contention, reproduced
+//! The two failures once logged under CPU contention, reproduced
 //! deterministically as scripted interleavings, and their causes shown.
 //!
 //! Both were false alarms of a test's oracle, not faults of the cache:
@@ -24,7 +24,7 @@
 //! The cache's fault switches still trip the corrected oracles
 //! (`concurrent.rs`: `oracle_catches_p2_monitor_off`,
 //! `oracle_catches_p4_leak_deregistration`; `dma_oracle.rs`: the teeth).
-//! The minimal counterexamples are traces under `traces/regressions/issue-10-*`.
+//! The minimal counterexamples are traces under `traces/regressions/oracle-*`.
 
 use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::registrar::counting::{CountingHandle, CountingRegistrar};

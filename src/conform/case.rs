@@ -135,7 +135,7 @@ fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
 }
 
 /// Mistakes in a case that would otherwise reach the adapter and be blamed
-/// on it (issue 25): a release of a lease no earlier acquire took, or taken
+/// on it: a release of a lease no earlier acquire took, or taken
 /// and released already; a `buf` no earlier record named; an address
 /// outside the first `arena` bytes of the arena (what the case's header asks
 /// for, [`MIN_ARENA`](super::MIN_ARENA) by default: all an adapter must

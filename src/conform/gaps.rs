@@ -1,4 +1,5 @@
-//! The protocol gaps of issue 24, item 4, kept apart from the judges they
+//! The protocol gaps closed in the runner (arena, data checks, deferred
+//! deregistration, reporting after a failure), kept apart from the judges they
 //! extend:
 //!
 //! - every failure of a case is recorded and the physical judge (P1–P4) goes

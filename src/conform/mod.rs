@@ -295,11 +295,11 @@ struct CaseRun<'a> {
     /// The first failure (the case's verdict and rule).
     failure: Option<Finding>,
     /// Every failure, in the order found (the first is `failure`): the
-    /// physical judge goes on after a C rule or P1–P4 failure (issue 24).
+    /// physical judge goes on after a C rule or P1–P4 failure.
     failures: Vec<Finding>,
     /// The transcript when the first failure was found.
     failure_transcript: Option<Vec<String>>,
-    /// Wasted work and deferred deregistration (issue 24, items 4d and 4e).
+    /// Wasted work and deferred deregistration.
     gaps: gaps::GapState,
     /// The data commands' shadow and findings (`data`).
     data: data::DataState,

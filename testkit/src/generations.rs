@@ -50,7 +50,7 @@ impl Pages {
     /// current ones: another event may have bumped a page since and still be
     /// running (its hook has not returned), and P2 does not order an acquire
     /// after an event that has not completed. Reading the current generation
-    /// here was the false alarm of `four_threads_with_limits` (issue 10,
+    /// here was the false alarm of `four_threads_with_limits` (under contention,
     /// traces/regressions/stale-lease-oracle-current-generation.jsonl).
     pub fn complete(&self, bumped: &Bumped) {
         for &(p, g) in &bumped.0 {

@@ -89,7 +89,7 @@ int main(void) {
   EXPECT_ST(mrcache_destroy(NULL), MRCACHE_NULL_ARGUMENT);
   EXPECT_ST(mrcache_monitor_start(NULL), MRCACHE_NULL_ARGUMENT);
   EXPECT_ST(mrcache_registrar_verbs(NULL, &r), MRCACHE_NULL_ARGUMENT);
-  /* A NULL address is a NULL argument too (issue 25: it used to register address 0). */
+  /* A NULL address is a NULL argument too (it must not register address 0). */
   l.opaque = 42;
   EXPECT_ST(mrcache_acquire(cache, NULL, 4096, 0, &l), MRCACHE_NULL_ARGUMENT);
   EXPECT(strstr(mrcache_last_error(NULL), "addr is NULL") != NULL);
@@ -161,7 +161,7 @@ int main(void) {
   EXPECT_ST(mrcache_release(cache, l), MRCACHE_OK);
 
   /* fork: a lease held at the fork is void in the child, which can always
-   * destroy its cache (issue 25: it got MRCACHE_BUSY for good). */
+   * destroy its cache (it must not get MRCACHE_BUSY for good). */
   EXPECT_ST(mrcache_acquire(cache, buf, 4096, 0, &l), MRCACHE_OK);
   fflush(NULL);
   int verdict[2];
@@ -187,7 +187,7 @@ int main(void) {
 
   /* A userfaultfd monitor that cannot start says why. ENOSYS (os error 38)
    * is what valgrind gives, which does not implement the syscall: the
-   * message must name valgrind, not only the kernel (issue 25). Natively
+   * message must name valgrind, not only the kernel. Natively
    * the monitor starts and the cache is destroyed again. */
   {
     mrcache_config_t ucfg;

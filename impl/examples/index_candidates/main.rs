@@ -1,7 +1,7 @@
-//! Measures the interval-index candidates of issue 12 side by side (the
+//! Measures the interval-index candidates side by side (the
 //! figures quoted in `impl/src/index.rs`'s design note):
 //!
-//! - `sorted array`: the index before issue 12 (`sorted_array.rs`, verbatim);
+//! - `sorted array`: the index before the B+-tree (`sorted_array.rs`, verbatim);
 //! - `B+-tree/F`: `mrcache::index::IntervalIndex` at fanout F = 16, 32 (the
 //!   default), 64.
 //!

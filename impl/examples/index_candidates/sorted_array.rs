@@ -1,4 +1,4 @@
-//! Candidate: the index before issue 12 (a sorted array with a prefix-maximum
+//! Candidate: the index before the B+-tree (a sorted array with a prefix-maximum
 //! array and an implicit max-end segment tree, rebuilt in `O(n)` after
 //! updates), kept verbatim for the measurement in `main.rs`.
 #![allow(dead_code)]

@@ -50,8 +50,8 @@ pub struct Faults {
     /// limit (mirrors the checker's `over-limit-flag-late`; P5).
     pub over_limit_flag_late: bool,
     /// spec.md#M3 off: a REMOVE read from userfaultfd is applied as a plain
-    /// event and opens no window (the behaviour before issue 23; S7.4(b)
-    /// open again). Mirrors the checker's `remove-without-window`.
+    /// event and opens no window (S7.4(b) open
+    /// again). Mirrors the checker's `remove-without-window`.
     pub remove_without_window: bool,
     /// A use of a cached entry takes no new LRU stamp (only its creation
     /// stamps it), as if every use found its entry already the latest:
@@ -89,7 +89,7 @@ impl Faults {
 /// reused without the cache learning of it hits a registration of the old
 /// pages. [`Cache::try_new`](super::Cache::try_new) refuses
 /// [`Monitoring::Unchosen`], the default, so that no cache is unmonitored
-/// by accident (issue 23).
+/// by accident.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Monitoring {

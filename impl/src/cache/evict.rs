@@ -1,7 +1,7 @@
 //! Eviction: the notes of spec.md A6, A10, R2 and the trim (S2.8, A5), the
 //! limits (S6.4), victims (S6.3) and the LRU stamps; flush (S2.5).
 //!
-//! # Cost (issue 12)
+//! # Cost
 //!
 //! A6 and R2 note only the least unleased entries, in policy order, that
 //! cover the excess (spec.md#A6 allows it: the victims are those of the full
@@ -94,7 +94,7 @@ impl<R: Registrar> Cache<R> {
     /// over a limit, and [`Self::note_covering`] raises the over-limit flag
     /// and notes again.
     ///
-    /// Only the candidates it is about to note are revoked (issue 22): a
+    /// Only the candidates it is about to note are revoked (spec.md#LN5): a
     /// lane lease is a lease the state word does not count until a revoke
     /// pins it, so an entry's slots are revoked before its count is read,
     /// and no lane hit on it follows (memos are made under the lock shared).

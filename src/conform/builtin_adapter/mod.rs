@@ -161,7 +161,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
             return Ok(2);
         }
     };
-    // The arena the case asks for (issue 24: `config.arena_len`), at least ours.
+    // The arena the case asks for (`config.arena_len`), at least ours.
     let arena_len = match cfg.get("arena_len").and_then(Value::as_u64) {
         Some(n) if n > MAX_ARENA => {
             emit(&json!({"seq": seq0, "ok": false, "unsupported": true,

@@ -108,7 +108,7 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
     // monitor round still running may hold registrations it took out of the
     // index and will deregister after its unlock (spec.md#L1: before the end
     // of the round), so a check beside it reads a registration in transit as
-    // a leak. That false alarm is issue 10's "1 registrations live ... 0
+    // a leak. That false alarm was the "1 registrations live ... 0
     // entries cached" (impl/tests/oracle.rs reproduces it).
     let monitor_rounds = monitor.as_ref().map_or(0, MonitorThread::rounds);
     drop(monitor);
