@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one command repeatedly while the cores are oversubscribed, and counts
 # the runs that fail. A concurrency test that passes only on a quiet machine
-# is not evidence (README, "Contention").
+# is not evidence (docs/checking.md, "Contention").
 #
 #   bash ci/contention.sh [--runs N] [--seconds S] [--jobs J] [--cpu C]
 #                         [--load none|spin|build|both] [--name NAME] -- CMD ARGS...
@@ -16,7 +16,7 @@
 #             the logged failures: the old P2 oracle of
 #             four_threads_with_limits failed 0 times in 273 runs beside a
 #             build with nothing pinned, and about 1 run in 130 pinned (see
-#             README, "Contention").
+#             docs/checking.md, "Contention").
 #   --load    extra load, started before the first run and stopped on exit:
 #             spin   two busy shell loops per CPU (pinned like the jobs);
 #             build  a parallel `cargo build` (-j 2 x nproc) of the project in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full tier (README, "Tests in two tiers"): ci/test.sh first, then
+# The full tier (docs/checking.md, "Two tiers"): ci/test.sh first, then
 # everything that is not in it. Run it before changing the concurrent core,
 # the C API, the peers or the conformance suite, and before a release.
 #

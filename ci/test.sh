@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command of the README; .ci/run runs exactly this. The fast tier,
-# for every submission (README, "Tests in two tiers"); what it leaves out
+# for every submission (docs/checking.md, "Two tiers"); what it leaves out
 # runs in `bash ci/full.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,10 @@ export MRCACHE_PRODUCTION_RLIB=$prod/release/libmrcache.rlib MRCACHE_CAPI_LIB_DI
 # Tests marked #[ignore = "full tier: ci/full.sh"] run in ci/full.sh.
 step "cargo test --workspace"
 cargo test --workspace --no-fail-fast -- --skip citations_are_verbatim_known_and_complete
+# The README's commands (ci/readme-commands.py): the blocks marked `run` run
+# as written; the others are parsed and each `mrcache` line given `--help`.
+step "README commands"
+python3 ci/readme-commands.py "$(bash ci/test-binary.sh src/main.rs)"
 # The spec citation check: quotes verbatim, every numbered item cited, every
 # §A step tagged in the checker and the cache.
 step "citations"

@@ -7,11 +7,14 @@
 //!   feature `testkit`, on by default);
 //! - [`report`]: sweeps of recorded traces over policies, limits and
 //!   registration thresholds, with the time saved ([`cost`]) and charts
-//!   ([`plot`]).
+//!   ([`plot`]);
+//! - [`figures`]: the generated tables and charts of the documentation,
+//!   from the measurements under `docs/data/`.
 
 pub mod check;
 pub mod conform;
 pub mod cost;
+pub mod figures;
 #[cfg(feature = "testkit")]
 pub mod fuzz;
 pub mod plot;

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "testkit")]
 use mrcache_cli::fuzz;
 use mrcache_cli::conform::builtin_adapter;
-use mrcache_cli::{check, conform, cost, plot, record, replay, report};
+use mrcache_cli::{check, conform, cost, figures, plot, record, replay, report};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -42,6 +42,10 @@ enum Command {
     /// A conformance adapter: mrcache itself (uffd monitor), or the toy cache.
     #[command(hide = true)]
     Adapter(builtin_adapter::AdapterArgs),
+    /// Regenerate the tables and charts of README.md and docs/ from docs/data/
+    /// (--import RUN.json first makes a bench run the latest; --check only compares).
+    #[command(visible_alias = "bench-report")]
+    Figures(figures::FiguresArgs),
     /// Browse the state space in stateright's Explorer on 127.0.0.1.
     Explore {
         #[arg(long, default_value_t = 3000)]
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
             u8::from(r.failed() > 0)
         }),
         Command::Adapter(args) => builtin_adapter::run(&args),
+        Command::Figures(args) => figures::run(&args),
         Command::Explore { port } => check::explore(port).map(|()| 0),
     };
     match result {

@@ -4,7 +4,9 @@
 #       on hit/N random + in order (N = 100, 1e4, 1e5), fill/1e5, evict/1e5/1000
 #   part "mt": 2-thread workload (thread A: misses on 256 KiB buffers, B: hits on a hot set)
 #       with REG=uring (real io_uring long-term pins) and REG=spin (30 us busy-wait)
-# Rounds are interleaved (the order of arms rotates every round); summarize.py prints medians.
+# Rounds are interleaved (the order of arms rotates every round); summarize.py prints medians and writes
+# $OUT/peers.json (date, commit, machine, load, every figure); `mrcache figures --import $OUT/peers.json` makes it
+# the latest run of docs/performance.md and the README.
 #   from the project root: ROUNDS=3 PARTS="peers mt" bash bench/peers/run.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +25,10 @@ OUT=${OUT:-$W/results}; mkdir -p "$OUT"; raw=$OUT/raw.txt; : > "$raw"
 [ "${SKIP_BUILD:-0}" = 1 ] || bash "$here/build.sh" >&2 || exit 1
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "load $(load) start $(date -u +%FT%TZ) nproc $(nproc) pin ${PIN:-none}" >> "$raw"
+# What summarize.py --json records beside the figures (docs/data/peers.json).
+echo "commit $(git -C "$proj" rev-parse HEAD)$(git -C "$proj" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')" >> "$raw"
+echo "machine $(nproc) CPUs, $(uname -sr)$(. /etc/os-release 2>/dev/null && echo ", $PRETTY_NAME")" >> "$raw"
+echo "settings ROUNDS=$ROUNDS MT_ROUNDS=$MT_ROUNDS PIN=${PIN:-none} HITS=$HITS EVICTS=$EVICTS MT_SECS=$MT_SECS PARTS=${PARTS// /,}" >> "$raw"
 # rec PART ARM COND cmd...: run, tag every result line
 rec() { local part=$1 arm=$2 cond=$3; shift 3
   "$@" 2>>"$OUT/stderr.txt" | grep -v '^#' | sed "s|^|$part $arm $cond |" >> "$raw"; }
@@ -61,4 +67,5 @@ if [[ " $PARTS " == *" mt "* ]]; then
   done
 fi
 echo "load $(load) end $(date -u +%FT%TZ)" >> "$raw"
-python3 "$here/summarize.py" "$raw" | tee "$OUT/summary.txt"
+# summary.txt for reading; peers.json for `mrcache figures --import` (docs/performance.md, the README's table).
+python3 "$here/summarize.py" "$raw" --json "$OUT/peers.json" | tee "$OUT/summary.txt"

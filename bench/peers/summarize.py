@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""summarize.py RAW: medians (and per-round ratios) from run.sh's raw.txt."""
+"""summarize.py RAW [--json FILE]: medians (and per-round ratios) from run.sh's raw.txt;
+with --json, also the run as JSON (docs/data/peers.json's format: `mrcache figures --import FILE`)."""
 import sys, statistics as st, collections, re
 raw = sys.argv[1]
 rows = collections.defaultdict(list)   # (part, arm, cond, name, key) -> [values in round order]
@@ -8,6 +9,7 @@ for line in open(raw):
     f = line.split()
     if not f: continue
     if f[0] == 'load': loads.append(line.strip()); continue
+    if f[0] in ('commit', 'machine', 'settings'): continue   # the run's metadata (--json)
     if 'HUNG' in line: hung.append(line.strip()); continue
     part, arm, cond, name = f[:4]
     for kv in f[4:]:
@@ -84,3 +86,79 @@ if any(k[0] in ('mt', 'regcost') for k in rows):
                   f"{fmt(g('AB','A_miss_per_s')/1e3,1):>14s} {fmt(g('AB','B_hit_per_s')/1e6,2):>9s} {fmt(g('AB','B_p50_ns')):>7s} {fmt(g('AB','B_p99_ns')):>9s} {fmt(g('AB','B_p999_ns')):>9s} {fmt(g('AB','B_max_us')):>9s} {fmt(g('AB','B_misses'),0):>8s} {fmt(g('AB','B_deregs'),0):>8s} {fmt(g('AB','cpu_util'),2):>5s}")
     if hung:
         print('\n' + '\n'.join(hung))
+
+# ---- JSON (--json FILE): the run as docs/data/peers.json holds it (`mrcache figures --import FILE`)
+def run_json(path):
+    import json
+    meta = {}
+    for line in open(raw):
+        f = line.split()
+        if f and f[0] in ('commit', 'machine', 'settings'):
+            meta[f[0]] = line.split(None, 1)[1].strip() if len(f) > 1 else ''
+    load, start, end = [], '', ''
+    for l in loads:
+        f = l.split()
+        one = float(f[1])
+        if 'start' in f:
+            start = f[f.index('start') + 1]; load.append({'when': 'at the start', 'one_minute': one})
+        elif 'end' in f:
+            end = f[f.index('end') + 1]; load.append({'when': 'at the end', 'one_minute': one})
+        else:
+            load.append({'when': ' '.join(f[4:]).replace('mt round', 'two-thread round'), 'one_minute': one})
+    peer_arms = [('pb_ucx', 'UCX'), ('pb_grdma', 'grdma'), ('pb_lf', 'libfabric')]
+    mrc_arms = [('pb_mrc', 'C'), ('proj_mrc', 'Rust')]
+    def row(id, group, label, unit, better, target, series, scale=1.0):
+        """series(arm) -> per-round values; the best peer is the best median."""
+        sig = lambda x: float(f'{x:.4g}')   # four significant digits, as the tables print them
+        peers = {n: med(series(a)) / scale for a, n in peer_arms if series(a)}
+        r = {'id': id, 'group': group, 'label': label, 'unit': unit, 'better': better}
+        if target is not None: r['target'] = target
+        if peers:
+            best = (min if better == 'lower' else max)(peers, key=peers.get)
+            r['best_peer'] = best
+            best_arm = dict((n, a) for a, n in peer_arms)[best]
+        r['peers'] = {n: sig(v) for n, v in sorted(peers.items())}
+        r['mrcache'] = {}
+        for a, n in mrc_arms:
+            v = series(a)
+            if not v: continue
+            arm = {'value': sig(med(v) / scale)}
+            if peers and target is not None:
+                arm['ratio'] = round(pr_ratio(v, series(best_arm))[0], 3)
+            r['mrcache'][n] = arm
+        return r
+    rows = []
+    for part, reg, group in [('mt', 'uring', 'two threads, io_uring'), ('mt', 'spin', 'two threads, busy-wait'),
+                             ('mtne', 'spin', 'two threads, no eviction')]:
+        if not any(k[0] == part and k[2] == reg for k in rows_all()): continue
+        t = 1.0 if part == 'mt' else None
+        p = f'{part}/{reg}'
+        rows.append(row(f'{p}/B-hits', group, "B's hits with A running", 'M hits/s', 'higher', t,
+                        lambda a: get(part, a, reg, 'mt-AB', 'B_hit_per_s'), 1e6))
+        if part == 'mt':
+            rows.append(row(f'{p}/B-p99', group, "B's p99 with A running", 'ns', 'lower', t,
+                            lambda a: get(part, a, reg, 'mt-AB', 'B_p99_ns')))
+        rows.append(row(f'{p}/A-misses', group, "A's misses with B running", 'k misses/s', 'higher', t,
+                        lambda a: get(part, a, reg, 'mt-AB', 'A_miss_per_s'), 1e3))
+    labels = {'hit/100': 'hit, 100 buffers, random', 'hit/10000': 'hit, 10⁴ buffers, random',
+              'hit/100000': 'hit, 10⁵ buffers, random', 'hit-seq/100': 'hit, 100 buffers, in order',
+              'hit-seq/10000': 'hit, 10⁴ buffers, in order', 'hit-seq/100000': 'hit, 10⁵ buffers, in order',
+              'fill/100000': 'fill to 10⁵, per miss', 'evict/100000/1000': 'miss + evict, limit 1,000'}
+    for n in names:
+        if any(k[0] == 'peers' and k[3] == n for k in rows_all()):
+            rows.append(row(n, 'one thread', labels[n], 'ns', 'lower', 1.0, lambda a: get('peers', a, 'count', n, 'cpu')))
+    if any(k[0] == 'peers' and k[4] == 'rss_per_entry' for k in rows_all()):
+        rows.append(row('fill/100000/rss', 'one thread', 'memory per entry after the fill', 'B', 'lower', None,
+                        lambda a: get('peers', a, 'count', 'fill/100000', 'rss_per_entry')))
+    out = {'mrcache_bench': 'peers', 'version': 1, 'start': start, 'end': end, 'commit': meta.get('commit', ''),
+           'machine': meta.get('machine', ''), 'load': load,
+           'settings': dict(kv.split('=', 1) for kv in meta.get('settings', '').split() if '=' in kv),
+           'notes': hung, 'rows': rows}
+    with open(path, 'w') as f:
+        json.dump(out, f, indent=2, ensure_ascii=False)
+        f.write('\n')
+    print(f'\nwrote {path}')
+
+def rows_all(): return rows.keys()
+if '--json' in sys.argv:
+    run_json(sys.argv[sys.argv.index('--json') + 1])

@@ -160,7 +160,7 @@ struct Counts {
     dereg: AtomicU64,
 }
 
-/// The README's registrar pattern: a record allocated in `register` (the
+/// The usual registrar pattern: a record allocated in `register` (the
 /// handle) and freed in `deregister`, with a hook that acts in
 /// `deregister` (before the record is freed).
 struct AllocRegistrar {

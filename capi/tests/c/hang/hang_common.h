@@ -7,7 +7,7 @@
  *    environment variable, else a CI default.
  *  - hc_create: a cache with MRCACHE_MONITOR_UFFD; MRCACHE_UNSUPPORTED skips
  *    the test (exit 77) unless MRCACHE_REQUIRE_UFFD=1 (then it fails).
- *  - The README's registrar: `reg` mallocs a record (the handle) with the
+ *  - The usual registrar: `reg` mallocs a record (the handle) with the
  *    registration's addr and len, `dereg` checks and frees it; counters are
  *    atomic (callbacks run on any thread at once). A hook lets a test act in
  *    `dereg` (unmap, free, call into other caches).

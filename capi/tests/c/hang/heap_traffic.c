@@ -1,5 +1,5 @@
 /* heap_traffic.c: glibc malloc traffic on registered heap memory, with the
- * README's registrar (a record malloc'd in `reg`, freed in `dereg`).
+ * usual registrar pattern (a record malloc'd in `reg`, freed in `dereg`).
  *
  * Several threads malloc buffers of 1-120 KiB (malloc at its defaults: below
  * the mmap threshold, so from the heap and the thread arenas), acquire them
