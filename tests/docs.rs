@@ -81,3 +81,28 @@ fn no_text_refers_to_sessions_or_issue_numbers() {
     walk(&root(), &mut hits);
     assert!(hits.is_empty(), "cite spec IDs, commits and tests instead:\n{}", hits.join("\n"));
 }
+
+/// docs/data/conformance.json's first rows, one per cache in the order of
+/// CONFORMANCE.md's verdict table (which tests/conformance_peers.rs checks
+/// against new runs), state that table's count of passing cases.
+#[test]
+fn the_conformance_figures_agree_with_the_verdict_table() {
+    let text = std::fs::read_to_string(root().join("CONFORMANCE.md")).unwrap();
+    let table: Vec<Vec<String>> = text
+        .lines()
+        .skip_while(|l| !l.contains("<!-- verdicts"))
+        .take_while(|l| !l.contains("<!-- end verdicts"))
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| case"))
+        .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    assert!(!table.is_empty(), "no verdict table in CONFORMANCE.md");
+    let caches = table[0].len() - 1;
+    let data: figures::FigureTable =
+        serde_json::from_str(&std::fs::read_to_string(root().join("docs/data/conformance.json")).unwrap()).unwrap();
+    assert!(data.rows.len() >= caches);
+    for (col, row) in data.rows.iter().take(caches).enumerate() {
+        let passes = table.iter().filter(|r| r[col + 1] == "pass").count();
+        let stated: usize = row.figure.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
+        assert_eq!(stated, passes, "{}: {:?} against {passes} passes in CONFORMANCE.md", row.what, row.figure);
+    }
+}
