@@ -1093,7 +1093,7 @@ mod tests {
     fn appends_pack_the_leaves() {
         let mut idx: IntervalIndex<()> = IntervalIndex::new();
         for i in 0..100_000u64 {
-            idx.insert(sp(i * 2, i * 2 + 2), i + 1, Access::LOCAL_READ,);
+            idx.insert(sp(i * 2, i * 2 + 2), i + 1, Access::LOCAL_READ, ());
         }
         // Full leaves: 100,000 / 32 = 3,125 leaves; three levels above them.
         assert_eq!(idx.height(), 3);
@@ -1111,9 +1111,9 @@ mod tests {
     fn large_index_uses_the_tree() {
         let mut idx: IntervalIndex<()> = IntervalIndex::new();
         for i in 0..1000u64 {
-            idx.insert(sp(i * 2, i * 2 + 1), i + 1, Access::LOCAL_READ,);
+            idx.insert(sp(i * 2, i * 2 + 1), i + 1, Access::LOCAL_READ, ());
         }
-        idx.insert(sp(0, 5000), 5000, Access::REMOTE_READ,);
+        idx.insert(sp(0, 5000), 5000, Access::REMOTE_READ, ());
         assert!(idx.height() >= 1);
         assert_eq!(idx.covering(sp(1500, 1501), Access::LOCAL_READ).unwrap().id, 751);
         assert_eq!(idx.covering(sp(1500, 1501), Access::REMOTE_READ).unwrap().id, 5000);

@@ -7,7 +7,7 @@ use mrcache::{Cache, CacheConfig, Monitoring, SharedCache};
 
 #[test]
 fn an_unchosen_monitor_is_refused_naming_the_choices() {
-    let err = Cache::try_new(CountingRegistrar::default(), CacheConfig::default()).map(|_|).expect_err("refused");
+    let err = Cache::try_new(CountingRegistrar::default(), CacheConfig::default()).map(|_| ()).expect_err("refused");
     let msg = err.to_string();
     for want in ["no monitor chosen", "Userfaultfd", "Explicit", "ReleaseHooks", "Unmonitored", "stale registration"] {
         assert!(msg.contains(want), "`{want}` missing from: {msg}");

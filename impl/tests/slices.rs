@@ -22,9 +22,9 @@ fn a_slice_acquires_exactly_its_bytes() {
 fn an_empty_slice_is_e1() {
     let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     let empty: [u8; 0] = [];
-    let err = cache.acquire_slice(&empty, Access::LOCAL_WRITE).map(|_|).expect_err("empty");
+    let err = cache.acquire_slice(&empty, Access::LOCAL_WRITE).map(|_| ()).expect_err("empty");
     assert_eq!(err.op_error(), OpError::EmptyRange);
     let shared = SharedCache::new(CountingRegistrar::default(), CacheConfig::explicit());
-    let err = shared.acquire_owned_slice(&empty, Access::LOCAL_WRITE).map(|_|).expect_err("empty");
+    let err = shared.acquire_owned_slice(&empty, Access::LOCAL_WRITE).map(|_| ()).expect_err("empty");
     assert_eq!(err.op_error(), OpError::EmptyRange);
 }
