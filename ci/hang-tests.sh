@@ -39,7 +39,7 @@ while (($#)); do
   esac
 done
 scenarios=(heap_traffic callback_unmaps callback_other_cache fork_during_create raw_children many_fds_fork
-  cancel_in_reg sysv_shm)
+  cancel_in_reg sysv_shm callback_escapes callback_throws)
 export MRCACHE_REQUIRE_UFFD=${MRCACHE_REQUIRE_UFFD:-1}
 logs=${HANG_LOG_DIR:-$root/target/hang-tests}
 mkdir -p "$logs"
@@ -54,14 +54,19 @@ else
 fi
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 mkdir "$work/src"
-cp "$root"/capi/tests/c/hang/*.c "$root"/capi/tests/c/hang/*.h "$work/src/"
+cp "$root"/capi/tests/c/hang/*.c "$root"/capi/tests/c/hang/*.cc "$root"/capi/tests/c/hang/*.h "$work/src/"
 cd "$work/src"
 bin=${HANG_BIN_DIR:-$work/src}
 mkdir -p "$bin"
 bin=$(cd "$bin" && pwd)
 cflags=(-std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -g)
 for t in "${scenarios[@]}" hang_stress; do
-  cc "${cflags[@]}" "$t.c" $(pkg-config --cflags --libs mrcache) -lpthread "-Wl,-rpath,$prefix/lib" -o "$bin/$t"
+  if [ -f "$t.cc" ]; then # a C++ program using the C API (callbacks that throw)
+    c++ -std=c++17 -Wall -Wextra -Werror -g "$t.cc" $(pkg-config --cflags --libs mrcache) -lpthread \
+      "-Wl,-rpath,$prefix/lib" -o "$bin/$t"
+  else
+    cc "${cflags[@]}" "$t.c" $(pkg-config --cflags --libs mrcache) -lpthread "-Wl,-rpath,$prefix/lib" -o "$bin/$t"
+  fi
 done
 
 selected() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }

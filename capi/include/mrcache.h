@@ -52,8 +52,18 @@
  *  - The library disables cancellation (pthread_setcancelstate) while it
  *    runs a callback: a pthread_cancel requested meanwhile acts at the
  *    thread's next cancellation point after the library call returns.
- *  - A callback must return: it must not longjmp out, call pthread_exit, or
- *    throw (the library cannot intercept those; they are undefined).
+ *  - A callback that throws a C++ exception, or ends its thread
+ *    (pthread_exit, or a cancel it let act by enabling cancellation),
+ *    fails: the exception is caught and destroyed where the library calls
+ *    the callback, and the call returns MRCACHE_REGISTRAR with errno
+ *    ECANCELED and what() in the message (a failed dereg's handle is gone
+ *    all the same); a thread exit runs the callback's cleanups, the library
+ *    call finishes, and the exit goes on from the mrcache_* function, with
+ *    the value passed to pthread_exit. On the monitor's service thread an
+ *    exit is dropped (spec.md S7.8). The library links libstdc++ for this.
+ *  - A callback must not longjmp out of the library: the call it leaves
+ *    never completes and its registration in flight is lost. (With glibc
+ *    the thread itself stays usable: the library repairs its state.)
  */
 
 #ifndef MRCACHE_H
@@ -190,9 +200,9 @@ typedef struct mrcache_config_t {
 // A registrar: two callbacks and their context.
 //
 // Both may be called from any thread, concurrently, never with a cache lock
-// held, with cancellation disabled, and must return (no longjmp,
-// pthread_exit or exception out of them). See "Callbacks" in the header for
-// what they may call.
+// held, with cancellation disabled. A C++ exception or a thread exit out
+// of one makes it fail; a longjmp out of one is forbidden. See "Callbacks"
+// in the header for what they may call and for what happens then.
 typedef struct mrcache_registrar_t {
   // Passed to both callbacks as is.
   void *ctx;

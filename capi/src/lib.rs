@@ -16,6 +16,7 @@
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)] // the header documents each function's contract
 
+mod escape;
 mod registrar;
 mod slab;
 mod thread_token;
@@ -259,7 +260,7 @@ const CONFIG_V1_SIZE: u32 = std::mem::size_of::<mrcache_config_t>() as u32;
 /// Fills `*config` with the defaults: independent overlap, LRU, no
 /// monitor, no limits, `max_unreleased` 1024.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_config_init(config: *mut mrcache_config_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_config_init(config: *mut mrcache_config_t) -> mrcache_status_t {
     guard(|| {
         check!(non_null config);
         let defaults = mrcache_config_t {
@@ -324,7 +325,7 @@ fn cache_config(c: &mrcache_config_t) -> Result<(CacheConfig, u32), Failure> {
 /// Creates a cache with `config` and `registrar` (copied; `registrar->ctx`
 /// must stay valid until `mrcache_destroy`) into `*cache_out`.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_create(
+pub unsafe extern "C-unwind" fn mrcache_create(
     config: *const mrcache_config_t,
     registrar: *const mrcache_registrar_t,
     cache_out: *mut *mut mrcache_t,
@@ -363,7 +364,7 @@ pub unsafe extern "C" fn mrcache_create(
 /// fork child: any lease taken in the child; those from before the fork
 /// are void there and not waited for).
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
         let (h, _) = check!(handle cache; not_in_callback);
         let held = h.leases.held();
@@ -385,7 +386,7 @@ pub unsafe extern "C" fn mrcache_destroy(cache: *mut mrcache_t) -> mrcache_statu
 /// `MRCACHE_NULL_ARGUMENT`.
 #[no_mangle]
 #[inline(never)]
-pub unsafe extern "C" fn mrcache_acquire(
+pub unsafe extern "C-unwind" fn mrcache_acquire(
     cache: *mut mrcache_t,
     addr: *const c_void,
     len: usize,
@@ -463,7 +464,7 @@ fn acquire_past_lane(
 /// another cache gives `MRCACHE_INVALID_LEASE` and changes nothing.
 #[no_mangle]
 #[inline(never)]
-pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_lease_t) -> mrcache_status_t {
     guard_status(move || {
         let (h, mine) = check_or_return!(handle cache; not_in_callback);
         if h.leases.release(mine, lease) {
@@ -478,7 +479,7 @@ pub unsafe extern "C" fn mrcache_release(cache: *mut mrcache_t, lease: mrcache_l
 
 /// The keys the registrar reported for a held lease's registration.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_lease_keys(
+pub unsafe extern "C-unwind" fn mrcache_lease_keys(
     cache: *const mrcache_t,
     lease: mrcache_lease_t,
     lkey: *mut u32,
@@ -498,7 +499,7 @@ pub unsafe extern "C" fn mrcache_lease_keys(
 
 /// The registration a held lease names.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_lease_view(
+pub unsafe extern "C-unwind" fn mrcache_lease_view(
     cache: *const mrcache_t,
     lease: mrcache_lease_t,
     view: *mut mrcache_view_t,
@@ -522,7 +523,7 @@ pub unsafe extern "C" fn mrcache_lease_view(
 /// about to reuse it). Never waits for the cache lock (spec.md#H1, H2):
 /// callable from memory hooks and from inside registrar callbacks.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
         let h = check!(handle cache; non_null addr);
         h.cache.invalidate(addr as u64, len as u64, ReleaseKind::Munmap).map_err(Failure::from)
@@ -541,7 +542,7 @@ pub unsafe extern "C" fn mrcache_invalidate(cache: *mut mrcache_t, addr: *const 
 /// Never waits for the cache lock: callable from memory hooks and registrar
 /// callbacks. `MRCACHE_EMPTY_RANGE`/`MRCACHE_WRAPPING_RANGE` open no window.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
         let h = check!(handle cache; non_null addr);
         h.cache.release_begin(addr as u64, len as u64).map_err(Failure::from)
@@ -552,7 +553,7 @@ pub unsafe extern "C" fn mrcache_release_begin(cache: *mut mrcache_t, addr: *con
 /// for exactly this range (spec.md#W2). With no such window:
 /// `MRCACHE_UNMATCHED_RELEASE_END`, and nothing changes.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const c_void, len: usize) -> mrcache_status_t {
     guard(|| {
         let h = check!(handle cache; non_null addr);
         h.cache.release_end(addr as u64, len as u64).map_err(Failure::from)
@@ -562,7 +563,7 @@ pub unsafe extern "C" fn mrcache_release_end(cache: *mut mrcache_t, addr: *const
 /// Deregisters every unleased cached registration and forgets the leased ones
 /// (they are deregistered at their release).
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
         let (h, _) = check!(handle cache; not_in_callback);
         h.cache.flush();
@@ -572,7 +573,7 @@ pub unsafe extern "C" fn mrcache_flush(cache: *mut mrcache_t) -> mrcache_status_
 
 /// Deregisters every unleased cached registration (spec.md#S2.8).
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
         let (h, _) = check!(handle cache; not_in_callback);
         h.cache.trim();
@@ -582,7 +583,7 @@ pub unsafe extern "C" fn mrcache_trim(cache: *mut mrcache_t) -> mrcache_status_t
 
 /// The counters, into `*stats`; set `stats->size = sizeof *stats` first.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_stats(cache: *const mrcache_t, stats: *mut mrcache_stats_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_stats(cache: *const mrcache_t, stats: *mut mrcache_stats_t) -> mrcache_status_t {
     guard(|| {
         let h = check!(handle cache; non_null stats);
         // SAFETY: non-null; `size` is the first field of any version.
@@ -616,7 +617,7 @@ pub unsafe extern "C" fn mrcache_last_error(errno_out: *mut c_int) -> *const c_c
 /// its own, spec.md#S2.6). `MRCACHE_BUSY` if this process's cache already
 /// has a monitor; `MRCACHE_UNSUPPORTED` if userfaultfd is unavailable.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_monitor_start(cache: *mut mrcache_t) -> mrcache_status_t {
     guard(|| {
         let (h, _) = check!(handle cache; not_in_callback);
         let mut slot = h.monitor.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -651,7 +652,7 @@ fn monitor_failure(e: mrcache_impl::monitor::uffd::UffdError) -> Failure {
 /// ibv_pd *` the caller owns and keeps until `mrcache_destroy`).
 /// `MRCACHE_NO_DEVICE` if the library was built without verbs.
 #[no_mangle]
-pub unsafe extern "C" fn mrcache_registrar_verbs(pd: *mut c_void, out: *mut mrcache_registrar_t) -> mrcache_status_t {
+pub unsafe extern "C-unwind" fn mrcache_registrar_verbs(pd: *mut c_void, out: *mut mrcache_registrar_t) -> mrcache_status_t {
     guard(|| {
         check!(non_null pd, out);
         #[cfg(feature = "verbs")]

@@ -11,13 +11,12 @@
 //! is still inside its callback).
 //!
 //! Cancellation: a callback runs with the thread's cancelability disabled
-//! ([`NoCancel`]). glibc cancels a thread by a forced unwind from its
-//! cancellation point; from inside a callback that unwind would cross the
-//! library's Rust frames and be caught by the entry point's `catch_unwind`,
-//! which aborts the process ("FATAL: exception not rethrown"). Disabled, a
-//! cancel requested meanwhile stays pending and acts at the thread's next
-//! cancellation point after the entry point returned.
+//! ([`NoCancel`]): a cancel requested meanwhile stays pending and acts at
+//! the thread's next cancellation point after the entry point returned.
+//! A callback that throws, exits its thread or longjmps out goes through
+//! the trampolines of [`crate::escape`] (spec.md#S7.8).
 
+use crate::escape::{self, Ended, RegCall};
 use crate::status::{Failure, MRCACHE_BUSY};
 use crate::threads::{Mine, ThreadBucket, ThreadBuckets, MAX_DEPTH};
 use mrcache_impl::registrar::{Keys, Registrar, RegistrarError};
@@ -32,9 +31,9 @@ type DeregFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 /// A registrar: two callbacks and their context.
 ///
 /// Both may be called from any thread, concurrently, never with a cache lock
-/// held, with cancellation disabled, and must return (no longjmp,
-/// pthread_exit or exception out of them). See "Callbacks" in the header for
-/// what they may call.
+/// held, with cancellation disabled. A C++ exception or a thread exit out
+/// of one makes it fail; a longjmp out of one is forbidden. See "Callbacks"
+/// in the header for what they may call and for what happens then.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -262,6 +261,19 @@ unsafe impl Send for CHandle {}
 // SAFETY: never dereferenced by the library.
 unsafe impl Sync for CHandle {}
 
+/// A callback that threw or exited, as its failure (errno `ECANCELED`):
+/// the registration is abandoned as after any failed `reg`; a `dereg`'s
+/// handle is gone as after any failed `dereg` (spec.md#S7.8).
+#[cold]
+fn escaped(callback: &'static str, ended: Ended) -> RegistrarError {
+    let detail = match ended {
+        Ended::Threw(what) => format!("the {callback} callback threw an exception ({what}); it was caught and destroyed"),
+        Ended::Exit => format!("the {callback} callback called pthread_exit (or was cancelled); the thread exits when the library call returns"),
+        Ended::Returned(_) => unreachable!("a callback that returned did not escape"),
+    };
+    RegistrarError::from_errno(callback, libc::ECANCELED, detail)
+}
+
 /// A callback's return value as an errno (a negative one counts as its absolute value).
 fn errno_of(rc: c_int) -> c_int {
     rc.checked_abs().unwrap_or(libc::EINVAL)
@@ -274,15 +286,21 @@ impl Registrar for CRegistrar {
         let (mut ptr, mut lkey, mut rkey) = (std::ptr::null_mut(), 0u32, 0u32);
         #[cfg(test)]
         crate::tests::maybe_panic();
-        let rc = {
-            let _no_cancel = NoCancel::new();
-            let _mark = InCallback::enter(self);
-            // SAFETY: the callback's contract (header): it reads nothing but
-            // its arguments and writes the three out-pointers, which point at
-            // our locals.
-            unsafe {
-                (self.reg)(self.ctx, range.addr as *mut c_void, range.len as usize, u32::from(access.bits()), &mut ptr, &mut lkey, &mut rkey)
-            }
+        let call = RegCall {
+            reg: self.reg,
+            ctx: self.ctx,
+            addr: range.addr as *mut c_void,
+            len: range.len as usize,
+            access: u32::from(access.bits()),
+            handle: &mut ptr,
+            lkey: &mut lkey,
+            rkey: &mut rkey,
+        };
+        // The callback's contract (header): it reads nothing but its
+        // arguments and writes the three out-pointers, our locals.
+        let rc = match escape::call_reg(&call, (NoCancel::new(), InCallback::enter(self))) {
+            Ended::Returned(rc) => rc,
+            ended => return Err(escaped("reg", ended)),
         };
         if rc != 0 {
             let errno = errno_of(rc);
@@ -294,11 +312,10 @@ impl Registrar for CRegistrar {
     fn deregister(&self, handle: CHandle) -> Result<(), RegistrarError> {
         #[cfg(test)]
         crate::tests::maybe_panic_in_dereg();
-        let rc = {
-            let _no_cancel = NoCancel::new();
-            let _mark = InCallback::enter(self);
-            // SAFETY: `handle.ptr` is what `reg` returned, passed back once.
-            unsafe { (self.dereg)(self.ctx, handle.ptr) }
+        // `handle.ptr` is what `reg` returned, passed back once.
+        let rc = match escape::call_dereg(self.dereg, self.ctx, handle.ptr, (NoCancel::new(), InCallback::enter(self))) {
+            Ended::Returned(rc) => rc,
+            ended => return Err(escaped("dereg", ended)),
         };
         if rc != 0 {
             return Err(RegistrarError::from_errno("dereg", errno_of(rc), format!("the dereg callback returned {rc}")));

@@ -117,6 +117,8 @@ pub(crate) fn last_error(errno_out: *mut c_int) -> *const c_char {
 
 /// Runs an entry point's body: a failure becomes its status (and the last
 /// error); a panic becomes `MRCACHE_INTERNAL`, never an unwind into C.
+/// The only unwind out of an entry point is a thread's exit that one of
+/// its callbacks began ([`crate::escape`]): entry points are `C-unwind`.
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), Failure>) -> mrcache_status_t {
     guard_status(|| match body() {
         Ok(()) => MRCACHE_OK,
@@ -129,10 +131,14 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<(), Failure>) -> mrcache_statu
 /// moves no `Result<_, Failure>` around.
 #[inline(always)]
 pub(crate) fn guard_status(body: impl FnOnce() -> mrcache_status_t) -> mrcache_status_t {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    let status = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(status) => status,
         Err(panic) => panicked(panic),
-    }
+    };
+    // Outside the catch_unwind, which would abort on glibc's forced unwind:
+    // a callback's pthread_exit goes on from here (spec.md#S7.8).
+    crate::escape::resume_exit_if_pending();
+    status
 }
 
 /// A failure as an entry point's status, kept as the thread's last error.

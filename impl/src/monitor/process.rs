@@ -225,6 +225,7 @@ impl Hub {
     /// The service thread's loop (module docs): rounds, then M4, until
     /// `stop` (the last detach; no cache is attached, so no window is owed).
     fn serve(&self, stop: &AtomicBool) {
+        ON_SERVICE_THREAD.with(|on| on.set(true));
         let mut prover = Prover::new(self.signal, self.reader_tid.load(Ordering::Acquire));
         let mut unproven = false;
         // Acquire: pairs with the detach's Release store.
@@ -901,6 +902,19 @@ impl Drop for MonitorThread {
     }
 }
 
+thread_local! {
+    /// Set on the service thread, for [`on_service_thread`].
+    static ON_SERVICE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is the monitor's service thread
+/// (`mrcache-svc`), which runs deregistrations outside any library call
+/// of the application's: a registrar adapter must not let a callback end
+/// that thread (the C API's trampolines swallow a `pthread_exit` there).
+pub fn on_service_thread() -> bool {
+    ON_SERVICE_THREAD.try_with(|on| on.get()).unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -994,3 +1008,4 @@ mod tests {
         assert!(matches!(MonitorThread::start(&cache), Err(UffdError::AlreadyMonitored)));
     }
 }
+

@@ -399,7 +399,7 @@ pub fn check_citations(items: &[Item], citations: &[Citation], exceptions: &[Exc
 }
 
 /// The directories whose sources may cite spec.md.
-pub const SOURCE_DIRS: [&str; 8] = ["types", "model", "impl", "testkit", "checker", "src", "tests", "recorder"];
+pub const SOURCE_DIRS: [&str; 9] = ["types", "model", "impl", "capi", "testkit", "checker", "src", "tests", "recorder"];
 
 /// The exception list, next to spec.md.
 pub const EXCEPTIONS_FILE: &str = "spec-citations.txt";

@@ -19,10 +19,11 @@
  *    own counters balance (a registration `reg` never finished is not
  *    counted).
  * (3) HANG_CANCEL_EXIT=1 (instead of (1) and (2)): `reg` calls
- *    pthread_exit(). That is a longjmp
- *    out of the library, which it cannot intercept; the expectation is only
- *    that the process does not abort and that mrcache_destroy returns (the
- *    status is printed, not checked). Off by default.
+ *    pthread_exit(): the library stops the exit where it called `reg`,
+ *    finishes the acquire as after a failed `reg`, and the exit goes on from
+ *    mrcache_acquire (spec.md S7.8): the thread ends with its value (NULL),
+ *    the acquire does not return, and the cache is consistent
+ *    (callback_escapes.c checks this and the other ways out at length).
  *
  *   cancel_in_reg [ROUNDS]         rounds of (1) and (2) each (or HANG_ITERS; default 5)
  *   HANG_CANCEL_EMULATE_FIX=1      `reg` disables cancellation around its
@@ -132,21 +133,18 @@ static void one_round(int mode, long round) {
   if (mode != BLOCK_EXIT) {
     EXPECT(ret == PTHREAD_CANCELED); /* a pending cancel is never lost */
     if (a.returned) EXPECT_ST(a.st, MRCACHE_OK);
+  } else {
+    EXPECT(ret == NULL && !a.returned);
   }
   mrcache_stats_t s = { .size = sizeof s };
   EXPECT_OK(mrcache_stats(c, &s));
-  if (mode != BLOCK_EXIT) EXPECT(s.leases_held == 0);
+  EXPECT(s.leases_held == 0);
   /* The cache still works on another thread, and destroy returns. */
   char *other = hc_map(4 * page);
   hc_touch(c, other, 4 * page);
   mrcache_status_t st = mrcache_destroy(c);
-  if (mode == BLOCK_EXIT) {
-    printf("cancel_in_reg: after pthread_exit() in reg: mrcache_destroy gave %s; %lu registrations, "
-           "%lu deregistrations\n", mrcache_status_name(st), atomic_load(&r.reg), atomic_load(&r.dereg));
-  } else {
-    EXPECT_ST(st, MRCACHE_OK);
-    hc_check_balanced(mode_name(mode), &r);
-  }
+  EXPECT_ST(st, MRCACHE_OK);
+  hc_check_balanced(mode_name(mode), &r);
   close(pipefd[0]);
   close(pipefd[1]);
   munmap(a.buf, 4 * page);
@@ -159,7 +157,7 @@ int main(int argc, char **argv) {
   emulate_fix = hc_env("HANG_CANCEL_EMULATE_FIX", 0) == 1;
   if (emulate_fix) printf("cancel_in_reg: HANG_CANCEL_EMULATE_FIX=1: reg disables cancellation itself\n");
   if (hc_env("HANG_CANCEL_EXIT", 0) == 1) {
-    printf("cancel_in_reg: HANG_CANCEL_EXIT=1: only pthread_exit() inside reg (expected: no abort)\n");
+    printf("cancel_in_reg: HANG_CANCEL_EXIT=1: only pthread_exit() inside reg\n");
     one_round(BLOCK_EXIT, 0);
     return hc_finish();
   }

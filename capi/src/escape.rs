@@ -1,0 +1,172 @@
+//! Callbacks that end other than by returning (spec.md#S7.8): the Rust side
+//! of the trampolines in `escape.cc`.
+//!
+//! Invariant: no unwind and no jump crosses a Rust frame of the library.
+//! - A C++ exception is caught in the trampoline and destroyed: the callback
+//!   counts as failed ([`Ended::Threw`]).
+//! - A forced unwind (`pthread_exit`, or a cancel the callback re-enabled)
+//!   runs the callback's own cleanups and lands in the trampoline
+//!   ([`Ended::Exit`]): the callback counts as failed, the library call
+//!   finishes as it would after a failure, and [`resume_exit_if_pending`],
+//!   at the entry point after its `catch_unwind`, goes on with the thread's
+//!   exit. On the monitor's service thread there is no entry point to go
+//!   on from: the exit is dropped there, and the thread keeps serving.
+//! - A longjmp over the trampoline (which the header forbids) runs, before
+//!   it jumps, the per-thread repairs the skipped frames would have made
+//!   (the thread's cancel state and its "inside a callback" mark: see
+//!   [`call`]), so the thread can go on calling the library.
+//!
+//! A Rust panic cannot leave a callback: the C API's callbacks are C
+//! functions, and a Rust one declared `extern "C"` aborts on a panic itself.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type RegFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u32, *mut *mut c_void, *mut u32, *mut u32) -> c_int;
+type DeregFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+
+// How a callback ended: escape.cc's enum.
+const ESCAPE_RETURNED: c_int = 0;
+const ESCAPE_THREW: c_int = 1;
+const ESCAPE_EXIT: c_int = 2;
+
+/// escape.cc's `struct mrcache_escape`.
+#[repr(C)]
+struct RawEscape {
+    kind: c_int,
+    on_longjmp: Option<unsafe extern "C" fn(*mut c_void)>,
+    on_longjmp_arg: *mut c_void,
+    what: [c_char; 192],
+}
+
+/// escape.cc's `struct mrcache_escape_reg_call`.
+#[repr(C)]
+pub(crate) struct RegCall {
+    pub(crate) reg: RegFn,
+    pub(crate) ctx: *mut c_void,
+    pub(crate) addr: *mut c_void,
+    pub(crate) len: usize,
+    pub(crate) access: u32,
+    pub(crate) handle: *mut *mut c_void,
+    pub(crate) lkey: *mut u32,
+    pub(crate) rkey: *mut u32,
+}
+
+extern "C" {
+    // Neither unwinds: the trampoline stops everything that could.
+    fn mrcache_escape_call_reg(call: *const RegCall, escape: *mut RawEscape) -> c_int;
+    fn mrcache_escape_call_dereg(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, escape: *mut RawEscape) -> c_int;
+}
+
+extern "C-unwind" {
+    // Unwinds (a forced unwind: the thread's exit), and never returns.
+    fn mrcache_escape_resume_exit() -> !;
+}
+
+/// How a callback ended.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// It returned this value.
+    Returned(c_int),
+    /// It threw a C++ exception (its `what()`), which was destroyed.
+    Threw(String),
+    /// It called `pthread_exit` (or was cancelled after re-enabling
+    /// cancellation): the thread exits when the library call returns.
+    Exit,
+}
+
+/// Threads with an exit to resume at their entry point. Read by every
+/// entry point ([`resume_exit_if_pending`]); non-zero only between a
+/// callback's `pthread_exit` and the end of that thread's library call.
+static EXITS_PENDING: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread has an exit to resume ([`EXITS_PENDING`] counts it).
+    static EXIT_PENDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Calls `reg` through its trampoline with `guards` alive: the per-thread
+/// state the call's frames would restore when they end (the cancel state,
+/// the "inside a callback" mark). Dropped after the call; on a longjmp out
+/// of the callback, dropped by the trampoline's handler before the jump.
+pub(crate) fn call_reg<G>(call: &RegCall, guards: G) -> Ended {
+    // SAFETY: `call` and the escape record outlive the call; the trampoline
+    // calls `reg` with `call`'s arguments (the caller's contract for them).
+    run(guards, |escape| unsafe { mrcache_escape_call_reg(call, escape) })
+}
+
+/// [`call_reg`] for `dereg(ctx, handle)`.
+pub(crate) fn call_dereg<G>(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, guards: G) -> Ended {
+    // SAFETY: as in `call_reg`.
+    run(guards, |escape| unsafe { mrcache_escape_call_dereg(dereg, ctx, handle, escape) })
+}
+
+//= spec.md#S7.8
+//# A registrar callback runs with
+//# cancellation disabled, and leaves the library by its return only: nothing
+//# it does unwinds or jumps through the library's frames.
+fn run<G>(guards: G, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
+    let mut guards = ManuallyDrop::new(guards);
+    let mut escape = RawEscape {
+        kind: ESCAPE_RETURNED,
+        on_longjmp: Some(drop_guards::<G>),
+        on_longjmp_arg: (&mut guards as *mut ManuallyDrop<G>).cast(),
+        what: [0; 192],
+    };
+    let rc = call(&mut escape);
+    // SAFETY: the trampoline returned, so its longjmp handler did not run
+    // (it runs only when a longjmp skips this frame): dropped once.
+    unsafe { ManuallyDrop::drop(&mut guards) };
+    match escape.kind {
+        ESCAPE_RETURNED => Ended::Returned(rc),
+        ESCAPE_THREW => {
+            // SAFETY: the trampoline NUL-terminates `what`.
+            let what = unsafe { CStr::from_ptr(escape.what.as_ptr()) };
+            Ended::Threw(what.to_string_lossy().into_owned())
+        }
+        ESCAPE_EXIT => {
+            if !mrcache_impl::monitor::process::on_service_thread() {
+                // Ordering: read back by this thread only (program order);
+                // other threads only see "maybe some" and read their own flag.
+                EXITS_PENDING.fetch_add(1, Ordering::Relaxed);
+                EXIT_PENDING.with(|p| p.set(true));
+            }
+            Ended::Exit
+        }
+        other => unreachable!("escape.cc reported a callback ending {other}"),
+    }
+}
+
+/// The trampoline's longjmp handler: drops `G` (at `arg`) in place, before
+/// the jump skips its frame.
+unsafe extern "C" fn drop_guards<G>(arg: *mut c_void) {
+    // SAFETY: `arg` is `run`'s `guards`, alive (the jump has not happened
+    // yet) and not dropped (`run` drops it only after the trampoline
+    // returns, which it now never does).
+    unsafe { ManuallyDrop::drop(&mut *arg.cast::<ManuallyDrop<G>>()) };
+}
+
+/// At an entry point, after its body (outside its `catch_unwind`, with no
+/// library frame left but its own): if a callback of this thread called
+/// `pthread_exit` during the call, the thread's exit goes on from here. One
+/// relaxed load of a shared word when no thread has an exit pending.
+#[inline(always)]
+pub(crate) fn resume_exit_if_pending() {
+    if EXITS_PENDING.load(Ordering::Relaxed) != 0 {
+        resume_exit_if_mine();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn resume_exit_if_mine() {
+    if EXIT_PENDING.try_with(|p| p.replace(false)).unwrap_or(false) {
+        EXITS_PENDING.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: no frame of the library below the caller holds anything
+        // (the body returned); the unwind is glibc's forced unwind of an
+        // exit already under way, which the entry point (C-unwind) passes.
+        unsafe { mrcache_escape_resume_exit() }
+    }
+}
