@@ -62,8 +62,9 @@
  *    the value passed to pthread_exit. On the monitor's service thread an
  *    exit is dropped (spec.md S7.8). The library links libstdc++ for this.
  *  - A callback must not longjmp out of the library: the call it leaves
- *    never completes and its registration in flight is lost. (With glibc
- *    the thread itself stays usable: the library repairs its state.)
+ *    never returns. (With glibc the library repairs the thread before the
+ *    jump and abandons a reg's registration in flight; out of a dereg, the
+ *    rest of that call's work is lost: spec.md S7.8.)
  */
 
 #ifndef MRCACHE_H

@@ -67,8 +67,6 @@ struct mrcache_escape {
     // every frame is still there.
     void (*on_longjmp)(void *);
     void *on_longjmp_arg;
-    // A thrown exception's what(), NUL-terminated.
-    char what[192];
 };
 
 struct mrcache_escape_reg_call {
@@ -100,10 +98,14 @@ void on_longjmp(void *arg) {
     if (landing->escape->on_longjmp) landing->escape->on_longjmp(landing->escape->on_longjmp_arg);
 }
 
+// The last exception's what() on this thread (mrcache_escape_what), kept
+// out of `mrcache_escape` so that a call that returns copies nothing.
+thread_local char last_what[192];
+
 void describe(mrcache_escape *escape, const char *what) {
     escape->kind = ESCAPE_THREW;
-    strncpy(escape->what, what, sizeof escape->what - 1);
-    escape->what[sizeof escape->what - 1] = '\0';
+    strncpy(last_what, what, sizeof last_what - 1);
+    last_what[sizeof last_what - 1] = '\0';
 }
 
 // Calls the callback with the landing buffers registered. No handler of
@@ -134,7 +136,6 @@ int trampoline(const Call &call, mrcache_escape *escape) {
     Landing landing;
     landing.escape = escape;
     escape->kind = ESCAPE_RETURNED;
-    escape->what[0] = '\0';
     try {
         return land(call, &landing);
     } catch (const std::exception &e) {
@@ -157,6 +158,9 @@ extern "C" int mrcache_escape_call_reg(const mrcache_escape_reg_call *c, mrcache
 extern "C" int mrcache_escape_call_dereg(mrcache_escape_dereg_fn dereg, void *ctx, void *handle, mrcache_escape *escape) {
     return trampoline([=] { return dereg(ctx, handle); }, escape);
 }
+
+// The what() of the exception the last ESCAPE_THREW on this thread caught.
+extern "C" const char *mrcache_escape_what(void) { return last_what; }
 
 // Resumes a thread exit a trampoline stopped (ESCAPE_EXIT): the unwind goes
 // on from the caller's frame to the caller's own cleanup buffers, and the

@@ -13,8 +13,10 @@
 //!   on from: the exit is dropped there, and the thread keeps serving.
 //! - A longjmp over the trampoline (which the header forbids) runs, before
 //!   it jumps, the per-thread repairs the skipped frames would have made
-//!   (the thread's cancel state and its "inside a callback" mark: see
-//!   [`call`]), so the thread can go on calling the library.
+//!   (the thread's cancel state and its "inside a callback" mark) and, for
+//!   `reg`, the cache's abandon of its registration in flight (the
+//!   `on_abandon` of `Registrar::register_abandonable`), so the thread and
+//!   the cache can go on.
 //!
 //! A Rust panic cannot leave a callback: the C API's callbacks are C
 //! functions, and a Rust one declared `extern "C"` aborts on a panic itself.
@@ -38,7 +40,6 @@ struct RawEscape {
     kind: c_int,
     on_longjmp: Option<unsafe extern "C" fn(*mut c_void)>,
     on_longjmp_arg: *mut c_void,
-    what: [c_char; 192],
 }
 
 /// escape.cc's `struct mrcache_escape_reg_call`.
@@ -58,6 +59,8 @@ extern "C" {
     // Neither unwinds: the trampoline stops everything that could.
     fn mrcache_escape_call_reg(call: *const RegCall, escape: *mut RawEscape) -> c_int;
     fn mrcache_escape_call_dereg(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, escape: *mut RawEscape) -> c_int;
+    // This thread's last caught exception's what(), NUL-terminated.
+    fn mrcache_escape_what() -> *const c_char;
 }
 
 extern "C-unwind" {
@@ -91,29 +94,41 @@ thread_local! {
 /// state the call's frames would restore when they end (the cancel state,
 /// the "inside a callback" mark). Dropped after the call; on a longjmp out
 /// of the callback, dropped by the trampoline's handler before the jump.
-pub(crate) fn call_reg<G>(call: &RegCall, guards: G) -> Ended {
+/// On a longjmp, `on_abandon` runs after the guards dropped (the cache's
+/// abandon of its registration in flight).
+pub(crate) fn call_reg<G>(call: &RegCall, guards: G, on_abandon: &mut dyn FnMut()) -> Ended {
+    // SAFETY: erases the closure's lifetime: it is called only by `on_jump`,
+    // before the jump skips this frame, while the caller's frame (which
+    // owns the closure) is alive.
+    let on_abandon: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(on_abandon) };
     // SAFETY: `call` and the escape record outlive the call; the trampoline
     // calls `reg` with `call`'s arguments (the caller's contract for them).
-    run(guards, |escape| unsafe { mrcache_escape_call_reg(call, escape) })
+    run(Jumped { _guards: guards, then: Some(on_abandon) }, |escape| unsafe { mrcache_escape_call_reg(call, escape) })
 }
 
 /// [`call_reg`] for `dereg(ctx, handle)`.
 pub(crate) fn call_dereg<G>(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, guards: G) -> Ended {
     // SAFETY: as in `call_reg`.
-    run(guards, |escape| unsafe { mrcache_escape_call_dereg(dereg, ctx, handle, escape) })
+    run(Jumped { _guards: guards, then: None }, |escape| unsafe { mrcache_escape_call_dereg(dereg, ctx, handle, escape) })
+}
+
+/// The guards of a callback call, and what a longjmp out of it runs after
+/// dropping them.
+struct Jumped<G> {
+    _guards: G, // dropped, never read
+    then: Option<*mut dyn FnMut()>,
 }
 
 //= spec.md#S7.8
 //# A registrar callback runs with
 //# cancellation disabled, and leaves the library by its return only: nothing
 //# it does unwinds or jumps through the library's frames.
-fn run<G>(guards: G, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
+fn run<G>(guards: Jumped<G>, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
     let mut guards = ManuallyDrop::new(guards);
     let mut escape = RawEscape {
         kind: ESCAPE_RETURNED,
-        on_longjmp: Some(drop_guards::<G>),
-        on_longjmp_arg: (&mut guards as *mut ManuallyDrop<G>).cast(),
-        what: [0; 192],
+        on_longjmp: Some(on_jump::<G>),
+        on_longjmp_arg: (&mut guards as *mut ManuallyDrop<Jumped<G>>).cast(),
     };
     let rc = call(&mut escape);
     // SAFETY: the trampoline returned, so its longjmp handler did not run
@@ -122,8 +137,8 @@ fn run<G>(guards: G, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
     match escape.kind {
         ESCAPE_RETURNED => Ended::Returned(rc),
         ESCAPE_THREW => {
-            // SAFETY: the trampoline NUL-terminates `what`.
-            let what = unsafe { CStr::from_ptr(escape.what.as_ptr()) };
+            // SAFETY: the trampoline wrote it, NUL-terminated, on this thread.
+            let what = unsafe { CStr::from_ptr(mrcache_escape_what()) };
             Ended::Threw(what.to_string_lossy().into_owned())
         }
         ESCAPE_EXIT => {
@@ -139,13 +154,23 @@ fn run<G>(guards: G, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
     }
 }
 
-/// The trampoline's longjmp handler: drops `G` (at `arg`) in place, before
-/// the jump skips its frame.
-unsafe extern "C" fn drop_guards<G>(arg: *mut c_void) {
+/// The trampoline's longjmp handler: drops the guards (at `arg`) in place
+/// and runs what follows them, before the jump skips their frame.
+unsafe extern "C" fn on_jump<G>(arg: *mut c_void) {
     // SAFETY: `arg` is `run`'s `guards`, alive (the jump has not happened
     // yet) and not dropped (`run` drops it only after the trampoline
     // returns, which it now never does).
-    unsafe { ManuallyDrop::drop(&mut *arg.cast::<ManuallyDrop<G>>()) };
+    let jumped = unsafe { &mut *arg.cast::<ManuallyDrop<Jumped<G>>>() };
+    let then = jumped.then;
+    // SAFETY: as above; dropped once, here.
+    unsafe { ManuallyDrop::drop(jumped) };
+    if let Some(then) = then {
+        // No unwind may leave this C handler: a panic here is a bug.
+        // SAFETY: the caller's closure, alive (see `call_reg`), run once.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*then)() })).is_err() {
+            std::process::abort();
+        }
+    }
 }
 
 /// At an entry point, after its body (outside its `catch_unwind`, with no

@@ -283,6 +283,10 @@ impl Registrar for CRegistrar {
     type Handle = CHandle;
 
     fn register(&self, range: Range, access: Access) -> Result<CHandle, RegistrarError> {
+        self.register_abandonable(range, access, &mut || {})
+    }
+
+    fn register_abandonable(&self, range: Range, access: Access, on_abandon: &mut dyn FnMut()) -> Result<CHandle, RegistrarError> {
         let (mut ptr, mut lkey, mut rkey) = (std::ptr::null_mut(), 0u32, 0u32);
         #[cfg(test)]
         crate::tests::maybe_panic();
@@ -298,7 +302,7 @@ impl Registrar for CRegistrar {
         };
         // The callback's contract (header): it reads nothing but its
         // arguments and writes the three out-pointers, our locals.
-        let rc = match escape::call_reg(&call, (NoCancel::new(), InCallback::enter(self))) {
+        let rc = match escape::call_reg(&call, (NoCancel::new(), InCallback::enter(self)), on_abandon) {
             Ended::Returned(rc) => rc,
             ended => return Err(escaped("reg", ended)),
         };

@@ -416,7 +416,7 @@ impl<R: Registrar> Cache<R> {
             }
             //= spec.md#A5
             //# Call the registrar without the lock.
-            let handle = match self.registrar.register(plan.range, plan.access) {
+            let handle = match self.register_abandonable(shared, token, &plan) {
                 Ok(h) => h,
                 Err(err)
                     if !pressure_used
@@ -424,7 +424,7 @@ impl<R: Registrar> Cache<R> {
                 {
                     pressure_used = true;
                     unwatched |= self.pressure_trim(shared, deregs, range, span, access, &mut plan, &mut token)?;
-                    match self.registrar.register(plan.range, plan.access) {
+                    match self.register_abandonable(shared, token, &plan) {
                         Ok(h) => h,
                         Err(source) => return self.registration_failed(shared, token, deregs, span, access, true, source),
                     }
@@ -626,6 +626,18 @@ impl<R: Registrar> Cache<R> {
                 Err(self.fail(Error::Registrar { registrar, pressure, source }))
             }
         }
+    }
+
+    /// A5's registrar call. If its callback never returns (it jumps out:
+    /// spec.md#S7.8), the registrar adapter runs the abandon of the
+    /// in-flight record `token` before the jump, as after a failure.
+    fn register_abandonable(&self, shared: &Generation<R>, token: u64, plan: &Plan) -> Result<R::Handle, crate::registrar::RegistrarError> {
+        let mut abandon = || {
+            let mut deregs = DeregList::new(self, shared);
+            self.abandon_inflight(shared, token, &mut deregs);
+            deregs.finish();
+        };
+        self.registrar.register_abandonable(plan.range, plan.access, &mut abandon)
     }
 
     pub(super) fn abandon_inflight<'c>(&'c self, shared: &'c Generation<R>, token: u64, deregs: &mut DeregList<'c, R>) {

@@ -67,6 +67,11 @@ pub struct Diagnostics {
     /// 1 if the last [`crate::SharedCache`] handle was dropped while owned
     /// leases were out, and so leaked the cache (it stays alive for them).
     pub leaked_for_owned_leases: u64,
+    /// Registrations in flight now: in-flight records (A4) not yet removed
+    /// (A7, A9, a failure, or an abandon: spec.md#S7.8). 0 when no
+    /// operation is running.
+    #[serde(default)]
+    pub registrations_in_flight: u64,
 }
 
 impl<R: Registrar> Cache<R> {
@@ -153,6 +158,7 @@ impl<R: Registrar> Cache<R> {
             membarrier: lanes::uses_membarrier(),
             owned_leases: self.owned_outstanding(),
             leaked_for_owned_leases: get(&c.leaked_for_owned_leases),
+            registrations_in_flight: shared.lock.read().unwrap_or_else(PoisonError::into_inner).inflight.len() as u64,
         }
     }
 

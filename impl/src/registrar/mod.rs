@@ -52,6 +52,22 @@ pub trait Registrar: Send + Sync + 'static {
     /// Pins the page-aligned `range` with `access`.
     fn register(&self, range: Range, access: Access) -> Result<Self::Handle, RegistrarError>;
 
+    /// [`Self::register`], for a caller with work to undo if the call never
+    /// returns: a callback that leaves by a jump, skipping the caller's
+    /// frames (spec.md#S7.8). An adapter that can see such a jump coming
+    /// (the C API's, under glibc) runs `on_abandon` before it, once, on the
+    /// calling thread; the cache then abandons the registration in flight,
+    /// as after a failure. Others need do nothing: the default ignores it.
+    fn register_abandonable(
+        &self,
+        range: Range,
+        access: Access,
+        on_abandon: &mut dyn FnMut(),
+    ) -> Result<Self::Handle, RegistrarError> {
+        let _ = on_abandon;
+        self.register(range, access)
+    }
+
     /// Unpins. Called exactly once per successful `register`.
     fn deregister(&self, handle: Self::Handle) -> Result<(), RegistrarError>;
 
