@@ -60,6 +60,16 @@ impl AlgoModel {
     pub fn a7_outcome(&self, s: &State, t: usize) -> A7 {
         let th = &s.threads[t];
         let acq = th.acq.as_ref().expect("A7 runs inside an acquire");
+        // A8's test first, as spec.md's A7 says ("first A8's test") and the
+        // code does: a findable entry is fresh, whether or not this thread's
+        // own registration went stale meanwhile.
+        // Mutant `a1-skip-without-lookup`: an acquire that skipped A1 takes
+        // itself for a miss with nothing inserted since, as the cache's A3
+        // and A8 may skip their lookups then.
+        let skipped = acq.skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
+        if let Some(h) = self.lookup(s, acq.req, acq.access).filter(|_| !skipped) {
+            return A7::Hit(h);
+        }
         if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
             return A7::Stale { replan: false };
         }
@@ -71,13 +81,6 @@ impl AlgoModel {
             && !self.mutant(Mutant::WindowedServedAfterEnd)
         {
             return A7::Stale { replan: false };
-        }
-        // Mutant `a1-skip-without-lookup`: an acquire that skipped A1 takes
-        // itself for a miss with nothing inserted since, as the cache's A3
-        // and A8 may skip their lookups then.
-        let skipped = acq.skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
-        if let Some(h) = self.lookup(s, acq.req, acq.access).filter(|_| !skipped) {
-            return A7::Hit(h);
         }
         // Merge's span and access, and no-merge-uncache-contained's access,
         // depend on the entries present (S6.1).
