@@ -68,10 +68,12 @@ pub struct Diagnostics {
     /// leases were out, and so leaked the cache (it stays alive for them).
     pub leaked_for_owned_leases: u64,
     /// Registrations in flight now: in-flight records (A4) not yet removed
-    /// (A7, A9, a failure, or an abandon: spec.md#S7.8). 0 when no
-    /// operation is running.
+    /// (A7, A9, a failure, or an abandon: spec.md#S7.8); 0 when no
+    /// operation is running. `None` if the cache lock was held when asked:
+    /// diagnostics may be read under it (from a hook), so they never wait
+    /// for it.
     #[serde(default)]
-    pub registrations_in_flight: u64,
+    pub registrations_in_flight: Option<u64>,
 }
 
 impl<R: Registrar> Cache<R> {
@@ -158,7 +160,11 @@ impl<R: Registrar> Cache<R> {
             membarrier: lanes::uses_membarrier(),
             owned_leases: self.owned_outstanding(),
             leaked_for_owned_leases: get(&c.leaked_for_owned_leases),
-            registrations_in_flight: shared.lock.read().unwrap_or_else(PoisonError::into_inner).inflight.len() as u64,
+            registrations_in_flight: match shared.lock.try_read() {
+                Ok(st) => Some(st.inflight.len() as u64),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner().inflight.len() as u64),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            },
         }
     }
 
