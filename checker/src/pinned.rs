@@ -18,12 +18,13 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 31] = [
+const FAMILIES: [&str; 32] = [
     "2x3",
     "2x4",
     "3x2",
     "2x3+nested",
     "2x3+limit",
+    "2x3+pinned-bytes",
     "2x3+nested+limit",
     "2x3+cache-app-page",
     "2x3+e6",
@@ -62,6 +63,10 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // page during an A9 (each at most once per run).
         "2x3+nested" => CheckConfig { registrar_frees: Some(1), cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
         "2x3+limit" => CheckConfig { max_regions: Some(1), ..base(2, 3) },
+        // The byte limit (S6.4) at one page: every entry alone is over it,
+        // so each insert notes and evicts, and a leased entry keeps the
+        // cache over the limit until its release (R2).
+        "2x3+pinned-bytes" => CheckConfig { max_pinned_bytes: Some(4096), ..base(2, 3) },
         "2x3+nested+limit" => CheckConfig {
             registrar_frees: Some(1),
             cache_frees: Some(CacheFrees::Private),
@@ -203,6 +208,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x3+limit merge async", 6822),
     ("2x3+limit no-merge-uncache-contained sync", 4671),
     ("2x3+limit no-merge-uncache-contained async", 6318),
+    ("2x3+pinned-bytes independent sync", 10659),
+    ("2x3+pinned-bytes independent async", 15344),
+    ("2x3+pinned-bytes merge sync", 15979),
+    ("2x3+pinned-bytes merge async", 23453),
+    ("2x3+pinned-bytes no-merge-uncache-contained sync", 11195),
+    ("2x3+pinned-bytes no-merge-uncache-contained async", 15598),
     ("2x3+nested+limit independent sync", 222769),
     ("2x3+nested+limit independent async", 271696),
     ("2x3+nested+limit merge sync", 267932),

@@ -59,6 +59,7 @@ family! {
     pinned_3x2 => "3x2",
     pinned_2x3_nested => "2x3+nested",
     pinned_2x3_limit => "2x3+limit",
+    pinned_2x3_pinned_bytes => "2x3+pinned-bytes",
     pinned_2x3_nested_limit => "2x3+nested+limit",
     pinned_2x3_cache_app_page => "2x3+cache-app-page",
     pinned_2x3_e6 => "2x3+e6",
@@ -90,8 +91,24 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 153);
+    assert_eq!(all.len(), 159);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
+    }
+}
+
+/// The byte limit has teeth: the limit mutants, with `max_pinned_bytes` as
+/// the only limit, are each caught in the family's configurations.
+#[test]
+fn the_byte_limit_family_catches_the_limit_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    let family: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with("2x3+pinned-bytes ")).collect();
+    for mutant in [Mutant::NoReleaseEviction, Mutant::OverLimitFlagLate, Mutant::NoteOneShort] {
+        let caught = family.iter().any(|p| {
+            let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+            check(&cfg, &opts).unwrap().counterexample.is_some()
+        });
+        assert!(caught, "{mutant:?} is not caught with max_pinned_bytes alone");
     }
 }
