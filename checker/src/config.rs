@@ -76,6 +76,17 @@ impl Mutant {
                 cfg.registrar_failures = 1;
                 changed.push("one registrar failure (ENOMEM: the trim)".into());
             }
+            Mutant::TrimReadsThenOrs if cfg.scripts.is_none() => {
+                cfg.registrar_failures = cfg.registrar_failures.max(1);
+                cfg.lockless = true;
+                cfg.max_regions = None;
+                cfg.max_pinned_bytes = None;
+                cfg.scripts = Some(trim_scripts());
+                changed.push(
+                    "--lockless, one registrar failure and the trim scripts (T0: acquire A, release, acquire A, release; T1: acquire B, release; T1's registrar fails with ENOMEM)"
+                        .into(),
+                );
+            }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
                 cfg.max_regions = Some(2);
@@ -606,6 +617,13 @@ pub fn lane_drain_scripts() -> Vec<Vec<Op>> {
         vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)],
         vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), acq(12, 0, 1, RR)],
     ]
+}
+
+/// Scripts for the ENOMEM trim beside A0 (`trim-reads-then-ors`): T0
+/// caches A, releases it, and acquires A again (A0's key: exactly A's);
+/// T1's miss on B fails with ENOMEM, and its trim notes A (unleased).
+pub fn trim_scripts() -> Vec<Vec<Op>> {
+    vec![vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)], vec![acq(11, 1, 2, RW), rel(11)]]
 }
 
 /// Scripts where T0 holds a lane lease on A (slot 0) when its A1 hit on B

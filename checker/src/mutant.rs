@@ -111,6 +111,7 @@ mutants! {
     /// The pressure trim (S5.4) evicts leased entries too: a lease's
     /// registration is deregistered under it.
     TrimEvictsLeased: "the ENOMEM trim evicts leased entries too", [P3];
+    TrimReadsThenOrs: "the ENOMEM trim reads an entry's lease count, then ORs INVALID in a later step (A0 may lease it between)", [P3];
     /// LN5's heavy barrier is a full fence on the revoking thread only (no
     /// membarrier): a lane hit's `held + 1` still in its store buffer is
     /// not seen by the count read, while its reload of `ptr` ran before

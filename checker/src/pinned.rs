@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 32] = [
+const FAMILIES: [&str; 33] = [
     "2x3",
     "2x4",
     "3x2",
@@ -49,6 +49,7 @@ const FAMILIES: [&str; 32] = [
     "lockless",
     "lockless-drain",
     "lockless+pressure",
+    "lockless+trim",
     "2x3+limit+skip",
     "lanes+limit+skip",
 ];
@@ -166,9 +167,17 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
             ..base(2, 3)
         },
         // Without limits, the ENOMEM trim (S2.8) is the one note: A0's hits
-        // before and after it (the trim is one step here; loom's
-        // `lockless_hit_vs_trim` checks A0 inside it).
+        // before, after and between its compare-exchanges (one step each, as
+        // in the cache; loom's `lockless_hit_vs_trim` checks the same race
+        // on the atomics).
         "lockless+pressure" => CheckConfig { lockless: true, registrar_failures: 2, ..base(2, 3) },
+        // The trim's compare-exchanges, one step each, beside an A0 hit on
+        // an entry the trim noted (`trim-reads-then-ors`).
+        // Its scripts have no events and no overlaps: one policy, one monitor.
+        "lockless+trim" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
+        "lockless+trim" => {
+            CheckConfig { lockless: true, registrar_failures: 1, scripts: Some(crate::config::trim_scripts()), ..base(2, 3) }
+        }
         "lockless-drain" => {
             CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
         }
@@ -235,12 +244,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("lru merge async", 17816),
     ("lru no-merge-uncache-contained sync", 9772),
     ("lru no-merge-uncache-contained async", 17816),
-    ("2x3+pressure independent sync", 64261),
-    ("2x3+pressure independent async", 86602),
-    ("2x3+pressure merge sync", 83857),
-    ("2x3+pressure merge async", 113197),
-    ("2x3+pressure no-merge-uncache-contained sync", 70862),
-    ("2x3+pressure no-merge-uncache-contained async", 94175),
+    ("2x3+pressure independent sync", 70607),
+    ("2x3+pressure independent async", 95715),
+    ("2x3+pressure merge sync", 95407),
+    ("2x3+pressure merge async", 129862),
+    ("2x3+pressure no-merge-uncache-contained sync", 81061),
+    ("2x3+pressure no-merge-uncache-contained async", 108693),
     ("limit-event independent sync", 2431),
     ("limit-event independent async", 3705),
     ("limit-event merge sync", 2431),
@@ -319,12 +328,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("lockless-drain merge async", 48454),
     ("lockless-drain no-merge-uncache-contained sync", 34114),
     ("lockless-drain no-merge-uncache-contained async", 48454),
-    ("lockless+pressure independent sync", 40821),
-    ("lockless+pressure independent async", 57842),
-    ("lockless+pressure merge sync", 66364),
-    ("lockless+pressure merge async", 92610),
-    ("lockless+pressure no-merge-uncache-contained sync", 55965),
-    ("lockless+pressure no-merge-uncache-contained async", 76967),
+    ("lockless+pressure independent sync", 46814),
+    ("lockless+pressure independent async", 67271),
+    ("lockless+pressure merge sync", 78313),
+    ("lockless+pressure merge async", 111018),
+    ("lockless+pressure no-merge-uncache-contained sync", 65690),
+    ("lockless+pressure no-merge-uncache-contained async", 92091),
     ("2x3+limit+skip independent sync", 6830),
     ("2x3+limit+skip independent async", 11919),
     ("2x3+limit+skip merge sync", 6486),
@@ -337,6 +346,7 @@ const COUNTS: &[(&str, usize)] = &[
     ("lanes+limit+skip merge async", 25294),
     ("lanes+limit+skip no-merge-uncache-contained sync", 13558),
     ("lanes+limit+skip no-merge-uncache-contained async", 25294),
+    ("lockless+trim independent sync", 2963),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -352,7 +362,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared");
+                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared") && fam != "lockless+trim";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

@@ -91,6 +91,14 @@ pub enum Pc {
     LN4 { slot: u8, h: Handle, then_a1: bool },
     /// Lanes: R2 run by an LN1 undo's LN4, then A1.
     R2ThenA1,
+    /// The ENOMEM trim (S2.8), holding the lock exclusive: one step per
+    /// noted entry (in [`Thread::noted`]), each the compare-exchange of its
+    /// state word from unleased to INVALID, as in the cache (A0 takes leases
+    /// between them); then the re-plan and the unlock.
+    Trim,
+    /// Mutant `trim-reads-then-ors`: the trim read `h`'s lease count as 0;
+    /// next, it ORs INVALID in, whatever the count is by then.
+    TrimOr(Handle),
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
     Done,

@@ -75,6 +75,7 @@ mutants! {
     m18_reader_skips_drain => ReaderSkipsDrain,
     m19_release_touch_after_decrement => ReleaseTouchAfterDecrement,
     m20_trim_evicts_leased => TrimEvictsLeased,
+    m20b_trim_reads_then_ors => TrimReadsThenOrs,
     m21_lane_no_heavy_barrier => LaneNoHeavyBarrier,
     m22_lane_no_recheck => LaneNoRecheck,
     m23_lane_revoke_no_pin => LaneRevokeNoPin,

@@ -84,6 +84,7 @@ family! {
     pinned_lockless => "lockless",
     pinned_lockless_drain => "lockless-drain",
     pinned_lockless_pressure => "lockless+pressure",
+    pinned_lockless_trim => "lockless+trim",
     pinned_2x3_limit_skip => "2x3+limit+skip",
     pinned_lanes_limit_skip => "lanes+limit+skip",
 }
@@ -91,7 +92,7 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 159);
+    assert_eq!(all.len(), 160);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 44] = [
+pub const MUTANTS: [&str; 45] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -30,6 +30,7 @@ pub const MUTANTS: [&str; 44] = [
     "reader-skips-drain",
     "release-touch-after-decrement",
     "trim-evicts-leased",
+    "trim-reads-then-ors",
     "lane-no-heavy-barrier",
     "lane-no-recheck",
     "lane-revoke-no-pin",

@@ -172,30 +172,8 @@ impl Ctx<'_> {
         if !trimmed {
             note!(self, "A5: T{t}'s registrar fails with ENOMEM: T{t} trims (noted unleased {noted:?})");
             self.invoke(t as u8, true, Op::Trim);
-            for h in noted {
-                let r = &self.s.regs[h as usize];
-                if !r.findable {
-                    continue;
-                }
-                note!(self, "S2.8: trim evicts #{h}");
-                self.s.trim_evicted = true;
-                self.revoke(a, h);
-                self.s.regs[h as usize].findable = false;
-                if self.s.regs[h as usize].leases > 0 {
-                    // Mutant: a leased entry deregistered by the trim (P3).
-                    self.s.regs[h as usize].invalid = true;
-                }
-                self.dereg_list(a).push(h);
-            }
-            self.ret(t as u8, true, Op::Trim, Ret::Done);
-            let plan = self.m.plan(self.s, req, access);
-            note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
-            let windowed = self.windowed(plan.span);
-            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
-            let acq = self.acq_mut(t);
-            acq.plan = Some(plan);
-            acq.trimmed = true;
-            self.unlock_exclusive(a);
+            self.thread_mut(t).noted = noted;
+            self.thread_mut(t).pc = Pc::Trim;
             return;
         }
         note!(self, "A5: T{t}'s registrar fails again (EINVAL)");
@@ -208,6 +186,70 @@ impl Ctx<'_> {
         self.unlock_exclusive(a);
         let error = OpError::Registrar { failure: mrcache_types::RegistrarFailure::Other, pressure: true };
         self.finish(t, Ret::Failed { error });
+    }
+
+    //= spec.md#A5
+    //# The trim evicts each noted entry with one compare-exchange of its
+    //# state word from unleased to INVALID, not a read of its count and then
+    //# the OR of A-H
+    /// One step of the trim (lock held exclusive): the next noted entry's
+    /// compare-exchange (A0 may have leased it since the note: then it
+    /// stays), or, with none left, the re-plan and the unlock.
+    pub(super) fn trim_step(&mut self, t: usize) {
+        let a = t as Actor;
+        if self.s.threads[t].noted.is_empty() {
+            self.ret(t as u8, true, Op::Trim, Ret::Done);
+            let (req, access) = (self.acq(t).req, self.acq(t).access);
+            let plan = self.m.plan(self.s, req, access);
+            note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
+            let windowed = self.windowed(plan.span);
+            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
+            let acq = self.acq_mut(t);
+            acq.plan = Some(plan);
+            acq.trimmed = true;
+            self.thread_mut(t).pc = Pc::A5;
+            self.unlock_exclusive(a);
+            return;
+        }
+        let h = self.thread_mut(t).noted.remove(0);
+        let r = &self.s.regs[h as usize];
+        if !r.findable {
+            return;
+        }
+        if self.mutant(Mutant::TrimReadsThenOrs) {
+            if r.leases == 0 {
+                note!(self, "S2.8 (mutant `trim-reads-then-ors`): T{t} reads #{h}'s lease count: 0");
+                self.thread_mut(t).pc = Pc::TrimOr(h);
+            }
+            return;
+        }
+        if r.leases > 0 && !self.mutant(Mutant::TrimEvictsLeased) {
+            note!(self, "S2.8: the trim's compare-exchange on #{h} fails: leased since the note");
+            return;
+        }
+        self.trim_evict(t, h);
+    }
+
+    /// Mutant `trim-reads-then-ors`: the OR, a step after the read.
+    pub(super) fn trim_or(&mut self, t: usize, h: Handle) {
+        note!(self, "S2.8 (mutant `trim-reads-then-ors`): T{t} ORs INVALID into #{h}'s state word");
+        self.thread_mut(t).pc = Pc::Trim;
+        if self.s.regs[h as usize].findable {
+            self.trim_evict(t, h);
+        }
+    }
+
+    fn trim_evict(&mut self, t: usize, h: Handle) {
+        let a = t as Actor;
+        note!(self, "S2.8: trim evicts #{h}");
+        self.s.trim_evicted = true;
+        self.revoke(a, h);
+        self.s.regs[h as usize].findable = false;
+        if self.s.regs[h as usize].leases > 0 {
+            // Mutants: a leased entry deregistered by the trim (P3).
+            self.s.regs[h as usize].invalid = true;
+        }
+        self.dereg_list(a).push(h);
     }
 
     /// The registrar fails (action `RegistrarFails`): with lanes, the trim

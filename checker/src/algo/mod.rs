@@ -451,6 +451,8 @@ impl AlgoModel {
                         Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
                         Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
                         Pc::A10b => "A10 (second half)".to_string(),
+                        Pc::Trim => "the trim (the next noted entry's compare-exchange, or re-plan and unlock)".to_string(),
+                        Pc::TrimOr(h) => format!("the trim ORs INVALID into #{h} (mutant)"),
                         Pc::LN1Store { slot, .. } => format!("LN1 (store held + 1 into slot {slot}, buffered)"),
                         Pc::LN1Load { slot, .. } => format!("LN1 (light barrier; reload slot {slot}'s ptr)"),
                         Pc::LN3Load { slot, .. } => format!("LN3 (light barrier; reload slot {slot}'s ptr)"),
@@ -673,6 +675,8 @@ impl Ctx<'_> {
             Pc::A10 => self.a10(t),
             Pc::A10b => self.a10b(t),
             Pc::A11 => self.a11(t),
+            Pc::Trim => self.trim_step(t),
+            Pc::TrimOr(h) => self.trim_or(t, h),
             Pc::R1Touch(h, r2) => {
                 note!(self, "R1 (mutant `release-touch-after-decrement`): T{t} touches #{h}'s LRU stamp after its decrement");
                 self.touch(h);
