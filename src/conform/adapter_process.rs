@@ -40,11 +40,12 @@ pub(super) struct AdapterProcess {
 const TRANSCRIPT_KEEP: usize = 24;
 
 impl AdapterProcess {
-    pub(super) fn spawn(cmd: &str) -> Result<AdapterProcess> {
+    pub(super) fn spawn(cmd: &str, env: &[(String, String)]) -> Result<AdapterProcess> {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(format!("exec {cmd}"))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

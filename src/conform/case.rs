@@ -29,10 +29,17 @@ pub enum MemKind {
     Free,
     BrkGrow,
     BrkShrink,
+    /// `count` blocks of `len` bytes allocated, touched and freed again: the
+    /// allocator's own traffic (its frees may unmap or madvise), on memory
+    /// the case never registers.
+    Scratch,
+    /// `count` cycles of `munmap` then `mmap` (fresh, touched) of
+    /// `[addr, addr+len)`, with no cache call between: one release event.
+    UnmapMapCycles,
 }
 
 impl MemKind {
-    const ALL: [(&'static str, MemKind); 11] = [
+    const ALL: [(&'static str, MemKind); 13] = [
         ("munmap", MemKind::Munmap),
         ("mmap", MemKind::Mmap),
         ("mmap_fixed", MemKind::MmapFixed),
@@ -44,19 +51,51 @@ impl MemKind {
         ("free", MemKind::Free),
         ("brk_grow", MemKind::BrkGrow),
         ("brk_shrink", MemKind::BrkShrink),
+        ("scratch", MemKind::Scratch),
+        ("unmap_map_cycles", MemKind::UnmapMapCycles),
     ];
+
+    /// What a `during_register` list may hold: memory operations on the
+    /// arena that take no block name, and `scratch`.
+    pub const DURING_REGISTER: [MemKind; 5] = [MemKind::Munmap, MemKind::Mmap, MemKind::MmapFixed, MemKind::MadviseDontneed, MemKind::Scratch];
     pub fn name(self) -> &'static str {
         MemKind::ALL.iter().find(|(_, k)| *k == self).map(|(n, _)| *n).unwrap_or("?")
     }
 }
 
+/// A memory operation the registrar performs inside its own call, on the
+/// acquiring thread, once the registration is pinned (an acquire's
+/// `during_register`): addresses relative to the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DuringOp {
+    pub kind: MemKind,
+    pub addr: u64,
+    pub len: u64,
+    /// `scratch`: how many blocks.
+    pub count: u64,
+}
+
+/// The allocators a case may run its adapter under (header `preload`):
+/// (name, shared object, environment that makes it give memory back at
+/// once, so its frees reach the monitor while the case runs).
+pub const PRELOADS: [(&str, &str, &[(&str, &str)]); 2] = [
+    ("jemalloc", "libjemalloc.so.2", &[("MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")]),
+    ("mimalloc", "libmimalloc.so.2", &[("MIMALLOC_PAGE_RESET", "1"), ("MIMALLOC_RESET_DELAY", "0"), ("MIMALLOC_DECOMMIT_DELAY", "0")]),
+];
+
 /// One record of a case.
 #[derive(Clone, Debug)]
 pub enum Record {
-    /// An [`Op`] (acquire, release, flush, trim, fork), addresses relative to `buf`.
-    Op { op: Op, buf: Option<String>, thread: u64, pause: bool },
+    /// An [`Op`] (acquire, release, flush, trim, fork), addresses relative to
+    /// `buf`; an acquire may carry memory operations its registrar performs
+    /// (`during`).
+    Op { op: Op, buf: Option<String>, thread: u64, pause: bool, during: Vec<DuringOp> },
     /// A memory operation, addresses relative to `buf` (default: the arena).
-    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, thread: u64, pause: bool },
+    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, count: u64, thread: u64, pause: bool },
+    /// `{"ctl": "rss_mark"}` (`max_growth` None): note the adapter's resident
+    /// set; `{"ctl": "rss_check", "max_growth": B}`: it grew by at most `B`
+    /// bytes since the last mark (L2).
+    Rss { max_growth: Option<u64> },
     /// Let the paused `thread` go on.
     Continue { thread: u64 },
     /// A data command: the device or the application moves bytes.
@@ -76,6 +115,9 @@ pub struct Case {
     /// [`MIN_ARENA`](super::MIN_ARENA)): sent in the hello, where an adapter
     /// maps at least that much or answers `unsupported`.
     pub arena: u64,
+    /// The allocator the adapter runs under (header `preload`: a name of
+    /// [`PRELOADS`]); `None`: its own.
+    pub preload: Option<String>,
     pub path: PathBuf,
     /// (line number, record)
     pub records: Vec<(usize, Record)>,
@@ -148,10 +190,21 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
     let mut bufs: HashSet<&str> = HashSet::new();
     let mut paused: HashMap<u64, usize> = HashMap::new();
     let in_arena = |addr: u64, len: u64| addr.checked_add(len).is_some_and(|end| end <= arena);
+    let mut marked = false;
     for (n, r) in records {
         let at = format!("{}:{n}", path.display());
         let (buf, thread, pause) = match r {
             Record::Op { buf, thread, pause, .. } | Record::Mem { buf, thread, pause, .. } => (buf, *thread, *pause),
+            Record::Rss { max_growth } => {
+                if max_growth.is_some() && !marked {
+                    bail!("{at}: `rss_check` without an earlier `rss_mark`");
+                }
+                if !paused.is_empty() {
+                    bail!("{at}: `rss_mark`/`rss_check` while a thread is paused (they are sent when nothing runs)");
+                }
+                marked |= max_growth.is_none();
+                continue;
+            }
             Record::Continue { thread } => {
                 if paused.remove(thread).is_none() {
                     bail!("{at}: `continue` of thread {thread}, which nothing paused");
@@ -179,7 +232,24 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
             }
         }
         match r {
-            Record::Op { op, .. } => {
+            Record::Op { op, during, .. } => {
+                if !during.is_empty() {
+                    if pause {
+                        bail!("{at}: an acquire with `during_register` cannot pause (its registrar runs the memory operations there)");
+                    }
+                    if let Some((t, l)) = paused.iter().find(|(t, _)| **t != thread) {
+                        bail!("{at}: `during_register` while thread {t} is paused at line {l} (the runner places the operations at this acquire's first registration)");
+                    }
+                    for d in during {
+                        if d.kind != MemKind::Scratch && !in_arena(d.addr, d.len) {
+                            bail!("{at}: during_register: [{:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes", d.addr, d.addr.saturating_add(d.len));
+                        }
+                    }
+                }
+                if *op == Op::Fork {
+                    // The paused threads do not exist in the fork child.
+                    paused.clear();
+                }
                 match *op {
                     Op::Acquire { lease, .. } => {
                         let fresh = !released.contains(&lease) && held.insert(lease);
@@ -207,8 +277,8 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
                     }
                 }
             }
-            Record::Mem { buf, name, addr, len, .. } => {
-                if buf.is_none() && !in_arena(*addr, *len) {
+            Record::Mem { kind, buf, name, addr, len, .. } => {
+                if buf.is_none() && *kind != MemKind::Scratch && !in_arena(*addr, *len) {
                     bail!(
                         "{at}: [{addr:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes, all an adapter must offer{}",
                         addr.saturating_add(*len),
@@ -219,10 +289,46 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
                     bufs.insert(nm.as_str());
                 }
             }
-            Record::Continue { .. } | Record::Data(_) => {}
+            Record::Continue { .. } | Record::Data(_) | Record::Rss { .. } => {}
         }
     }
     Ok(())
+}
+
+/// An acquire's `during_register`: a list of `{"mem": ..., "addr": ...,
+/// "len": ..., "count": ...}` objects, each of [`MemKind::DURING_REGISTER`].
+fn parse_during(v: &Value, at: &str) -> Result<Vec<DuringOp>> {
+    let Value::Array(items) = v else { bail!("{at}: field `during_register`: expected a list of memory operations") };
+    if items.is_empty() {
+        bail!("{at}: field `during_register`: an empty list (leave the field out)");
+    }
+    let mut out = Vec::new();
+    for item in items {
+        let Value::Object(o) = item else { bail!("{at}: during_register: {item} is not a JSON object") };
+        for k in o.keys() {
+            if !["mem", "addr", "len", "count"].contains(&k.as_str()) {
+                bail!("{at}: during_register: unknown field `{k}` (expected mem, addr, len, count)");
+            }
+        }
+        let mem = field_str(o, "mem", at)?.ok_or_else(|| anyhow!("{at}: during_register: each operation needs `mem`"))?;
+        let kind = MemKind::DURING_REGISTER.iter().copied().find(|k| k.name() == mem).ok_or_else(|| {
+            anyhow!(
+                "{at}: during_register: `{mem}` cannot run in a registrar (expected {})",
+                MemKind::DURING_REGISTER.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        let addr = field_u64(o, "addr", at)?.unwrap_or(0);
+        let len = field_u64(o, "len", at)?.unwrap_or(0);
+        let count = field_u64(o, "count", at)?.unwrap_or(1);
+        if len == 0 || count == 0 {
+            bail!("{at}: during_register: `{mem}` needs `len` (and a `count`, if any) above 0");
+        }
+        if count != 1 && kind != MemKind::Scratch {
+            bail!("{at}: during_register: only `scratch` takes a `count`");
+        }
+        out.push(DuringOp { kind, addr, len, count });
+    }
+    Ok(out)
 }
 
 /// How a case gets more arena than the default.
@@ -281,7 +387,7 @@ impl Case {
             Some(v) if v.as_u64() == Some(1) => {}
             _ => bail!("{at}: the header must start with \"mrcache_conformance\": 1"),
         }
-        const HEADER: [&str; 8] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes", "arena"];
+        const HEADER: [&str; 9] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes", "arena", "preload"];
         if let Some(k) = h.keys().find(|k| !HEADER.contains(&k.as_str())) {
             bail!("{at}: unknown header field `{k}` (expected one of {})", HEADER.join(", "));
         }
@@ -305,6 +411,15 @@ impl Case {
         let max_regions = field_u64(&h, "max_regions", &at)?;
         let max_pinned_bytes = field_u64(&h, "max_pinned_bytes", &at)?;
         let arena = header_arena(&h, &at)?;
+        let preload = field_str(&h, "preload", &at)?;
+        if let Some(p) = &preload {
+            if !PRELOADS.iter().any(|(n, _, _)| n == p) {
+                bail!(
+                    "{at}: field `preload`: unknown allocator `{p}` (expected {})",
+                    PRELOADS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
         let mut records = Vec::new();
         for (i, line) in lines {
             let n = i + 1;
@@ -317,7 +432,12 @@ impl Case {
             if let Some(ctl) = field_str(&obj, "ctl", &at)? {
                 match ctl.as_str() {
                     "continue" => records.push((n, Record::Continue { thread })),
-                    other => bail!("{at}: unknown ctl `{other}` (expected continue)"),
+                    "rss_mark" => records.push((n, Record::Rss { max_growth: None })),
+                    "rss_check" => {
+                        let m = field_u64(&obj, "max_growth", &at)?.ok_or_else(|| anyhow!("{at}: `rss_check` needs `max_growth` (bytes)"))?;
+                        records.push((n, Record::Rss { max_growth: Some(m) }));
+                    }
+                    other => bail!("{at}: unknown ctl `{other}` (expected continue, rss_mark, rss_check)"),
                 }
             } else if let Some(mem) = field_str(&obj, "mem", &at)? {
                 let kind = MemKind::ALL
@@ -334,6 +454,16 @@ impl Case {
                 let len = field_u64(&obj, "len", &at)?.unwrap_or(0);
                 let new_len = field_u64(&obj, "new_len", &at)?.unwrap_or(0);
                 let name = field_str(&obj, "name", &at)?;
+                let count = field_u64(&obj, "count", &at)?.unwrap_or(1);
+                if count == 0 {
+                    bail!("{at}: field `count`: at least 1");
+                }
+                if count != 1 && !matches!(kind, MemKind::Scratch | MemKind::UnmapMapCycles) {
+                    bail!("{at}: field `count`: only `scratch` and `unmap_map_cycles` take one");
+                }
+                if preload.is_some() && matches!(kind, MemKind::Malloc | MemKind::Free | MemKind::BrkGrow | MemKind::BrkShrink) {
+                    bail!("{at}: `{mem}` in a case with `preload`: the runner judges `free` and the brk records as glibc serves them");
+                }
                 let needs_len = !matches!(kind, MemKind::Free);
                 if needs_len && len == 0 {
                     bail!("{at}: field `len`: `{mem}` needs a length above 0");
@@ -347,10 +477,17 @@ impl Case {
                 if kind == MemKind::MremapShrink && (new_len == 0 || new_len >= len) {
                     bail!("{at}: field `new_len`: mremap_shrink needs 0 < new_len < len");
                 }
-                records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, thread, pause }));
+                if kind == MemKind::Scratch && (buf.is_some() || pause) {
+                    bail!("{at}: `scratch` takes no `buf` and cannot pause (its blocks are the allocator's)");
+                }
+                records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, count, thread, pause }));
             } else if let Some(name) = field_str(&obj, "data", &at)? {
                 records.push((n, Record::Data(super::data::parse_record(&obj, &name, buf, thread, &at)?)));
             } else if obj.contains_key("op") {
+                let during = match obj.remove("during_register") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(v) => parse_during(&v, &at)?,
+                };
                 for k in ["thread", "pause", "buf"] {
                     obj.remove(k);
                 }
@@ -373,13 +510,22 @@ impl Case {
                 if pause && !matches!(op, Op::Acquire { .. }) {
                     bail!("{at}: only an acquire or a memory operation can pause");
                 }
-                records.push((n, Record::Op { op, buf, thread, pause }));
+                if !during.is_empty() && !matches!(op, Op::Acquire { .. }) {
+                    bail!("{at}: only an acquire has a registrar that can run `during_register`");
+                }
+                if !during.is_empty() && !needs.iter().any(|n| n == "during_register") {
+                    bail!("{at}: `during_register` needs the capability: list \"during_register\" in the header's `needs`");
+                }
+                if !during.is_empty() && buf.is_some() {
+                    bail!("{at}: an acquire with `during_register` addresses the arena (no `buf`)");
+                }
+                records.push((n, Record::Op { op, buf, thread, pause, during }));
             } else {
                 bail!("{at}: a record needs `op`, `mem`, `data` or `ctl`");
             }
         }
         check_records(&records, path, arena)?;
-        Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, arena, path: path.to_path_buf(), records })
+        Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, arena, preload, path: path.to_path_buf(), records })
     }
 
     /// Every `*.jsonl` under `dir` (or `dir` itself if it is a file), by name.

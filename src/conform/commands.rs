@@ -10,6 +10,7 @@
 
 use super::adapter_process::Line;
 use super::hello::ALL_ACCESS;
+use super::case::DuringOp;
 use super::{stop, CaseRun, MemKind, Pending, PendingKind, Record, Stop};
 use mrcache_types::{Op, Range, ReleaseKind};
 use serde_json::{json, Value};
@@ -54,10 +55,19 @@ impl CaseRun<'_> {
                         }
                     }
                 }
-                Record::Op { op, buf, thread, pause } => {
-                    let (cmd_seq, cmd, kind) = self.op_command(op, buf.as_deref(), *thread, *pause, line)?;
+                Record::Op { op, buf, thread, pause, during } => {
+                    let (cmd_seq, mut cmd, kind) = self.op_command(op, buf.as_deref(), *thread, *pause, line)?;
+                    if !during.is_empty() {
+                        self.during_register(&mut cmd, cmd_seq, during, line)?;
+                    }
                     self.send_and_track(&cmd, line, *thread, kind, *pause)?;
                     self.wait_for(cmd_seq, line, *pause)?;
+                }
+                Record::Rss { max_growth } => {
+                    let seq = self.next_seq();
+                    let cmd = json!({"seq": seq, "cmd": "rss", "thread": 0});
+                    self.send_and_track(&cmd, line, 0, PendingKind::Rss { max_growth: *max_growth }, false)?;
+                    self.wait_for(seq, line, false)?;
                 }
                 Record::Data(d) => {
                     if let Some(why) = &self.data.unsupported {
@@ -69,8 +79,11 @@ impl CaseRun<'_> {
                     self.send_and_track(&cmd, line, d.thread, kind, false)?;
                     self.wait_for(seq, line, false)?;
                 }
-                Record::Mem { kind, buf, name, addr, len, new_len, thread, pause } => {
-                    let (cmd_seq, cmd, pk) = self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
+                Record::Mem { kind, buf, name, addr, len, new_len, count, thread, pause } => {
+                    let (cmd_seq, mut cmd, pk) = self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
+                    if matches!(kind, MemKind::Scratch | MemKind::UnmapMapCycles) {
+                        cmd["count"] = json!(count);
+                    }
                     self.send_and_track(&cmd, line, *thread, pk, *pause)?;
                     self.wait_for(cmd_seq, line, *pause)?;
                 }
@@ -161,7 +174,7 @@ impl CaseRun<'_> {
         let mut model_ops = Vec::new();
         let ev = |k: ReleaseKind, a: u64, l: u64| Op::ReleaseEvent { kind: k, addr: a, len: l };
         match kind {
-            MemKind::Malloc | MemKind::BrkGrow => {
+            MemKind::Malloc | MemKind::BrkGrow | MemKind::Scratch => {
                 cmd["len"] = json!(len);
             }
             MemKind::Free => {
@@ -187,7 +200,7 @@ impl CaseRun<'_> {
                 cmd["addr"] = json!(format!("{abs:#x}"));
                 cmd["len"] = json!(len);
                 match kind {
-                    MemKind::Munmap => model_ops.push(ev(ReleaseKind::Munmap, abs, len)),
+                    MemKind::Munmap | MemKind::UnmapMapCycles => model_ops.push(ev(ReleaseKind::Munmap, abs, len)),
                     MemKind::Mmap => {}
                     MemKind::MmapFixed => model_ops.push(ev(ReleaseKind::MapFixedOver, abs, len)),
                     MemKind::MadviseDontneed => model_ops.push(ev(ReleaseKind::MadviseDontneed, abs, len)),
@@ -209,6 +222,40 @@ impl CaseRun<'_> {
             })
             .collect();
         Ok((seq, cmd, PendingKind::Mem { kind, name, len, model_ops, spans }))
+    }
+
+    /// Adds an acquire's `during_register` to its command (absolute
+    /// addresses) and keeps the release events its operations imply: they
+    /// take effect at the acquire's first registration (the registrar runs
+    /// them once the pages are pinned), or never if the acquire hits.
+    fn during_register(&mut self, cmd: &mut Value, seq: u64, during: &[DuringOp], line: usize) -> Result<(), Stop> {
+        let ev = |k: ReleaseKind, a: u64, l: u64| Op::ReleaseEvent { kind: k, addr: a, len: l };
+        let mut list = Vec::new();
+        let mut model_ops = Vec::new();
+        for d in during {
+            if d.kind == MemKind::Scratch {
+                list.push(json!({"mem": "scratch", "len": d.len, "count": d.count}));
+                continue;
+            }
+            let abs = self.resolve(None, d.addr, d.len, line)?;
+            list.push(json!({"mem": d.kind.name(), "addr": format!("{abs:#x}"), "len": d.len}));
+            match d.kind {
+                MemKind::Munmap => model_ops.push(ev(ReleaseKind::Munmap, abs, d.len)),
+                MemKind::MmapFixed => model_ops.push(ev(ReleaseKind::MapFixedOver, abs, d.len)),
+                MemKind::MadviseDontneed => model_ops.push(ev(ReleaseKind::MadviseDontneed, abs, d.len)),
+                _ => {}
+            }
+        }
+        cmd["during_register"] = json!(list);
+        let spans = model_ops
+            .iter()
+            .filter_map(|o| match *o {
+                Op::ReleaseEvent { addr, len, .. } => Range::new(addr, len).ok().map(|r| r.pages(self.page)),
+                _ => None,
+            })
+            .collect();
+        self.during = Some((seq, model_ops, spans));
+        Ok(())
     }
 
     pub(super) fn send_and_track(&mut self, cmd: &Value, line: usize, thread: u64, kind: PendingKind, pause: bool) -> Result<(), Stop> {
@@ -245,7 +292,10 @@ impl CaseRun<'_> {
             if pause && p.paused {
                 return Ok(());
             }
-            let blockable = self.pending.iter().any(|(s, q)| *s != seq && q.paused);
+            // A fork is never blocked: the paused threads do not exist in
+            // its child, which answers it.
+            let fork = matches!(p.kind, PendingKind::Model { model_op: Op::Fork });
+            let blockable = !fork && self.pending.iter().any(|(s, q)| *s != seq && q.paused);
             let limit = if blockable { Duration::from_millis(self.args.block_ms) } else { full };
             let left = limit.saturating_sub(start.elapsed());
             match self.ad.rx.recv_timeout(left) {

@@ -48,7 +48,7 @@ mod replies;
 mod report;
 mod session;
 
-pub use case::{Case, MemKind, Record};
+pub use case::{Case, DuringOp, MemKind, Record, PRELOADS};
 pub use data::{DataKind, DataRecord};
 pub use report::{table, CaseResult, Failure, RunReport, Verdict};
 
@@ -235,6 +235,8 @@ enum PendingKind {
     Continue,
     /// A `query` of pinned bytes and live registrations (gaps.rs).
     Query,
+    /// An `rss` (a mark, or a check against `max_growth` bytes).
+    Rss { max_growth: Option<u64> },
 }
 
 #[derive(Clone, Debug)]
@@ -303,6 +305,12 @@ struct CaseRun<'a> {
     gaps: gaps::GapState,
     /// The data commands' shadow and findings (`data`).
     data: data::DataState,
+    /// An acquire's `during_register` not yet performed: its seq, the
+    /// release events (model ops) and their spans, applied at its first
+    /// `reg` line.
+    during: Option<(u64, Vec<Op>, Vec<PageSpan>)>,
+    /// The adapter's resident set at the last `rss_mark`, and its line.
+    rss_mark: Option<(u64, usize)>,
 }
 
 /// Why a case ended before its last record.

@@ -39,6 +39,7 @@ impl CaseRun<'_> {
                         id,
                         PhysReg { span: range.pages(self.page), range, access, at: self.event_seq, order: self.reg_order, deregistered: false, model_id: None },
                     );
+                    self.during_performed(line);
                 }
                 Some("dereg") => {
                     let id = field_u64(o, "id", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: dereg needs `id`")))?;
@@ -64,6 +65,18 @@ impl CaseRun<'_> {
         };
         if matches!(p.kind, PendingKind::Query) {
             return self.query_answered(o, p.line);
+        }
+        if let PendingKind::Rss { max_growth } = p.kind {
+            return self.rss_answered(o, max_growth, p.line);
+        }
+        // An acquire whose registrar never ran (a hit) performed none of its
+        // `during_register`.
+        if self.during.as_ref().is_some_and(|(s, _, _)| *s == seq) {
+            self.during = None;
+        }
+        if o.get("during_register_failed").and_then(Value::as_bool) == Some(true) {
+            let e = o.get("error").and_then(Value::as_str).unwrap_or("(no error text)");
+            return Err(stop("mem-op", p.line, format!("a memory operation of during_register failed under this cache: {e}")));
         }
         // A hit on a registration another acquire, still in flight, made:
         // that acquire takes effect first; judge this one after it.
@@ -98,7 +111,7 @@ impl CaseRun<'_> {
         }
         let err_text = o.get("error").and_then(Value::as_str).unwrap_or("(no error text)").to_string();
         match p.kind.clone() {
-            PendingKind::Continue | PendingKind::Query => {
+            PendingKind::Continue | PendingKind::Query | PendingKind::Rss { .. } => {
                 if !ok {
                     return Err(stop("protocol", pl, format!("continue/end failed: {err_text}")));
                 }
@@ -156,6 +169,13 @@ impl CaseRun<'_> {
                     return Err(stop("protocol", pl, format!("{} failed: {err_text}", model_op.name())));
                 }
                 if model_op == Op::Fork {
+                    // A command paused (or blocked) at the fork runs on in
+                    // the parent only: the child has no such thread.
+                    let gone: Vec<usize> = self.pending.values().filter(|q| q.paused || q.blocked).map(|q| q.line).collect();
+                    if !gone.is_empty() {
+                        self.pending.retain(|_, q| !(q.paused || q.blocked));
+                        self.ad.note(format!("  (the fork child has no thread of case lines {gone:?}: they never complete there)"));
+                    }
                     // Deregistrations reported before the fork's reply came
                     // before the fork (a peer may purge its cache then).
                     self.feed_deregs();
@@ -176,6 +196,55 @@ impl CaseRun<'_> {
             self.feed_deregs();
         }
         self.track_l1(pl);
+        Ok(())
+    }
+
+    /// The first `reg` line of an acquire with `during_register`: its
+    /// registrar performs the memory operations now, once the pages are
+    /// pinned, so their releases come after this registration (P2) and
+    /// before the acquire's reply (the model may place the acquire on
+    /// either side of them).
+    fn during_performed(&mut self, line: usize) {
+        let Some((_, model_ops, spans)) = self.during.take() else { return };
+        for s in spans {
+            self.data_forget(&s);
+            self.event_seq += 1;
+            self.events.push((s, self.event_seq));
+        }
+        for op in &model_ops {
+            self.judge_model(op, &Ret::Done, line);
+        }
+    }
+
+    /// The answer to `rss`: a mark, or a check of the growth since the
+    /// last mark (L2: what pending invalidations hold stays bounded).
+    fn rss_answered(&mut self, o: &serde_json::Map<String, Value>, max_growth: Option<u64>, line: usize) -> Result<(), Stop> {
+        if o.get("ok").and_then(Value::as_bool) != Some(true) {
+            if o.get("unsupported").and_then(Value::as_bool) == Some(true) {
+                return Err(Stop::Unsupported(line, "the adapter does not report its resident set (`rss`)".into()));
+            }
+            return Err(stop("protocol", line, format!("rss failed: {}", o.get("error").and_then(Value::as_str).unwrap_or(""))));
+        }
+        let at = "the rss reply";
+        let rss = field_u64(o, "rss", at).map_err(|e| stop("protocol", line, e.to_string()))?.ok_or_else(|| stop("protocol", line, "an rss reply needs `rss` (bytes)".into()))?;
+        match (max_growth, self.rss_mark) {
+            (None, _) => self.rss_mark = Some((rss, line)),
+            (Some(max), Some((mark, mark_line))) => {
+                let growth = rss.saturating_sub(mark);
+                self.ad.note(format!("  (resident set {rss} bytes: {growth} bytes above case line {mark_line}'s)"));
+                if growth > max {
+                    self.record_failure(super::Finding {
+                        rule: "L2".into(),
+                        line,
+                        detail: format!(
+                            "the adapter's resident set grew by {growth} bytes ({} KiB) since case line {mark_line}, above the bound of {max} bytes: what pending invalidations hold is not bounded",
+                            growth >> 10
+                        ),
+                    });
+                }
+            }
+            (Some(_), None) => return Err(stop("protocol", line, "case error: rss_check without a mark".into())),
+        }
         Ok(())
     }
 

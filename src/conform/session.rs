@@ -31,8 +31,30 @@ fn result(case: &Case, verdict: Verdict, rule: &str, line: usize, detail: String
     }
 }
 
+/// Where a case's `preload` allocator is looked for.
+const LIB_DIRS: [&str; 5] = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"];
+
+/// The environment that runs the adapter under the case's allocator
+/// (`LD_PRELOAD` and the allocator's own settings), or why it cannot.
+fn preload_env(case: &Case) -> Result<Vec<(String, String)>, String> {
+    let Some(name) = &case.preload else { return Ok(Vec::new()) };
+    let (_, lib, settings) = super::PRELOADS.iter().find(|(n, _, _)| n == name).ok_or_else(|| format!("unknown allocator {name}"))?;
+    let path = LIB_DIRS
+        .iter()
+        .map(|d| std::path::Path::new(d).join(lib))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{name} is not installed here ({lib} is in none of {}; Debian: apt-get install lib{name}*)", LIB_DIRS.join(", ")))?;
+    let mut env = vec![("LD_PRELOAD".to_string(), path.display().to_string())];
+    env.extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Ok(env)
+}
+
 pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hello>) {
-    let mut ad = match AdapterProcess::spawn(&args.adapter) {
+    let env = match preload_env(case) {
+        Ok(e) => e,
+        Err(why) => return (Some(result(case, Verdict::Unsupported, "-", 1, why)), None),
+    };
+    let mut ad = match AdapterProcess::spawn(&args.adapter, &env) {
         Ok(a) => a,
         Err(e) => return (Some(result(case, Verdict::Fail, "crash", 0, format!("{e:#}"))), None),
     };
@@ -159,6 +181,8 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         failure_transcript: None,
         gaps: super::gaps::GapState::new(config, &hello),
         data: Default::default(),
+        during: None,
+        rss_mark: None,
     };
     let outcome = run.run();
     run.l1_judge_end();

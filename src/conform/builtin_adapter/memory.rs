@@ -68,6 +68,43 @@ pub(super) fn memory_op(b: &dyn Backend, cmd: &str, c: &Map<String, Value>) -> O
                 let (a, l) = (get_u64(c, "addr")?, get_u64(c, "len")?);
                 map_fresh(a, l, libc::MAP_FIXED_NOREPLACE).map(|()| json!({}))
             }
+            "scratch" => {
+                // The allocator's own traffic: its frees may unmap or madvise
+                // (each seen by the backend's hooks as a release).
+                let (len, count) = (get_u64(c, "len")?, get_u64(c, "count").unwrap_or(1));
+                let mut blocks = Vec::new();
+                for _ in 0..count {
+                    let p = libc::malloc(len as usize);
+                    if p.is_null() {
+                        break;
+                    }
+                    touch(p as u64, len);
+                    blocks.push(p);
+                }
+                let got = blocks.len() as u64;
+                for p in blocks {
+                    let (a, l) = ((p as u64).saturating_sub(16), libc::malloc_usable_size(p) as u64 + 16);
+                    b.before_release(a, l);
+                    libc::free(p);
+                    b.after_release(a, l);
+                }
+                if got < count {
+                    return Err(os_err("malloc"));
+                }
+                Ok(json!({}))
+            }
+            "unmap_map_cycles" => {
+                let (a, l, count) = (get_u64(c, "addr")?, get_u64(c, "len")?, get_u64(c, "count").unwrap_or(1));
+                for _ in 0..count {
+                    b.before_release(a, l);
+                    if libc::munmap(a as *mut libc::c_void, l as usize) != 0 {
+                        return Err(os_err("munmap"));
+                    }
+                    b.after_release(a, l);
+                    map_fresh(a, l, libc::MAP_FIXED_NOREPLACE)?;
+                }
+                Ok(json!({}))
+            }
             _ => {
                 // A release: the peer's own hooks run inside the syscall.
                 let addr = if cmd == "brk_shrink" { 0 } else { get_u64(c, "addr")? };

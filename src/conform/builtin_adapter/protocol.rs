@@ -9,7 +9,8 @@
 
 use mrcache_types::{Access, LeaseId};
 use serde_json::{json, Map, Value};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::io::Write;
 use std::sync::{Condvar, Mutex};
 
@@ -52,6 +53,9 @@ thread_local! {
 
 static PAUSE: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static PAUSE_CV: Condvar = Condvar::new();
+/// Commands paused now (a fork does not wait for them: their threads do not
+/// exist in the child).
+pub(super) static PAUSED: AtomicUsize = AtomicUsize::new(0);
 
 /// If the running command asked to pause, says so and waits for `continue`.
 pub(super) fn pause_point() {
@@ -60,12 +64,57 @@ pub(super) fn pause_point() {
         return;
     }
     CURRENT.with(|c| c.set((thread, false)));
+    PAUSED.fetch_add(1, Ordering::SeqCst);
     emit(&json!({"ev": "paused", "thread": thread}));
     let mut cont = PAUSE.lock().unwrap_or_else(|e| e.into_inner());
     while !cont.contains(&thread) {
         cont = PAUSE_CV.wait(cont).unwrap_or_else(|e| e.into_inner());
     }
     cont.retain(|t| *t != thread);
+    drop(cont);
+    PAUSED.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The memory operations the running acquire's registrar performs
+/// (`during_register`), and the first error of one.
+type During = Box<dyn FnOnce() -> Result<(), (String, i32)>>;
+
+thread_local! {
+    static DURING: RefCell<Option<During>> = const { RefCell::new(None) };
+    static DURING_ERR: RefCell<Option<(String, i32)>> = const { RefCell::new(None) };
+}
+
+/// Arms the running acquire's `during_register` (the worker, before it).
+pub(super) fn arm_during(f: During) {
+    DURING.with(|d| *d.borrow_mut() = Some(f));
+    DURING_ERR.with(|e| *e.borrow_mut() = None);
+}
+
+/// In the registrar, once the pages are pinned and reported: performs the
+/// armed `during_register` (once per acquire: a retry's registration
+/// performs nothing).
+pub(super) fn during_point() {
+    if let Some(f) = DURING.with(|d| d.borrow_mut().take()) {
+        if let Err(e) = f() {
+            DURING_ERR.with(|x| *x.borrow_mut() = Some(e));
+        }
+    }
+}
+
+/// After the acquire: disarms it and returns the error of an operation
+/// that failed.
+pub(super) fn disarm_during() -> Option<(String, i32)> {
+    DURING.with(|d| d.borrow_mut().take());
+    DURING_ERR.with(|e| e.borrow_mut().take())
+}
+
+/// The process's resident set in bytes (`/proc/self/statm`).
+pub(super) fn rss_bytes() -> Result<u64, (String, i32)> {
+    let s = std::fs::read_to_string("/proc/self/statm").map_err(|e| (format!("/proc/self/statm: {e}"), 0))?;
+    let pages: u64 = s.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| ("/proc/self/statm: no resident count".to_string(), 0))?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    Ok(pages * page)
 }
 
 /// `continue`: lets the paused command of `thread` go on.

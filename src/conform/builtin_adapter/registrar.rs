@@ -1,14 +1,15 @@
 //! The registrar both backends use ([`EmitRegistrar`]): it pins each
 //! registration as an io_uring fixed buffer ([`UringPins`], or nothing with
 //! `--registrar counting`), reports every call as a `reg` or `dereg` line,
-//! and pauses after the pin when the command asked to.
+//! performs the acquire's `during_register` after the pin, and pauses there
+//! when the command asked to.
 //!
 //! Invariant: [`LIVE`] holds every registration made and not yet
 //! deregistered (what `query` answers); a `reg` line is written only once
 //! the pin exists, a `dereg` line only once it is gone. Above
 //! [`super::protocol`] only.
 
-use super::protocol::{emit, pause_point};
+use super::protocol::{during_point, emit, pause_point};
 use mrcache::registrar::uring::{UringHandle, UringRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache_types::{Access, LeaseId, Range};
@@ -91,6 +92,7 @@ impl Registrar for EmitRegistrar {
         }
         emit(&json!({"ev": "reg", "id": id, "addr": format!("{:#x}", range.addr), "len": range.len, "access": access.to_string()}));
         LIVE.lock().unwrap_or_else(|e| e.into_inner()).push((id, range.len));
+        during_point();
         pause_point();
         Ok(id)
     }

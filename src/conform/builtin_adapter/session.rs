@@ -10,7 +10,7 @@
 //! built-in adapter but its `mod.rs` (which starts the session).
 
 use super::memory::{data_op, memory_op};
-use super::protocol::{emit, get_u64, os_err, reply, resume, Backend, OpResult, CURRENT};
+use super::protocol::{arm_during, disarm_during, emit, get_u64, os_err, reply, resume, rss_bytes, Backend, OpResult, CURRENT, PAUSED};
 use super::registrar::{live_now, LEASE_REGS, LIVE, PINS};
 use mrcache_types::Access;
 use serde_json::{json, Map, Value};
@@ -24,9 +24,11 @@ use std::time::Duration;
 pub(super) fn serve(lines: impl Iterator<Item = std::io::Result<String>>, backend: Arc<dyn Backend>) -> anyhow::Result<u8> {
     let inflight = Arc::new(AtomicUsize::new(0));
     let mut workers: HashMap<u64, Sender<Map<String, Value>>> = HashMap::new();
+    // Idle: every command replied to or paused (a paused one does not
+    // finish before its `continue`).
     let wait_idle = |inflight: &AtomicUsize| {
         for _ in 0..100_000 {
-            if inflight.load(Ordering::SeqCst) == 0 {
+            if inflight.load(Ordering::SeqCst) <= PAUSED.load(Ordering::SeqCst) {
                 return;
             }
             std::thread::sleep(Duration::from_micros(100));
@@ -61,6 +63,10 @@ pub(super) fn serve(lines: impl Iterator<Item = std::io::Result<String>>, backen
                 wait_idle(&inflight);
                 reply(seq, Ok(live_now()));
             }
+            "rss" => {
+                wait_idle(&inflight);
+                reply(seq, rss_bytes().map(|b| json!({"rss": b})));
+            }
             "fork" => {
                 wait_idle(&inflight);
                 let out = std::io::stdout();
@@ -72,7 +78,11 @@ pub(super) fn serve(lines: impl Iterator<Item = std::io::Result<String>>, backen
                 match pid {
                     -1 => reply(seq, Err(os_err("fork"))),
                     0 => {
-                        workers.clear();
+                        // Only this thread exists here: a command paused in
+                        // the parent never finishes in the child.
+                        std::mem::forget(std::mem::take(&mut workers));
+                        inflight.store(0, Ordering::SeqCst);
+                        PAUSED.store(0, Ordering::SeqCst);
                         // The child forgets the parent's registrations (S2.6).
                         LIVE.lock().unwrap_or_else(|e| e.into_inner()).clear();
                         if let Some(p) = PINS.get() {
@@ -103,10 +113,21 @@ pub(super) fn serve(lines: impl Iterator<Item = std::io::Result<String>>, backen
                             let seq = c.get("seq").and_then(Value::as_u64).unwrap_or(0);
                             let pause = c.get("pause").and_then(Value::as_bool).unwrap_or(false);
                             CURRENT.with(|cur| cur.set((thread, pause)));
+                            arm(&b, &c);
                             let r = execute(&*b, &c);
+                            let r = match (disarm_during(), r) {
+                                (Some((e, errno)), Ok(_)) => Err((format!("during_register: {e}"), errno)),
+                                (_, r) => r,
+                            };
+                            let failed_during = matches!(&r, Err((e, _)) if e.starts_with("during_register: "));
                             track_lease(&c, &r);
                             CURRENT.with(|cur| cur.set((thread, false)));
-                            reply(seq, r);
+                            if failed_during {
+                                let (e, errno) = r.err().unwrap_or_default();
+                                emit(&json!({"seq": seq, "ok": false, "error": e, "errno": errno, "during_register_failed": true}));
+                            } else {
+                                reply(seq, r);
+                            }
                             inflight.fetch_sub(1, Ordering::SeqCst);
                         }
                     });
@@ -121,6 +142,21 @@ pub(super) fn serve(lines: impl Iterator<Item = std::io::Result<String>>, backen
         }
     }
     Ok(0)
+}
+
+/// Arms an acquire's `during_register`: its registrar performs each memory
+/// operation, as the memory command of that name, once the pages are pinned.
+fn arm(b: &Arc<dyn Backend>, c: &Map<String, Value>) {
+    let Some(Value::Array(ops)) = c.get("during_register") else { return };
+    let ops: Vec<Map<String, Value>> = ops.iter().filter_map(|o| o.as_object().cloned()).collect();
+    let b = b.clone();
+    arm_during(Box::new(move || {
+        for o in &ops {
+            let cmd = o.get("mem").and_then(Value::as_str).unwrap_or("");
+            memory_op(&*b, cmd, o).map_err(|(e, n)| (format!("{cmd}: {e}"), n))?;
+        }
+        Ok(())
+    }));
 }
 
 fn execute(b: &dyn Backend, c: &Map<String, Value>) -> OpResult {

@@ -56,6 +56,17 @@ pub enum ToyBreak {
     /// deregistered at the next acquire, not at once (beyond the declared
     /// `l1_bound` unless `--no-l1-bound`).
     DeferredDereg,
+    /// The cache lock is held across the registrar, and the monitor hook
+    /// takes it: a registrar that releases memory deadlocks on itself, and
+    /// a fork child of a thread inside the registrar waits for a lock no
+    /// thread of its own holds (the shape of libfabric's memhooks
+    /// deadlocks).
+    LockAcrossRegister,
+    /// Every release event is queued whole and applied only at the next
+    /// cache operation: with no operation between them, what pending
+    /// invalidations hold grows with the number of events (L2; UCX 1.13's
+    /// invalidation queue).
+    UnboundedQueue,
 }
 
 /// The toy cache: a list of entries under one mutex.
@@ -65,6 +76,10 @@ pub(super) struct Toy {
     limits: Limits,
     st: Mutex<ToySt>,
     reg: EmitRegistrar,
+    /// The lock `LockAcrossRegister` holds across the registrar.
+    big: Mutex<()>,
+    /// The events `UnboundedQueue` has not applied yet.
+    queued: Mutex<Vec<(u64, u64)>>,
 }
 
 struct ToyEntry {
@@ -82,8 +97,14 @@ struct ToySt {
     leases: HashMap<LeaseId, u64>,
     /// Leases held at a fork: their release is a no-op in the child (S2.6).
     orphans: Vec<LeaseId>,
-    /// Release events applied (span, number).
-    events: Vec<(PageSpan, u64)>,
+    /// Release events applied while a registration was in flight (the
+    /// re-check of A7 compares against them); emptied whenever none is, so
+    /// it stays bounded (L2).
+    events: Vec<PageSpan>,
+    /// Events dropped from the front of `events`.
+    events_base: usize,
+    /// Registrations in flight (the registrar runs without the lock).
+    in_flight: usize,
     clock: u64,
     /// Deregistrations put off to the next acquire (`DeferredDereg`).
     owed: Vec<u64>,
@@ -102,7 +123,15 @@ impl ToySt {
 impl Toy {
     /// A toy breaking each of `brk`, widening registrations to `chunk_pages`.
     pub(super) fn new(brk: Vec<ToyBreak>, chunk_pages: u64, limits: Limits) -> Toy {
-        Toy { brk, chunk_pages, limits, st: Mutex::new(ToySt::default()), reg: EmitRegistrar::new() }
+        Toy {
+            brk,
+            chunk_pages,
+            limits,
+            st: Mutex::new(ToySt::default()),
+            reg: EmitRegistrar::new(),
+            big: Mutex::new(()),
+            queued: Mutex::new(Vec::new()),
+        }
     }
 
     fn is(&self, b: ToyBreak) -> bool {
@@ -121,6 +150,24 @@ impl Toy {
         Ok(s)
     }
 
+    /// The monitor hook: a release event.
+    fn hook(&self, addr: u64, len: u64) {
+        let _big = self.is(ToyBreak::LockAcrossRegister).then(|| self.big.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.is(ToyBreak::UnboundedQueue) {
+            self.queued.lock().unwrap_or_else(|e| e.into_inner()).push((addr, len));
+            return;
+        }
+        self.invalidate(addr, len);
+    }
+
+    /// `UnboundedQueue`: applies the queued events (at each cache operation).
+    fn apply_queued(&self) {
+        let q = std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()));
+        for (a, l) in q {
+            self.invalidate(a, l);
+        }
+    }
+
     fn invalidate(&self, addr: u64, len: u64) {
         if self.is(ToyBreak::NoInvalidation) {
             return;
@@ -128,8 +175,11 @@ impl Toy {
         let Ok(r) = Range::new(addr, len) else { return };
         let span = r.pages(PAGE);
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        let n = st.events.len() as u64 + 1;
-        st.events.push((span, n));
+        if st.in_flight == 0 {
+            st.events_base += st.events.len();
+            st.events.clear();
+        }
+        st.events.push(span);
         let mut gone = Vec::new();
         for e in st.entries.iter_mut().filter(|e| e.findable) {
             let hit = if self.is(ToyBreak::HitPartiallyFreed) {
@@ -182,6 +232,8 @@ impl Toy {
 impl Backend for Toy {
     fn acquire(&self, lease: LeaseId, addr: u64, len: u64, access: Access) -> OpResult {
         let span = self.span(addr, len)?;
+        self.apply_queued();
+        let _big = self.is(ToyBreak::LockAcrossRegister).then(|| self.big.lock().unwrap_or_else(|e| e.into_inner()));
         let owed = std::mem::take(&mut self.st.lock().unwrap_or_else(|e| e.into_inner()).owed);
         for id in owed {
             let _ = self.reg.deregister(id);
@@ -198,7 +250,8 @@ impl Backend for Toy {
                 st.leases.insert(lease, id);
                 return Ok(json!({"reg": id, "hit": true}));
             }
-            let seen = st.events.len();
+            let seen = st.events_base + st.events.len();
+            st.in_flight += 1;
             drop(st);
             let reg_span = span.align(self.chunk_pages);
             let range = reg_span.bytes(PAGE);
@@ -206,8 +259,10 @@ impl Backend for Toy {
                 let waste = self.reg.register(range, access).map_err(|e| (e.to_string(), e.errno))?;
                 let _ = self.reg.deregister(waste);
             }
-            let id = self.reg.register(range, access).map_err(|e| (e.to_string(), e.errno))?;
+            let id = self.reg.register(range, access);
             let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            st.in_flight -= 1;
+            let id = id.map_err(|e| (e.to_string(), e.errno))?;
             // A8: another thread cached a covering entry meanwhile: use it.
             let now = st.clock + 1;
             if !self.is(ToyBreak::NoRecheck) {
@@ -222,7 +277,7 @@ impl Backend for Toy {
                     return Ok(json!({"reg": hit, "hit": true}));
                 }
             }
-            let stale = st.events[seen..].iter().any(|(s, _)| s.overlaps(&reg_span));
+            let stale = st.events[seen - st.events_base..].iter().any(|s| s.overlaps(&reg_span));
             if stale && !self.is(ToyBreak::NoRecheck) {
                 drop(st);
                 let _ = self.reg.deregister(id);
@@ -241,6 +296,7 @@ impl Backend for Toy {
         }
     }
     fn release(&self, lease: LeaseId) -> OpResult {
+        self.apply_queued();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = st.orphans.iter().position(|l| *l == lease) {
             st.orphans.remove(i);
@@ -272,6 +328,7 @@ impl Backend for Toy {
         Ok(json!({}))
     }
     fn flush(&self) -> OpResult {
+        self.apply_queued();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         let mut gone = Vec::new();
         for e in st.entries.iter_mut().filter(|e| e.findable) {
@@ -288,6 +345,7 @@ impl Backend for Toy {
         Ok(json!({}))
     }
     fn trim(&self) -> OpResult {
+        self.apply_queued();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         let gone: Vec<u64> = st.entries.iter().filter(|e| e.findable && e.leases == 0).map(|e| e.id).collect();
         st.entries.retain(|e| !gone.contains(&e.id));
@@ -299,21 +357,26 @@ impl Backend for Toy {
     }
     fn before_release(&self, addr: u64, len: u64) {
         if self.is(ToyBreak::HookBeforeRelease) {
-            self.invalidate(addr, len);
+            self.hook(addr, len);
         }
     }
     fn after_release(&self, addr: u64, len: u64) {
         if !self.is(ToyBreak::HookBeforeRelease) {
-            self.invalidate(addr, len);
+            self.hook(addr, len);
         }
     }
     fn forked(&self) {
         if self.is(ToyBreak::ForkKeeps) {
             return;
         }
-        // S2.6: forget everything without registrar calls; held leases are orphans.
+        // S2.6: forget everything without registrar calls; held leases are
+        // orphans; a registration in flight belongs to a thread that does
+        // not exist here.
+        let _big = self.is(ToyBreak::LockAcrossRegister).then(|| self.big.lock().unwrap_or_else(|e| e.into_inner()));
+        self.queued.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.entries.clear();
+        st.in_flight = 0;
         let held: Vec<LeaseId> = st.leases.drain().map(|(l, _)| l).collect();
         st.orphans.extend(held);
     }
