@@ -61,6 +61,8 @@ fn broken() -> Vec<(String, String)> {
         "no-recheck",
         "hook-before-release",
         "inclusive-end",
+        "lock-across-register",
+        "unbounded-queue",
     ] {
         v.push((format!("toy-{b}"), format!("{} adapter --toy --break {b} --no-l1-bound", bin())));
     }
@@ -102,7 +104,11 @@ fn the_correct_toy_passes_every_case() {
 fn each_broken_adapter_fails_exactly_its_checked_in_cases() {
     let mut diffs = Vec::new();
     for (label, cmd) in broken() {
-        let r = run(cmd);
+        // The toy that holds its lock across the registrar deadlocks on
+        // itself: its hangs are found after a shorter timeout (its other
+        // commands answer in milliseconds).
+        let deadlocks = label == "toy-lock-across-register";
+        let r = if deadlocks { conform::run(&ConformArgs { timeout: 3.0, ..args(cmd) }).expect("the suite runs") } else { run(cmd) };
         let got = failing(&r);
         let want = expected(&label);
         if got != want {
@@ -113,10 +119,12 @@ fn each_broken_adapter_fails_exactly_its_checked_in_cases() {
                 conform::table(&r)
             ));
         }
-        // A broken adapter fails on a property or C-rule, not on the protocol.
+        // A broken adapter fails on a property or C-rule (L2: pending
+        // invalidations unbounded; a hang: a deadlock, P6), not on the
+        // protocol.
         for x in r.results.iter().filter(|x| x.verdict == Verdict::Fail) {
             assert!(
-                x.rule.starts_with('P') || x.rule.starts_with('C'),
+                x.rule.starts_with('P') || x.rule.starts_with('C') || x.rule == "L2" || (deadlocks && x.rule == "hang"),
                 "{label}: {} fails on `{}`: {}",
                 x.case,
                 x.rule,
@@ -290,12 +298,23 @@ fn the_fresh_readers_python_adapter_written_from_the_protocol_document_passes() 
         eprintln!("skipping: no python3");
         return;
     }
+    // The cases of protocol parts written after the toy: it declares none of
+    // their capabilities (`during_register`, `fork_paused`) and answers
+    // their commands (`unmap_map_cycles`) `unsupported`, as the protocol
+    // asks of a command an adapter does not implement.
+    let newer = [
+        "alloc-jemalloc", "alloc-mimalloc", "during-register-scratch", "during-register-unmap-other",
+        "during-register-unmap-own", "fork-lock-held", "invalidation-queue-bound",
+    ];
     let script = root().join("conformance/adapters/fresh_reader_toy.py");
     let r = run(format!("python3 {}", script.display()));
+    for x in r.results.iter().filter(|x| newer.contains(&x.case.as_str())) {
+        assert_eq!(x.verdict, Verdict::Unsupported, "{}: {}", x.case, x.detail);
+    }
     let bad: Vec<String> = r
         .results
         .iter()
-        .filter(|x| x.verdict != Verdict::Pass)
+        .filter(|x| x.verdict != Verdict::Pass && !newer.contains(&x.case.as_str()))
         .map(|x| format!("{} {} {}: {}", x.case, x.verdict, x.rule, x.detail))
         .collect();
     assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), conform::table(&r));
@@ -311,6 +330,7 @@ fn the_fresh_readers_python_adapter_written_from_the_protocol_document_passes() 
             "race-concurrent-miss", "race-hook-before-release", "race-register-vs-unmap",
         ]
         .into_iter()
+        .chain(newer)
         .collect(),
         "{}",
         conform::table(&r)

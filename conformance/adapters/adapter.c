@@ -37,6 +37,9 @@ static __thread int cur_thread;
 static __thread int cur_pause;
 
 static pthread_mutex_t pause_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Commands paused now: `fork` does not wait for them (their threads do not
+ * exist in the child). */
+static int paused_now;
 static pthread_cond_t pause_cv = PTHREAD_COND_INITIALIZER;
 static int continued[MAX_THREADS];
 
@@ -145,15 +148,22 @@ static void pause_here(void)
 		return;
 	cur_pause = 0;
 	snprintf(line, sizeof(line), "{\"ev\":\"paused\",\"thread\":%d}", cur_thread);
+	/* Counted once the line is out (out_lock released): a fork waits
+	 * for the count, and a child must not inherit out_lock held. */
 	emit(line);
 	pthread_mutex_lock(&pause_lock);
+	paused_now++;
 	while (!continued[cur_thread])
 		pthread_cond_wait(&pause_cv, &pause_lock);
 	continued[cur_thread] = 0;
+	paused_now--;
 	pthread_mutex_unlock(&pause_lock);
 }
 
 static __thread int in_acquire;
+static void run_during(const char *list);
+static __thread const char *during_src;
+static __thread char during_err[320];
 
 /* ------------------------------------------------------------------ */
 /* The registrar (io_uring pins, or counting) and the data commands. */
@@ -360,6 +370,11 @@ uint64_t adapter_reg(uint64_t addr, uint64_t len, unsigned access)
 	snprintf(line, sizeof(line), "{\"ev\":\"reg\",\"id\":%lu,\"addr\":\"0x%lx\",\"len\":%lu,\"access\":\"%s\"}",
 		 (unsigned long)id, (unsigned long)addr, (unsigned long)len, access_name(access, acc, sizeof(acc)));
 	emit(line);
+	if (in_acquire && during_src) {
+		const char *d = during_src;
+		during_src = NULL; /* once per acquire: a retry performs nothing */
+		run_during(d);
+	}
 	if (in_acquire)
 		pause_here();
 	return id;
@@ -435,41 +450,75 @@ static int map_fresh(uint64_t a, uint64_t len, int flags, char *err, size_t n)
 	return 0;
 }
 
-static void do_mem(uint64_t seq, const char *cmd, const char *line)
+/* Performs one memory command; returns 0, an errno (with `err`), or -2 for
+ * an unknown command. `malloc` and `brk_grow` put the address in `out`. */
+static int mem_exec(const char *cmd, const char *line, char *err, size_t errn, uint64_t *out)
 {
-	uint64_t addr = json_u64(line, "addr", 0), len = json_u64(line, "len", 0);
-	char err[300] = "", extra[96];
+	uint64_t addr = json_u64(line, "addr", 0), len = json_u64(line, "len", 0), count = json_u64(line, "count", 1), i;
 	int r = 0, e = 0;
 
 	if (!strcmp(cmd, "malloc")) {
 		void *p = malloc(len);
 		if (!p) {
-			reply_err(seq, errno, "malloc failed");
-			return;
+			snprintf(err, errn, "malloc failed");
+			return errno ? errno : ENOMEM;
 		}
 		touch((uint64_t)p, len);
-		snprintf(extra, sizeof(extra), "\"addr\":\"0x%lx\"", (unsigned long)p);
-		reply_ok(seq, extra);
-		return;
+		*out = (uint64_t)p;
+		return 0;
 	}
 	if (!strcmp(cmd, "brk_grow")) {
 		uint64_t cur = (uint64_t)sbrk(0), top = (cur + PAGE - 1) & ~(PAGE - 1);
 		if (sbrk(top - cur + len) == (void *)-1) {
-			reply_err(seq, errno, "sbrk failed");
-			return;
+			snprintf(err, errn, "sbrk failed");
+			return errno;
 		}
 		touch(top, len);
-		snprintf(extra, sizeof(extra), "\"addr\":\"0x%lx\"", (unsigned long)top);
-		reply_ok(seq, extra);
-		return;
+		*out = top;
+		return 0;
 	}
-	if (!strcmp(cmd, "mmap")) {
-		e = map_fresh(addr, len, MAP_FIXED_NOREPLACE, err, sizeof(err));
-		if (e)
-			reply_err(seq, e, err);
-		else
-			reply_ok(seq, NULL);
-		return;
+	if (!strcmp(cmd, "mmap"))
+		return map_fresh(addr, len, MAP_FIXED_NOREPLACE, err, errn);
+	if (!strcmp(cmd, "scratch")) {
+		/* The allocator's own traffic: its frees may unmap or madvise,
+		 * and the peer's hooks see them. */
+		void **blocks = calloc(count, sizeof(void *));
+		uint64_t got = 0;
+		if (!blocks) {
+			snprintf(err, errn, "calloc failed");
+			return ENOMEM;
+		}
+		for (i = 0; i < count; i++) {
+			if (!(blocks[i] = malloc(len)))
+				break;
+			touch((uint64_t)blocks[i], len);
+			got++;
+		}
+		in_mem_op = 1;
+		for (i = 0; i < got; i++)
+			free(blocks[i]);
+		in_mem_op = 0;
+		free(blocks);
+		if (got < count) {
+			snprintf(err, errn, "scratch: malloc failed");
+			return ENOMEM;
+		}
+		return 0;
+	}
+	if (!strcmp(cmd, "unmap_map_cycles")) {
+		for (i = 0; i < count; i++) {
+			in_mem_op = 1;
+			r = munmap((void *)addr, len);
+			in_mem_op = 0;
+			if (r) {
+				e = errno;
+				snprintf(err, errn, "munmap (cycle %lu): %s", (unsigned long)i, strerror(e));
+				return e;
+			}
+			if ((e = map_fresh(addr, len, MAP_FIXED_NOREPLACE, err, errn)))
+				return e;
+		}
+		return 0;
 	}
 	/* A release: the peer's hooks run inside the call. */
 	in_mem_op = 1;
@@ -478,7 +527,7 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 	if (!strcmp(cmd, "munmap")) {
 		r = munmap((void *)addr, len);
 	} else if (!strcmp(cmd, "mmap_fixed")) {
-		e = map_fresh(addr, len, MAP_FIXED, err, sizeof(err));
+		e = map_fresh(addr, len, MAP_FIXED, err, errn);
 	} else if (!strcmp(cmd, "madvise_dontneed")) {
 		r = madvise((void *)addr, len, MADV_DONTNEED);
 	} else if (!strcmp(cmd, "madvise_free")) {
@@ -493,7 +542,7 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 			/* A hook that drops mremap's fifth argument moves the
 			 * pages somewhere else (UCX 1.13's UCM). */
 			e = EFAULT;
-			snprintf(err, sizeof(err), "mremap(MREMAP_FIXED) put the pages at %p, not at the target %p", q, t);
+			snprintf(err, errn, "mremap(MREMAP_FIXED) put the pages at %p, not at the target %p", q, t);
 		}
 	} else if (!strcmp(cmd, "mremap_shrink")) {
 		r = mremap((void *)addr, len, json_u64(line, "new_len", 0), 0) == MAP_FAILED ? -1: 0;
@@ -503,26 +552,75 @@ static void do_mem(uint64_t seq, const char *cmd, const char *line)
 		r = sbrk(-(intptr_t)len) == (void *)-1 ? -1: 0;
 	} else {
 		in_mem_op = 0;
-		snprintf(err, sizeof(err), "unknown command %s", cmd);
-		reply_err(seq, -2, err);
-		return;
+		snprintf(err, errn, "unknown command %s", cmd);
+		return -2;
 	}
 	if (r) {
 		e = errno;
-		snprintf(err, sizeof(err), "%s: %s", cmd, strerror(e));
+		snprintf(err, errn, "%s: %s", cmd, strerror(e));
 	}
 	in_mem_op = 0;
-	if (e)
-		reply_err(seq, e, err);
-	else
-		reply_ok(seq, NULL);
+	return e;
 }
 
-static void execute(const char *line)
+static void do_mem(uint64_t seq, const char *cmd, const char *line)
+{
+	char err[300] = "", extra[96];
+	uint64_t out = 0;
+	int e = mem_exec(cmd, line, err, sizeof(err), &out);
+
+	if (e) {
+		reply_err(seq, e, err);
+	} else if (!strcmp(cmd, "malloc") || !strcmp(cmd, "brk_grow")) {
+		snprintf(extra, sizeof(extra), "\"addr\":\"0x%lx\"", (unsigned long)out);
+		reply_ok(seq, extra);
+	} else {
+		reply_ok(seq, NULL);
+	}
+}
+
+/* An acquire's `during_register`: the registrar performs each memory
+ * operation of the list (flat JSON objects) once the pages are pinned, on
+ * the acquiring thread. */
+
+static void run_during(const char *list)
+{
+	const char *p = list;
+	char obj[512], mem[32], err[300];
+	uint64_t out;
+	size_t n;
+	int e;
+
+	while ((p = strchr(p, '{'))) {
+		const char *q = strchr(p, '}');
+		if (!q)
+			break;
+		n = (size_t)(q - p + 1) < sizeof(obj) ? (size_t)(q - p + 1) : sizeof(obj) - 1;
+		memcpy(obj, p, n);
+		obj[n] = 0;
+		p = q + 1;
+		if (json_get(obj, "mem", mem, sizeof(mem)))
+			continue;
+		err[0] = 0;
+		if ((e = mem_exec(mem, obj, err, sizeof(err), &out))) {
+			snprintf(during_err, sizeof(during_err), "during_register: %s", err);
+			return;
+		}
+	}
+}
+
+static void execute(const char *full)
 {
 	char cmd[32] = "", acc[128] = "local_read", err[300] = "", extra[64];
-	uint64_t seq = json_u64(line, "seq", 0), reg = 0;
+	char *line = strdup(full), *d = strstr(line, "\"during_register\""), *e;
+	uint64_t seq, reg = 0;
 	int r;
+
+	/* The top-level fields: the `during_register` list (whose objects
+	 * have fields of the same names) blanked out. */
+	if (d && (e = strchr(d, ']')))
+		memset(d, ' ', (size_t)(e - d + 1));
+	seq = json_u64(line, "seq", 0);
 
 	json_get(line, "cmd", cmd, sizeof(cmd));
 	cur_pause = 0;
@@ -530,11 +628,23 @@ static void execute(const char *line)
 		cur_pause = 1;
 	if (!strcmp(cmd, "acquire")) {
 		json_get(line, "access", acc, sizeof(acc));
+		during_src = strstr(full, "\"during_register\"");
+		during_err[0] = 0;
 		in_acquire = 1;
 		r = peer->acquire(json_u64(line, "lease", 0), json_u64(line, "addr", 0), json_u64(line, "len", 0), parse_access(acc), &reg,
 				  err, sizeof(err));
 		in_acquire = 0;
-		if (r) {
+		during_src = NULL;
+		if (during_err[0]) {
+			char l[700];
+			size_t i;
+			for (i = 0; during_err[i]; i++)
+				if (during_err[i] == '"' || during_err[i] == '\\')
+					during_err[i] = ' ';
+			snprintf(l, sizeof(l), "{\"seq\":%lu,\"ok\":false,\"errno\":0,\"error\":\"%s\",\"during_register_failed\":true}",
+				 (unsigned long)seq, during_err);
+			emit(l);
+		} else if (r) {
 			if (reg_error[0])
 				snprintf(err + strlen(err), sizeof(err) - strlen(err), " (%s)", reg_error);
 			reply_err(seq, r, err);
@@ -553,6 +663,7 @@ static void execute(const char *line)
 	} else if (!strcmp(cmd, "flush")) {
 		if (!peer->flush) {
 			reply_err(seq, -2, "flush is not supported");
+			free(line);
 			return;
 		}
 		r = peer->flush(err, sizeof(err));
@@ -568,6 +679,7 @@ static void execute(const char *line)
 		do_mem(seq, cmd, line);
 	}
 	cur_pause = 0;
+	free(line);
 }
 
 /* Workers: one per case thread, each runs one command at a time. */
@@ -627,15 +739,19 @@ static void dispatch(int t, const char *line)
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* Until every command has replied or is paused. */
 static void wait_idle(void)
 {
-	int i, n;
+	int i, n, p;
 
 	for (i = 0; i < 100000; i++) {
+		pthread_mutex_lock(&pause_lock);
+		p = paused_now;
+		pthread_mutex_unlock(&pause_lock);
 		pthread_mutex_lock(&inflight_lock);
 		n = inflight;
 		pthread_mutex_unlock(&inflight_lock);
-		if (!n)
+		if (n <= p)
 			return;
 		usleep(100);
 	}
@@ -717,6 +833,19 @@ int adapter_main(const struct peer *p)
 			/* No count of what the peer's registrar holds: deferred
 			 * deregistration is reported, not judged (no `query` cap). */
 			reply_err(seq, -2, "query is not implemented by this adapter");
+		} else if (!strcmp(cmd, "rss")) {
+			/* The resident set, for the L2 bound (rss_mark/rss_check). */
+			FILE *f = fopen("/proc/self/statm", "r");
+			unsigned long size = 0, res = 0;
+			char extra[64];
+			if (f && fscanf(f, "%lu %lu", &size, &res) == 2) {
+				snprintf(extra, sizeof(extra), "\"rss\":%lu", res * (unsigned long)sysconf(_SC_PAGESIZE));
+				reply_ok(seq, extra);
+			} else {
+				reply_err(seq, errno, "cannot read /proc/self/statm");
+			}
+			if (f)
+				fclose(f);
 		} else if (!strcmp(cmd, "end")) {
 			wait_idle();
 			reply_ok(seq, NULL);
@@ -733,8 +862,12 @@ int adapter_main(const struct peer *p)
 				reply_err(seq, errno, "fork failed");
 			} else if (pid == 0) {
 				char extra[48];
+				/* Only this thread exists here: a command
+				 * paused in the parent never ends in the child. */
 				memset(workers, 0, sizeof(workers));
 				inflight = 0;
+				paused_now = 0;
+				memset(continued, 0, sizeof(continued));
 				if (p->forked)
 					p->forked();
 				snprintf(extra, sizeof(extra), "\"pid\":%d", (int)getpid());

@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 		.name = "ompi-grdma",
 		.version = "4.1.4",
 		.policy = "independent",
-		.caps = "[\"fork\",\"pause\",\"pause_mem\"]",
+		.caps = "[\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]",
 		.access_classes = NULL,
 		.pause_in_hook = 1,
 		.init = init,

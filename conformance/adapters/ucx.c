@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 		.name = "ucx-rcache",
 		.version = "1.13.1",
 		.policy = "merge",
-		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\"]",
+		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]",
 		.access_classes = "[\"remote_read\",\"local_write+remote_read+remote_write+remote_atomic\"]",
 		.pause_in_hook = 1,
 		.init = init,

@@ -183,7 +183,7 @@ fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
 /// for, [`MIN_ARENA`](super::MIN_ARENA) by default: all an adapter must
 /// offer); a `continue` of a thread with nothing paused, or a pause on a
 /// thread already paused.
-fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result<()> {
+fn check_records(records: &[(usize, Record)], path: &Path, arena: u64, needs: &[String]) -> Result<()> {
     use std::collections::{HashMap, HashSet};
     let mut held: HashSet<u64> = HashSet::new();
     let mut released: HashSet<u64> = HashSet::new();
@@ -198,9 +198,6 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
             Record::Rss { max_growth } => {
                 if max_growth.is_some() && !marked {
                     bail!("{at}: `rss_check` without an earlier `rss_mark`");
-                }
-                if !paused.is_empty() {
-                    bail!("{at}: `rss_mark`/`rss_check` while a thread is paused (they are sent when nothing runs)");
                 }
                 marked |= max_growth.is_none();
                 continue;
@@ -247,6 +244,9 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64) -> Result
                     }
                 }
                 if *op == Op::Fork {
+                    if !paused.is_empty() && !needs.iter().any(|n| n == "fork_paused") {
+                        bail!("{at}: a fork while a thread is paused needs the capability: list \"fork_paused\" in the header's `needs`");
+                    }
                     // The paused threads do not exist in the fork child.
                     paused.clear();
                 }
@@ -524,7 +524,7 @@ impl Case {
                 bail!("{at}: a record needs `op`, `mem`, `data` or `ctl`");
             }
         }
-        check_records(&records, path, arena)?;
+        check_records(&records, path, arena, &needs)?;
         Ok(Case { name, purpose, spec, needs, max_regions, max_pinned_bytes, arena, preload, path: path.to_path_buf(), records })
     }
 

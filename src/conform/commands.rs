@@ -261,6 +261,15 @@ impl CaseRun<'_> {
     pub(super) fn send_and_track(&mut self, cmd: &Value, line: usize, thread: u64, kind: PendingKind, pause: bool) -> Result<(), Stop> {
         let seq = cmd["seq"].as_u64().unwrap_or(0);
         if let Some(p) = self.pending.values().find(|p| p.thread == thread && !matches!(p.kind, PendingKind::Continue)) {
+            if p.blocked && !matches!(kind, PendingKind::Continue) {
+                // Blocking is allowed (a lock held across the registrar),
+                // but this case cannot go on: its next command needs the
+                // blocked thread before the continue that frees it.
+                return Err(Stop::Unsupported(
+                    line,
+                    format!("thread {thread} is blocked at case line {} until a later continue; this case cannot go on under a cache that blocks there", p.line),
+                ));
+            }
             if !matches!(kind, PendingKind::Continue) {
                 return Err(stop("protocol", line, format!("case error: thread {thread} is still busy with case line {}", p.line)));
             }
@@ -296,7 +305,10 @@ impl CaseRun<'_> {
             // its child, which answers it.
             let fork = matches!(p.kind, PendingKind::Model { model_op: Op::Fork });
             let blockable = !fork && self.pending.iter().any(|(s, q)| *s != seq && q.paused);
-            let limit = if blockable { Duration::from_millis(self.args.block_ms) } else { full };
+            // A long memory command (many cycles or blocks) gets the full
+            // timeout before it counts as blocked.
+            let long = matches!(p.kind, PendingKind::Mem { kind: MemKind::Scratch | MemKind::UnmapMapCycles, .. });
+            let limit = if blockable && !long { Duration::from_millis(self.args.block_ms) } else { full };
             let left = limit.saturating_sub(start.elapsed());
             match self.ad.rx.recv_timeout(left) {
                 Ok(Line::Text(t)) => {

@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 		.name = "libfabric-mr-cache",
 		.version = "1.17.0",
 		.policy = "no-merge-uncache-contained",
-		.caps = "[\"flush\",\"limits\",\"fork\",\"pause\"]",
+		.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"during_register\",\"fork_paused\"]",
 		.access_classes = "[\"local_write+remote_read+remote_write+remote_atomic\"]",
 		.pause_in_hook = 0,
 		.init = init,
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--uffd")) {
 		uffd = 1;
 		p.name = "libfabric-mr-cache (userfaultfd)";
-		p.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"pause_mem\"]";
+		p.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]";
 	}
 	return adapter_main(&p);
 }

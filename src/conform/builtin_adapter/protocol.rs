@@ -64,8 +64,8 @@ pub(super) fn pause_point() {
         return;
     }
     CURRENT.with(|c| c.set((thread, false)));
-    PAUSED.fetch_add(1, Ordering::SeqCst);
     emit(&json!({"ev": "paused", "thread": thread}));
+    PAUSED.fetch_add(1, Ordering::SeqCst);
     let mut cont = PAUSE.lock().unwrap_or_else(|e| e.into_inner());
     while !cont.contains(&thread) {
         cont = PAUSE_CV.wait(cont).unwrap_or_else(|e| e.into_inner());

@@ -69,6 +69,10 @@ pub enum ToyBreak {
     UnboundedQueue,
 }
 
+/// The most release events the toy keeps for its re-check before it
+/// collapses them into their hull (spec.md L2's `max_unreleased`).
+const EVENTS_BOUND: usize = 1024;
+
 /// The toy cache: a list of entries under one mutex.
 pub(super) struct Toy {
     brk: Vec<ToyBreak>,
@@ -97,12 +101,14 @@ struct ToySt {
     leases: HashMap<LeaseId, u64>,
     /// Leases held at a fork: their release is a no-op in the child (S2.6).
     orphans: Vec<LeaseId>,
-    /// Release events applied while a registration was in flight (the
-    /// re-check of A7 compares against them); emptied whenever none is, so
-    /// it stays bounded (L2).
-    events: Vec<PageSpan>,
-    /// Events dropped from the front of `events`.
-    events_base: usize,
+    /// Release events applied while a registration was in flight, each
+    /// with its number (the re-check of A7 compares against them): emptied
+    /// whenever none is in flight, and bounded (L2) by collapsing into their
+    /// hull, numbered as the newest (conservative: a registration in flight
+    /// then retries).
+    events: Vec<(u64, PageSpan)>,
+    /// Release events applied so far.
+    total: u64,
     /// Registrations in flight (the registrar runs without the lock).
     in_flight: usize,
     clock: u64,
@@ -175,11 +181,16 @@ impl Toy {
         let Ok(r) = Range::new(addr, len) else { return };
         let span = r.pages(PAGE);
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        st.total += 1;
+        let n = st.total;
         if st.in_flight == 0 {
-            st.events_base += st.events.len();
             st.events.clear();
+        } else if st.events.len() >= EVENTS_BOUND {
+            let hull = st.events.iter().fold(span, |h, (_, s)| PageSpan { first: h.first.min(s.first), end: h.end.max(s.end) });
+            st.events.clear();
+            st.events.push((n, hull));
         }
-        st.events.push(span);
+        st.events.push((n, span));
         let mut gone = Vec::new();
         for e in st.entries.iter_mut().filter(|e| e.findable) {
             let hit = if self.is(ToyBreak::HitPartiallyFreed) {
@@ -250,7 +261,7 @@ impl Backend for Toy {
                 st.leases.insert(lease, id);
                 return Ok(json!({"reg": id, "hit": true}));
             }
-            let seen = st.events_base + st.events.len();
+            let seen = st.total;
             st.in_flight += 1;
             drop(st);
             let reg_span = span.align(self.chunk_pages);
@@ -277,7 +288,7 @@ impl Backend for Toy {
                     return Ok(json!({"reg": hit, "hit": true}));
                 }
             }
-            let stale = st.events[seen - st.events_base..].iter().any(|s| s.overlaps(&reg_span));
+            let stale = st.events.iter().any(|(n, s)| *n > seen && s.overlaps(&reg_span));
             if stale && !self.is(ToyBreak::NoRecheck) {
                 drop(st);
                 let _ = self.reg.deregister(id);
