@@ -265,10 +265,15 @@ impl CaseRun<'_> {
                 // Blocking is allowed (a lock held across the registrar),
                 // but this case cannot go on: its next command needs the
                 // blocked thread before the continue that frees it.
-                return Err(Stop::Unsupported(
-                    line,
-                    format!("thread {thread} is blocked at case line {} until a later continue; this case cannot go on under a cache that blocks there", p.line),
-                ));
+                let why = if matches!(p.kind, PendingKind::Model { model_op: Op::Fork }) {
+                    format!(
+                        "the fork of case line {} waits for the paused operation to end (a fork handler of the cache takes a lock that operation holds, so no child inherits it held); this case cannot go on",
+                        p.line
+                    )
+                } else {
+                    format!("thread {thread} is blocked at case line {} until a later continue; this case cannot go on under a cache that blocks there", p.line)
+                };
+                return Err(Stop::Unsupported(line, why));
             }
             if !matches!(kind, PendingKind::Continue) {
                 return Err(stop("protocol", line, format!("case error: thread {thread} is still busy with case line {}", p.line)));
@@ -301,10 +306,7 @@ impl CaseRun<'_> {
             if pause && p.paused {
                 return Ok(());
             }
-            // A fork is never blocked: the paused threads do not exist in
-            // its child, which answers it.
-            let fork = matches!(p.kind, PendingKind::Model { model_op: Op::Fork });
-            let blockable = !fork && self.pending.iter().any(|(s, q)| *s != seq && q.paused);
+            let blockable = self.pending.iter().any(|(s, q)| *s != seq && q.paused);
             // A long memory command (many cycles or blocks) gets the full
             // timeout before it counts as blocked.
             let long = matches!(p.kind, PendingKind::Mem { kind: MemKind::Scratch | MemKind::UnmapMapCycles, .. });

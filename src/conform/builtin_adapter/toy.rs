@@ -383,7 +383,6 @@ impl Backend for Toy {
         // S2.6: forget everything without registrar calls; held leases are
         // orphans; a registration in flight belongs to a thread that does
         // not exist here.
-        let _big = self.is(ToyBreak::LockAcrossRegister).then(|| self.big.lock().unwrap_or_else(|e| e.into_inner()));
         self.queued.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.entries.clear();
