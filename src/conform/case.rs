@@ -75,12 +75,24 @@ pub struct DuringOp {
     pub count: u64,
 }
 
-/// The allocators a case may run its adapter under (header `preload`):
-/// (name, shared object, environment that makes it give memory back at
-/// once, so its frees reach the monitor while the case runs).
-pub const PRELOADS: [(&str, &str, &[(&str, &str)]); 2] = [
-    ("jemalloc", "libjemalloc.so.2", &[("MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")]),
-    ("mimalloc", "libmimalloc.so.2", &[("MIMALLOC_PAGE_RESET", "1"), ("MIMALLOC_RESET_DELAY", "0"), ("MIMALLOC_DECOMMIT_DELAY", "0")]),
+/// An allocator a case may run its adapter under (header `preload`).
+pub struct Preload {
+    pub name: &'static str,
+    /// The shared object `LD_PRELOAD` names.
+    pub lib: &'static str,
+    /// The settings that make it give memory back at once, so that its
+    /// frees reach the monitor while the case runs.
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// The allocators of header `preload`.
+pub const PRELOADS: [Preload; 2] = [
+    Preload { name: "jemalloc", lib: "libjemalloc.so.2", env: &[("MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")] },
+    Preload {
+        name: "mimalloc",
+        lib: "libmimalloc.so.2",
+        env: &[("MIMALLOC_PAGE_RESET", "1"), ("MIMALLOC_RESET_DELAY", "0"), ("MIMALLOC_DECOMMIT_DELAY", "0")],
+    },
 ];
 
 /// One record of a case.
@@ -413,10 +425,10 @@ impl Case {
         let arena = header_arena(&h, &at)?;
         let preload = field_str(&h, "preload", &at)?;
         if let Some(p) = &preload {
-            if !PRELOADS.iter().any(|(n, _, _)| n == p) {
+            if !PRELOADS.iter().any(|x| x.name == p) {
                 bail!(
                     "{at}: field `preload`: unknown allocator `{p}` (expected {})",
-                    PRELOADS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(", ")
+                    PRELOADS.iter().map(|x| x.name).collect::<Vec<_>>().join(", ")
                 );
             }
         }

@@ -48,7 +48,7 @@ mod replies;
 mod report;
 mod session;
 
-pub use case::{Case, DuringOp, MemKind, Record, PRELOADS};
+pub use case::{Case, DuringOp, MemKind, Preload, Record, PRELOADS};
 pub use data::{DataKind, DataRecord};
 pub use report::{table, CaseResult, Failure, RunReport, Verdict};
 

@@ -38,14 +38,14 @@ const LIB_DIRS: [&str; 5] = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linu
 /// (`LD_PRELOAD` and the allocator's own settings), or why it cannot.
 fn preload_env(case: &Case) -> Result<Vec<(String, String)>, String> {
     let Some(name) = &case.preload else { return Ok(Vec::new()) };
-    let (_, lib, settings) = super::PRELOADS.iter().find(|(n, _, _)| n == name).ok_or_else(|| format!("unknown allocator {name}"))?;
+    let pre = super::PRELOADS.iter().find(|x| x.name == name).ok_or_else(|| format!("unknown allocator {name}"))?;
     let path = LIB_DIRS
         .iter()
-        .map(|d| std::path::Path::new(d).join(lib))
+        .map(|d| std::path::Path::new(d).join(pre.lib))
         .find(|p| p.exists())
-        .ok_or_else(|| format!("{name} is not installed here ({lib} is in none of {}; Debian: apt-get install lib{name}*)", LIB_DIRS.join(", ")))?;
+        .ok_or_else(|| format!("{name} is not installed here ({} is in none of {}; Debian: apt-get install lib{name}*)", pre.lib, LIB_DIRS.join(", ")))?;
     let mut env = vec![("LD_PRELOAD".to_string(), path.display().to_string())];
-    env.extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.extend(pre.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     Ok(env)
 }
 
