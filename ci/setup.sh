@@ -6,8 +6,11 @@
 #     and the Open MPI grdma conformance adapter (conformance/adapters/ompi.c)
 #   libucx-dev: the UCX ucs_rcache conformance adapter (conformance/adapters/ucx.c) and bench/ucx/run.sh's UCX arm
 #   valgrind: ci/c-tests.sh runs the C examples and C tests of libmrcache under it
+#   libjemalloc2 libmimalloc2.0: the conformance cases that run their adapter under
+#     another allocator (header `preload`: alloc-jemalloc, alloc-mimalloc)
 set -euo pipefail
-pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev valgrind)
+pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev valgrind
+  libjemalloc2 libmimalloc2.0)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
