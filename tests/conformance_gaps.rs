@@ -150,7 +150,7 @@ fn a_query_answer_that_disagrees_with_the_events_is_a_protocol_failure() {
 
 /// 4e: a cache that registers every miss twice passes every case; the
 /// `extra` column counts the registrations it wasted (the correct toy's
-/// come only from the two races, where a second registration is allowed).
+/// come only from the cases where a second registration is allowed).
 #[test]
 fn wasted_registrations_are_counted_not_failed() {
     let r = suite(format!("{} adapter --toy --break redundant-register", bin()));
@@ -164,5 +164,9 @@ fn wasted_registrations_are_counted_not_failed() {
     let seed = r.results.iter().find(|x| x.case == "seed-redux").expect("seed-redux ran");
     assert_eq!(seed.extra, 0, "{seed:?}");
     let extra: Vec<&str> = r.results.iter().filter(|x| x.extra > 0).map(|x| x.case.as_str()).collect();
-    assert!(extra.iter().all(|c| c.starts_with("race-")), "{extra:?}\n{}", conform::table(&r));
+    // The races, the registrar that unmaps what it just pinned (a retry),
+    // and the registration a paused thread made before a fork (the child
+    // never uses it).
+    let allowed = |c: &str| c.starts_with("race-") || ["during-register-unmap-own", "fork-lock-held"].contains(&c);
+    assert!(extra.iter().all(|c| allowed(c)), "{extra:?}\n{}", conform::table(&r));
 }
