@@ -63,6 +63,7 @@ fn broken() -> Vec<(String, String)> {
         "inclusive-end",
         "lock-across-register",
         "unbounded-queue",
+        "destroy-leased",
     ] {
         v.push((format!("toy-{b}"), format!("{} adapter --toy --break {b} --no-l1-bound", bin())));
     }
@@ -299,12 +300,13 @@ fn the_fresh_readers_python_adapter_written_from_the_protocol_document_passes() 
         return;
     }
     // The cases of protocol parts written after the toy: it declares none of
-    // their capabilities (`during_register`, `fork_paused`) and answers
+    // their capabilities (`during_register`, `fork_paused`, `destroy`) and answers
     // their commands (`unmap_map_cycles`) `unsupported`, as the protocol
     // asks of a command an adapter does not implement.
     let newer = [
         "alloc-jemalloc", "alloc-mimalloc", "during-register-scratch", "during-register-unmap-other",
-        "during-register-unmap-own", "fork-lock-held", "invalidation-queue-bound",
+        "during-register-unmap-own", "fork-lock-held", "invalidation-queue-bound", "destroy-leased", "destroy-during-hook",
+        "monitor-restart-churn",
     ];
     let script = root().join("conformance/adapters/fresh_reader_toy.py");
     let r = run(format!("python3 {}", script.display()));

@@ -29,6 +29,10 @@
 #define MAX_THREADS 8
 
 static const struct peer *peer;
+/* The protocol's stream: the original stdout. File descriptor 1 itself goes
+ * to stderr, so that a peer library that logs to stdout (UCX's warnings)
+ * does not write into the protocol. */
+static FILE *proto;
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t next_reg_id;
 static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -46,9 +50,9 @@ static int continued[MAX_THREADS];
 static void emit(const char *s)
 {
 	pthread_mutex_lock(&out_lock);
-	fputs(s, stdout);
-	fputc('\n', stdout);
-	fflush(stdout);
+	fputs(s, proto);
+	fputc('\n', proto);
+	fflush(proto);
 	pthread_mutex_unlock(&out_lock);
 }
 
@@ -482,27 +486,31 @@ static int mem_exec(const char *cmd, const char *line, char *err, size_t errn, u
 	if (!strcmp(cmd, "scratch")) {
 		/* The allocator's own traffic: its frees may unmap or madvise,
 		 * and the peer's hooks see them. */
+		uint64_t rounds = json_u64(line, "rounds", 1), k;
 		void **blocks = calloc(count, sizeof(void *));
-		uint64_t got = 0;
 		if (!blocks) {
 			snprintf(err, errn, "calloc failed");
 			return ENOMEM;
 		}
-		for (i = 0; i < count; i++) {
-			if (!(blocks[i] = malloc(len)))
-				break;
-			touch((uint64_t)blocks[i], len);
-			got++;
+		for (k = 0; k < rounds; k++) {
+			uint64_t got = 0;
+			for (i = 0; i < count; i++) {
+				if (!(blocks[i] = malloc(len)))
+					break;
+				touch((uint64_t)blocks[i], len);
+				got++;
+			}
+			in_mem_op = 1;
+			for (i = 0; i < got; i++)
+				free(blocks[i]);
+			in_mem_op = 0;
+			if (got < count) {
+				free(blocks);
+				snprintf(err, errn, "scratch: malloc failed");
+				return ENOMEM;
+			}
 		}
-		in_mem_op = 1;
-		for (i = 0; i < got; i++)
-			free(blocks[i]);
-		in_mem_op = 0;
 		free(blocks);
-		if (got < count) {
-			snprintf(err, errn, "scratch: malloc failed");
-			return ENOMEM;
-		}
 		return 0;
 	}
 	if (!strcmp(cmd, "unmap_map_cycles")) {
@@ -671,6 +679,15 @@ static void execute(const char *full)
 			reply_err(seq, r, err);
 		else
 			reply_ok(seq, NULL);
+	} else if (!strcmp(cmd, "destroy") || !strcmp(cmd, "create")) {
+		int (*f)(char *, size_t) = !strcmp(cmd, "destroy") ? peer->destroy : peer->create;
+		if (!f) {
+			reply_err(seq, -2, "destroy and create are not supported by this adapter");
+		} else if ((r = f(err, sizeof(err)))) {
+			reply_err(seq, r, err);
+		} else {
+			reply_ok(seq, NULL);
+		}
 	} else if (!strcmp(cmd, "dma_in") || !strcmp(cmd, "dma_out") || !strcmp(cmd, "app_write") || !strcmp(cmd, "app_read")) {
 		do_data(seq, cmd, line);
 	} else if (!strcmp(cmd, "trim") || !strcmp(cmd, "stats")) {
@@ -769,7 +786,10 @@ int adapter_main(const struct peer *p)
 	/* Keep our own allocations off the brk heap (brk_grow/brk_shrink move
 	 * the break), as fabtests' mr_cache_evict does. */
 	mallopt(M_MMAP_THRESHOLD, 1);
-	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+	proto = fdopen(dup(1), "w");
+	if (!proto || dup2(2, 1) < 0)
+		return 2;
+	setvbuf(proto, NULL, _IOFBF, 1 << 16);
 	if (getline(&line, &cap, stdin) <= 0)
 		return 0;
 	seq = json_u64(line, "seq", 0);
@@ -849,14 +869,14 @@ int adapter_main(const struct peer *p)
 		} else if (!strcmp(cmd, "end")) {
 			wait_idle();
 			reply_ok(seq, NULL);
-			fflush(stdout);
+			fflush(proto);
 			_exit(0);
 		} else if (!strcmp(cmd, "fork")) {
 			pid_t pid;
 			wait_idle();
 			/* Not under out_lock: a peer's atfork handler may
 			 * deregister (UCX's PURGE_ON_FORK), which reports. */
-			fflush(stdout);
+			fflush(proto);
 			pid = fork();
 			if (pid < 0) {
 				reply_err(seq, errno, "fork failed");

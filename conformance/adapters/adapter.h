@@ -36,6 +36,12 @@ struct peer {
 	int (*release)(uint64_t lease, char *err, size_t errn);
 	int (*flush)(char *err, size_t errn); /* NULL: unsupported */
 	void (*forked)(void);                 /* in the child; may be NULL */
+	/* `destroy`: destroys the cache (the leases it held become orphans:
+	 * lease_orphan_all()); returns 0, or an errno (EBUSY: refused, nothing
+	 * changed) and `err`. `create`: creates it anew as init did. NULL:
+	 * unsupported. */
+	int (*destroy)(char *err, size_t errn);
+	int (*create)(char *err, size_t errn);
 };
 
 /* Pins the range (io_uring registrar; nothing with `--registrar

@@ -25,6 +25,21 @@ static int lease_put(uint64_t lease, void *h)
 	return r;
 }
 
+/* What lease_take returns for a lease the destroyed cache held: its
+ * release is a no-op. */
+#define LEASE_ORPHAN ((void *)1)
+
+/* The cache is destroyed: every lease held becomes an orphan. */
+static void lease_orphan_all(void)
+{
+	int i;
+	pthread_mutex_lock(&lease_lock);
+	for (i = 0; i < MAX_LEASES; i++)
+		if (lease_tab[i].used)
+			lease_tab[i].handle = LEASE_ORPHAN;
+	pthread_mutex_unlock(&lease_lock);
+}
+
 static void *lease_take(uint64_t lease)
 {
 	int i;

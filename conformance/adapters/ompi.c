@@ -49,6 +49,29 @@ static void after_grdma_hook(void *buf, size_t length, void *cbdata, bool extra)
 	adapter_hook_pause();
 }
 
+static mca_rcache_base_resources_t resources;
+
+static int create(char *err, size_t errn)
+{
+	if (rc)
+		return 0;
+	rc = mca_rcache_base_module_create("grdma", NULL, &resources);
+	if (!rc) {
+		snprintf(err, errn, "mca_rcache_base_module_create(grdma) failed");
+		return EIO;
+	}
+	return 0;
+}
+
+static int destroy(char *err, size_t errn)
+{
+	if (rc)
+		mca_rcache_base_module_destroy(rc);
+	rc = NULL;
+	lease_orphan_all();
+	return 0;
+}
+
 static int init(unsigned long max_regions, unsigned long max_bytes, char *limits, size_t n, char *err, size_t errn)
 {
 	mca_rcache_base_resources_t res;
@@ -74,6 +97,7 @@ static int init(unsigned long max_regions, unsigned long max_bytes, char *limits
 	res.sizeof_reg = sizeof(my_reg_t);
 	res.register_mem = my_register_mem;
 	res.deregister_mem = my_deregister_mem;
+	resources = res;
 	rc = mca_rcache_base_module_create("grdma", NULL, &res);
 	if (!rc) {
 		snprintf(err, errn, "mca_rcache_base_module_create(grdma) failed");
@@ -109,6 +133,8 @@ static int release(uint64_t lease, char *err, size_t errn)
 		snprintf(err, errn, "unknown lease %lu", (unsigned long)lease);
 		return EINVAL;
 	}
+	if (r == LEASE_ORPHAN)
+		return 0;
 	rc->rcache_deregister(rc, r);
 	return 0;
 }
@@ -119,12 +145,14 @@ int main(int argc, char **argv)
 		.name = "ompi-grdma",
 		.version = "4.1.4",
 		.policy = "independent",
-		.caps = "[\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]",
+		.caps = "[\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = NULL,
 		.pause_in_hook = 1,
 		.init = init,
 		.acquire = acquire,
 		.release = release,
+		.destroy = destroy,
+		.create = create,
 	};
 	if (adapter_parse_args(&argc, argv))
 		return 2;

@@ -60,6 +60,31 @@ static void after_rcache_hook(ucm_event_type_t t, ucm_event_t *e, void *arg)
 	adapter_hook_pause();
 }
 
+static ucs_rcache_params_t params;
+
+static int create(char *err, size_t errn)
+{
+	ucs_status_t st;
+
+	if (rc)
+		return 0;
+	st = ucs_rcache_create(&params, "conform", NULL, &rc);
+	if (st != UCS_OK) {
+		snprintf(err, errn, "ucs_rcache_create: %s", ucs_status_string(st));
+		return EIO;
+	}
+	return 0;
+}
+
+static int destroy(char *err, size_t errn)
+{
+	if (rc)
+		ucs_rcache_destroy(rc);
+	rc = NULL;
+	lease_orphan_all();
+	return 0;
+}
+
 static int init(unsigned long max_regions, unsigned long max_bytes, char *limits, size_t n, char *err, size_t errn)
 {
 	ucs_rcache_params_t p;
@@ -76,6 +101,7 @@ static int init(unsigned long max_regions, unsigned long max_bytes, char *limits
 	p.max_regions = max_regions ? max_regions : ULONG_MAX;
 	p.max_size = max_bytes ? max_bytes : SIZE_MAX;
 	p.max_unreleased = SIZE_MAX;
+	params = p;
 	st = ucs_rcache_create(&p, "conform", NULL, &rc);
 	if (st != UCS_OK) {
 		snprintf(err, errn, "ucs_rcache_create: %s", ucs_status_string(st));
@@ -121,6 +147,8 @@ static int release(uint64_t lease, char *err, size_t errn)
 		snprintf(err, errn, "unknown lease %lu", (unsigned long)lease);
 		return EINVAL;
 	}
+	if (r == LEASE_ORPHAN)
+		return 0;
 	ucs_rcache_region_put(rc, r);
 	return 0;
 }
@@ -131,12 +159,14 @@ int main(int argc, char **argv)
 		.name = "ucx-rcache",
 		.version = "1.13.1",
 		.policy = "merge",
-		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]",
+		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = "[\"remote_read\",\"local_write+remote_read+remote_write+remote_atomic\"]",
 		.pause_in_hook = 1,
 		.init = init,
 		.acquire = acquire,
 		.release = release,
+		.destroy = destroy,
+		.create = create,
 	};
 	if (adapter_parse_args(&argc, argv))
 		return 2;

@@ -103,11 +103,18 @@ pub enum Record {
     /// (`during`).
     Op { op: Op, buf: Option<String>, thread: u64, pause: bool, during: Vec<DuringOp> },
     /// A memory operation, addresses relative to `buf` (default: the arena).
-    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, count: u64, thread: u64, pause: bool },
+    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, count: u64, rounds: u64, thread: u64, pause: bool, background: bool },
     /// `{"ctl": "rss_mark"}` (`max_growth` None): note the adapter's resident
     /// set; `{"ctl": "rss_check", "max_growth": B}`: it grew by at most `B`
     /// bytes since the last mark (L2).
     Rss { max_growth: Option<u64> },
+    /// `{"ctl": "destroy"}` (`create` false) or `{"ctl": "create"}` on
+    /// `thread`: the adapter destroys its cache, or creates it anew
+    /// (capability `destroy`).
+    Lifecycle { create: bool, thread: u64 },
+    /// `{"ctl": "join", "thread": 1}`: wait for the thread's background
+    /// memory command.
+    Join { thread: u64 },
     /// Let the paused `thread` go on.
     Continue { thread: u64 },
     /// A data command: the device or the application moves bytes.
@@ -203,10 +210,23 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64, needs: &[
     let mut paused: HashMap<u64, usize> = HashMap::new();
     let in_arena = |addr: u64, len: u64| addr.checked_add(len).is_some_and(|end| end <= arena);
     let mut marked = false;
+    let mut background: HashMap<u64, usize> = HashMap::new();
     for (n, r) in records {
         let at = format!("{}:{n}", path.display());
         let (buf, thread, pause) = match r {
             Record::Op { buf, thread, pause, .. } | Record::Mem { buf, thread, pause, .. } => (buf, *thread, *pause),
+            Record::Lifecycle { .. } => {
+                if !needs.iter().any(|n| n == "destroy") {
+                    bail!("{at}: `destroy`/`create` need the capability: list \"destroy\" in the header's `needs`");
+                }
+                continue;
+            }
+            Record::Join { thread } => {
+                if background.remove(thread).is_none() {
+                    bail!("{at}: `join` of thread {thread}, which runs no background command");
+                }
+                continue;
+            }
             Record::Rss { max_growth } => {
                 if max_growth.is_some() && !marked {
                     bail!("{at}: `rss_check` without an earlier `rss_mark`");
@@ -234,6 +254,12 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64, needs: &[
                     if known.is_empty() { String::new() } else { format!("; named so far: {}", known.join(", ")) }
                 );
             }
+        }
+        if let Some(b) = background.get(&thread) {
+            bail!("{at}: thread {thread} still runs the background command of line {b} (a `join` first)");
+        }
+        if let Record::Mem { background: true, .. } = r {
+            background.insert(thread, *n);
         }
         if pause {
             if let Some(p) = paused.insert(thread, *n) {
@@ -301,7 +327,7 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64, needs: &[
                     bufs.insert(nm.as_str());
                 }
             }
-            Record::Continue { .. } | Record::Data(_) | Record::Rss { .. } => {}
+            Record::Continue { .. } | Record::Data(_) | Record::Rss { .. } | Record::Lifecycle { .. } | Record::Join { .. } => {}
         }
     }
     Ok(())
@@ -449,7 +475,10 @@ impl Case {
                         let m = field_u64(&obj, "max_growth", &at)?.ok_or_else(|| anyhow!("{at}: `rss_check` needs `max_growth` (bytes)"))?;
                         records.push((n, Record::Rss { max_growth: Some(m) }));
                     }
-                    other => bail!("{at}: unknown ctl `{other}` (expected continue, rss_mark, rss_check)"),
+                    "destroy" => records.push((n, Record::Lifecycle { create: false, thread })),
+                    "create" => records.push((n, Record::Lifecycle { create: true, thread })),
+                    "join" => records.push((n, Record::Join { thread })),
+                    other => bail!("{at}: unknown ctl `{other}` (expected continue, rss_mark, rss_check, destroy, create, join)"),
                 }
             } else if let Some(mem) = field_str(&obj, "mem", &at)? {
                 let kind = MemKind::ALL
@@ -489,10 +518,18 @@ impl Case {
                 if kind == MemKind::MremapShrink && (new_len == 0 || new_len >= len) {
                     bail!("{at}: field `new_len`: mremap_shrink needs 0 < new_len < len");
                 }
+                let background = field_bool(&obj, "background", &at)?;
+                let rounds = field_u64(&obj, "rounds", &at)?.unwrap_or(1);
+                if rounds == 0 || (rounds != 1 && kind != MemKind::Scratch) {
+                    bail!("{at}: field `rounds`: at least 1, and only `scratch` takes one");
+                }
+                if background && (pause || !matches!(kind, MemKind::Scratch | MemKind::UnmapMapCycles)) {
+                    bail!("{at}: only `scratch` and `unmap_map_cycles` run in the `background`, and without a pause");
+                }
                 if kind == MemKind::Scratch && (buf.is_some() || pause) {
                     bail!("{at}: `scratch` takes no `buf` and cannot pause (its blocks are the allocator's)");
                 }
-                records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, count, thread, pause }));
+                records.push((n, Record::Mem { kind, buf, name, addr, len, new_len, count, rounds, thread, pause, background }));
             } else if let Some(name) = field_str(&obj, "data", &at)? {
                 records.push((n, Record::Data(super::data::parse_record(&obj, &name, buf, thread, &at)?)));
             } else if obj.contains_key("op") {

@@ -79,13 +79,30 @@ impl CaseRun<'_> {
                     self.send_and_track(&cmd, line, d.thread, kind, false)?;
                     self.wait_for(seq, line, false)?;
                 }
-                Record::Mem { kind, buf, name, addr, len, new_len, count, thread, pause } => {
+                Record::Lifecycle { create, thread } => {
+                    let seq = self.next_seq();
+                    let cmd = json!({"seq": seq, "cmd": if *create { "create" } else { "destroy" }, "thread": thread});
+                    self.send_and_track(&cmd, line, *thread, PendingKind::Lifecycle { create: *create }, false)?;
+                    self.wait_for(seq, line, false)?;
+                }
+                Record::Join { thread } => {
+                    let seqs: Vec<u64> = self.pending.iter().filter(|(_, p)| p.thread == *thread).map(|(s, _)| *s).collect();
+                    for s in seqs {
+                        self.wait_for(s, line, false)?;
+                    }
+                }
+                Record::Mem { kind, buf, name, addr, len, new_len, count, rounds, thread, pause, background } => {
                     let (cmd_seq, mut cmd, pk) = self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
                     if matches!(kind, MemKind::Scratch | MemKind::UnmapMapCycles) {
                         cmd["count"] = json!(count);
                     }
+                    if *kind == MemKind::Scratch && *rounds > 1 {
+                        cmd["rounds"] = json!(rounds);
+                    }
                     self.send_and_track(&cmd, line, *thread, pk, *pause)?;
-                    self.wait_for(cmd_seq, line, *pause)?;
+                    if !*background {
+                        self.wait_for(cmd_seq, line, *pause)?;
+                    }
                 }
             }
             self.query_if_quiet(line)?;

@@ -50,6 +50,9 @@ pub(super) struct GapState {
     own_policy: bool,
     /// Registrations reported before the last fork (a fork child forgot them).
     forgotten_below: u64,
+    /// Registrations the reference model made before the cache was last
+    /// destroyed.
+    required_before: u64,
 }
 
 impl GapState {
@@ -60,6 +63,7 @@ impl GapState {
             query: hello.caps.iter().any(|c| c == "query"),
             bound: hello.l1_bound,
             forgotten_below: 0,
+            required_before: 0,
         }
     }
 }
@@ -78,10 +82,19 @@ impl CaseRun<'_> {
         }
     }
 
+    /// The cache was destroyed: the reference model starts anew too; what
+    /// it made before is kept in the count of registrations it required.
+    pub(super) fn gaps_destroyed(&mut self) {
+        if let Some(m) = self.gaps.reference.as_mut() {
+            self.gaps.required_before += m.stats().registrations;
+            *m = Model::new(m.config);
+        }
+    }
+
     /// Fills in the efficiency columns of a case's result.
     pub(super) fn efficiency(&self, r: &mut CaseResult) {
         r.registrations = self.reg_order;
-        r.required = self.gaps.reference.as_ref().map_or(0, |m| m.stats().registrations);
+        r.required = self.gaps.required_before + self.gaps.reference.as_ref().map_or(0, |m| m.stats().registrations);
         r.extra = r.registrations.saturating_sub(r.required);
     }
 

@@ -237,6 +237,8 @@ enum PendingKind {
     Query,
     /// An `rss` (a mark, or a check against `max_growth` bytes).
     Rss { max_growth: Option<u64> },
+    /// A `destroy` (`create` false) or `create` of the adapter's cache.
+    Lifecycle { create: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -311,6 +313,9 @@ struct CaseRun<'a> {
     during: Option<(u64, Vec<Op>, Vec<PageSpan>)>,
     /// The adapter's resident set at the last `rss_mark`, and its line.
     rss_mark: Option<(u64, usize)>,
+    /// Leases held when the cache was destroyed: their release is a no-op
+    /// the model does not judge.
+    orphans: std::collections::HashSet<LeaseId>,
 }
 
 /// Why a case ended before its last record.

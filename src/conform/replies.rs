@@ -111,6 +111,17 @@ impl CaseRun<'_> {
         }
         let err_text = o.get("error").and_then(Value::as_str).unwrap_or("(no error text)").to_string();
         match p.kind.clone() {
+            PendingKind::Lifecycle { create } => {
+                let errno = o.get("errno").and_then(Value::as_i64).unwrap_or(0);
+                if !ok && !create && errno == i64::from(libc::EBUSY) {
+                    // Refused while leases are held: nothing changed.
+                    self.ad.note(format!("  (case line {pl}: the cache refused the destroy: {err_text})"));
+                } else if !ok {
+                    return Err(stop("protocol", pl, format!("{} failed: {err_text}", if create { "create" } else { "destroy" })));
+                } else if !create {
+                    self.destroyed();
+                }
+            }
             PendingKind::Continue | PendingKind::Query | PendingKind::Rss { .. } => {
                 if !ok {
                     return Err(stop("protocol", pl, format!("continue/end failed: {err_text}")));
@@ -141,7 +152,10 @@ impl CaseRun<'_> {
                         *c = c.saturating_sub(1);
                     }
                 }
-                self.judge_model(&model_op, &Ret::Done, pl);
+                // A lease of a destroyed cache: its release is a no-op.
+                if !self.orphans.remove(&lease) {
+                    self.judge_model(&model_op, &Ret::Done, pl);
+                }
             }
             PendingKind::Mem { kind, name, len, model_ops, spans } => {
                 if !ok {
@@ -197,6 +211,28 @@ impl CaseRun<'_> {
         }
         self.track_l1(pl);
         Ok(())
+    }
+
+    /// The cache was destroyed: the model (and the reference model) start
+    /// anew, as for a cache just created; the registrations made so far are
+    /// judged by the physical judge alone (a deregistration of one whose
+    /// lease is still held is P3), and the leases held become orphans whose
+    /// release is a no-op.
+    fn destroyed(&mut self) {
+        for m in self.models.iter_mut() {
+            *m = mrcache_model::Model::new(m.config);
+        }
+        self.log.clear();
+        // The destroy's own deregistrations (checked by the physical judge
+        // as they came) are of the cache that is gone.
+        self.deregs_buffered.clear();
+        self.next_model_id = 1;
+        for r in self.regs.values_mut() {
+            r.model_id = None;
+        }
+        self.l1_since.clear();
+        self.orphans.extend(self.leases.keys().copied());
+        self.gaps_destroyed();
     }
 
     /// The first `reg` line of an acquire with `during_register`: its

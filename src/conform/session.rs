@@ -183,6 +183,7 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
         data: Default::default(),
         during: None,
         rss_mark: None,
+        orphans: Default::default(),
     };
     let outcome = run.run();
     run.l1_judge_end();

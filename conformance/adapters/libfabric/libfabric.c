@@ -40,6 +40,41 @@ static void delete_region(struct ofi_mr_cache *c, struct ofi_mr_entry *e)
 		adapter_dereg(((struct my_data *)e->data)->id);
 }
 
+static int cache_live;
+
+static int create(char *err, size_t errn)
+{
+	struct ofi_mem_monitor *monitors[OFI_HMEM_MAX] = { NULL };
+	int ret;
+
+	if (cache_live)
+		return 0;
+	memset(&cache, 0, sizeof(cache));
+	cache.entry_data_size = sizeof(struct my_data);
+	cache.add_region = add_region;
+	cache.delete_region = delete_region;
+	monitors[FI_HMEM_SYSTEM] = default_monitor;
+	ret = ofi_mr_cache_init(&dom, monitors, &cache);
+	if (ret) {
+		snprintf(err, errn, "ofi_mr_cache_init: %d", ret);
+		return EIO;
+	}
+	cache_live = 1;
+	return 0;
+}
+
+/* The last cache's cleanup stops the monitor (memhooks: unpatches the
+ * intercepted calls; userfaultfd: stops its thread); the next init starts
+ * it again. */
+static int destroy(char *err, size_t errn)
+{
+	if (cache_live)
+		ofi_mr_cache_cleanup(&cache);
+	cache_live = 0;
+	lease_orphan_all();
+	return 0;
+}
+
 static int init(unsigned long max_regions, unsigned long max_bytes, char *limits, size_t n, char *err, size_t errn)
 {
 	struct ofi_mem_monitor *monitors[OFI_HMEM_MAX] = { NULL };
@@ -64,6 +99,7 @@ static int init(unsigned long max_regions, unsigned long max_bytes, char *limits
 		snprintf(err, errn, "ofi_mr_cache_init: %d", ret);
 		return -1;
 	}
+	cache_live = 1;
 	snprintf(limits, n, "{\"max_regions\":%zu,\"max_pinned_bytes\":%zu}", cache_params.max_cnt, cache_params.max_size);
 	return 0;
 }
@@ -99,6 +135,8 @@ static int release(uint64_t lease, char *err, size_t errn)
 		snprintf(err, errn, "unknown lease %lu", (unsigned long)lease);
 		return EINVAL;
 	}
+	if (e == LEASE_ORPHAN)
+		return 0;
 	ofi_mr_cache_delete(&cache, e);
 	return 0;
 }
@@ -116,20 +154,22 @@ int main(int argc, char **argv)
 		.name = "libfabric-mr-cache",
 		.version = "1.17.0",
 		.policy = "no-merge-uncache-contained",
-		.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"during_register\",\"fork_paused\"]",
+		.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = "[\"local_write+remote_read+remote_write+remote_atomic\"]",
 		.pause_in_hook = 0,
 		.init = init,
 		.acquire = acquire,
 		.release = release,
 		.flush = flush,
+		.destroy = destroy,
+		.create = create,
 	};
 	if (adapter_parse_args(&argc, argv))
 		return 2;
 	if (argc > 1 && !strcmp(argv[1], "--uffd")) {
 		uffd = 1;
 		p.name = "libfabric-mr-cache (userfaultfd)";
-		p.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\"]";
+		p.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\",\"destroy\"]";
 	}
 	return adapter_main(&p);
 }

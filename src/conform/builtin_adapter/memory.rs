@@ -71,25 +71,27 @@ pub(super) fn memory_op(b: &dyn Backend, cmd: &str, c: &Map<String, Value>) -> O
             "scratch" => {
                 // The allocator's own traffic: its frees may unmap or madvise
                 // (each seen by the backend's hooks as a release).
-                let (len, count) = (get_u64(c, "len")?, get_u64(c, "count").unwrap_or(1));
-                let mut blocks = Vec::new();
-                for _ in 0..count {
-                    let p = libc::malloc(len as usize);
-                    if p.is_null() {
-                        break;
+                let (len, count, rounds) = (get_u64(c, "len")?, get_u64(c, "count").unwrap_or(1), get_u64(c, "rounds").unwrap_or(1));
+                for _ in 0..rounds {
+                    let mut blocks = Vec::new();
+                    for _ in 0..count {
+                        let p = libc::malloc(len as usize);
+                        if p.is_null() {
+                            break;
+                        }
+                        touch(p as u64, len);
+                        blocks.push(p);
                     }
-                    touch(p as u64, len);
-                    blocks.push(p);
-                }
-                let got = blocks.len() as u64;
-                for p in blocks {
-                    let (a, l) = ((p as u64).saturating_sub(16), libc::malloc_usable_size(p) as u64 + 16);
-                    b.before_release(a, l);
-                    libc::free(p);
-                    b.after_release(a, l);
-                }
-                if got < count {
-                    return Err(os_err("malloc"));
+                    let got = blocks.len() as u64;
+                    for p in blocks {
+                        let (a, l) = ((p as u64).saturating_sub(16), libc::malloc_usable_size(p) as u64 + 16);
+                        b.before_release(a, l);
+                        libc::free(p);
+                        b.after_release(a, l);
+                    }
+                    if got < count {
+                        return Err(os_err("malloc"));
+                    }
                 }
                 Ok(json!({}))
             }

@@ -218,7 +218,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
             bs => format!("toy (breaks {})", bs.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ")),
         };
         let toy = Toy::new(args.brk.clone(), chunk_pages, limits);
-        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query", "during_register", "fork_paused"])
+        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query", "during_register", "fork_paused", "destroy"])
     } else {
         match Mrcache::start(args.policy, limits, args.fault, chunk_pages) {
             Ok(m) => {
@@ -226,7 +226,7 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                     Some(f) => format!("mrcache (fault {f:?})"),
                     None => "mrcache".into(),
                 };
-                (Arc::new(m), name, Some(args.policy), vec!["flush", "trim", "limits", "pause", "pause_mem", "fork", "query", "during_register", "fork_paused"])
+                (Arc::new(m), name, Some(args.policy), vec!["flush", "trim", "limits", "pause", "pause_mem", "fork", "query", "during_register", "fork_paused", "destroy"])
             }
             Err(e) => {
                 emit(&json!({"seq": 0, "ok": false, "error": e}));

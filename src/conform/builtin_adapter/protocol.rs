@@ -36,6 +36,15 @@ pub(super) trait Backend: Send + Sync {
     fn after_release(&self, _addr: u64, _len: u64) {}
     /// In the child, after fork.
     fn forked(&self) {}
+    /// Destroys the cache (`destroy`): refused with EBUSY while leases are
+    /// held, if the cache refuses then.
+    fn destroy(&self) -> OpResult {
+        Err(("destroy is not supported by this backend".into(), UNSUPPORTED))
+    }
+    /// Creates the cache anew after a `destroy` (`create`).
+    fn create(&self) -> OpResult {
+        Err(("create is not supported by this backend".into(), UNSUPPORTED))
+    }
 }
 
 /// Writes one protocol line to stdout.

@@ -18,6 +18,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+/// The last registration id: unique for the session, across the caches a
+/// `create` makes and across a fork.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// The registrations the registrar holds (id -> bytes), for `query`.
 pub(super) static LIVE: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
@@ -30,14 +34,13 @@ pub(super) fn live_now() -> Value {
 /// The registrar both caches use: pins (with the io_uring registrar),
 /// reports every call, pauses after the pin.
 pub struct EmitRegistrar {
-    next: AtomicU64,
     /// The io_uring pins, or `None` with `--registrar counting`.
     pins: Option<&'static UringPins>,
 }
 
 impl EmitRegistrar {
     pub(super) fn new() -> EmitRegistrar {
-        EmitRegistrar { next: AtomicU64::new(0), pins: PINS.get().copied() }
+        EmitRegistrar { pins: PINS.get().copied() }
     }
 }
 
@@ -86,7 +89,7 @@ impl Registrar for EmitRegistrar {
             Some(p) => Some(p.ring().register(range, access)?),
             None => None,
         };
-        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let id = NEXT_ID.fetch_add(1, Ordering::SeqCst) + 1;
         if let (Some(p), Some(h)) = (self.pins, pin) {
             p.handles.lock().unwrap_or_else(|e| e.into_inner()).insert(id, h);
         }

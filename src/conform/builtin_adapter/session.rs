@@ -173,6 +173,8 @@ fn execute(b: &dyn Backend, c: &Map<String, Value>) -> OpResult {
         }
         "release" => b.release(get_u64(c, "lease")?),
         "flush" => b.flush(),
+        "destroy" => b.destroy(),
+        "create" => b.create(),
         "trim" => b.trim(),
         "dma_in" | "dma_out" | "app_write" | "app_read" => data_op(cmd, c),
         _ => memory_op(b, cmd, c),

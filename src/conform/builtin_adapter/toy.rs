@@ -67,6 +67,9 @@ pub enum ToyBreak {
     /// invalidations hold grows with the number of events (L2; UCX 1.13's
     /// invalidation queue).
     UnboundedQueue,
+    /// A destroy goes ahead while leases are held and deregisters every
+    /// registration, the leased ones too.
+    DestroyLeased,
 }
 
 /// The most release events the toy keeps for its re-check before it
@@ -111,6 +114,8 @@ struct ToySt {
     total: u64,
     /// Registrations in flight (the registrar runs without the lock).
     in_flight: usize,
+    /// Destroyed, and not created again.
+    destroyed: bool,
     clock: u64,
     /// Deregistrations put off to the next acquire (`DeferredDereg`).
     owed: Vec<u64>,
@@ -251,6 +256,9 @@ impl Backend for Toy {
         }
         loop {
             let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+            if st.destroyed {
+                return Err(("the cache is destroyed".into(), libc::EINVAL));
+            }
             st.clock += 1;
             let now = st.clock;
             let ignore_access = self.is(ToyBreak::AccessIgnored);
@@ -364,6 +372,29 @@ impl Backend for Toy {
         for id in gone {
             let _ = self.reg.deregister(id);
         }
+        Ok(json!({}))
+    }
+    fn destroy(&self) -> OpResult {
+        self.apply_queued();
+        let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        if st.destroyed {
+            return Ok(json!({}));
+        }
+        if !st.leases.is_empty() && !self.is(ToyBreak::DestroyLeased) {
+            return Err((format!("{} lease(s) are held", st.leases.len()), libc::EBUSY));
+        }
+        let gone: Vec<u64> = st.entries.drain(..).map(|e| e.id).collect();
+        let held: Vec<LeaseId> = st.leases.drain().map(|(l, _)| l).collect();
+        st.orphans.extend(held);
+        st.destroyed = true;
+        drop(st);
+        for id in gone {
+            let _ = self.reg.deregister(id);
+        }
+        Ok(json!({}))
+    }
+    fn create(&self) -> OpResult {
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).destroyed = false;
         Ok(json!({}))
     }
     fn before_release(&self, addr: u64, len: u64) {
