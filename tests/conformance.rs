@@ -94,6 +94,27 @@ fn mrcache_passes_every_case_under_every_policy() {
     }
 }
 
+/// Under jemalloc and mimalloc (`--preload`, Debian libjemalloc2 and
+/// libmimalloc2.0, installed by ci/setup.sh), mrcache passes every case
+/// that does not script glibc's malloc (those are `unsupported`).
+#[test]
+fn mrcache_passes_every_case_under_each_allocator() {
+    for alloc in ["jemalloc", "mimalloc"] {
+        let mut a = args(format!("{} adapter --policy merge", bin()));
+        a.preload = Some(alloc.into());
+        let r = conform::run(&a).expect("the suite runs");
+        let bad: Vec<String> = r
+            .results
+            .iter()
+            .filter(|x| x.verdict != Verdict::Pass && !(x.verdict == Verdict::Unsupported && x.detail.contains("as glibc serves them")))
+            .map(|x| format!("{} {} {} line {}: {}", x.case, x.verdict, x.rule, x.line, x.detail))
+            .collect();
+        assert!(bad.is_empty(), "under {alloc}:\n{}\n{}", bad.join("\n"), conform::table(&r));
+        let passed = r.results.iter().filter(|x| x.verdict == Verdict::Pass).count();
+        assert!(passed >= 30, "under {alloc}: {passed} cases pass\n{}", conform::table(&r));
+    }
+}
+
 #[test]
 fn the_correct_toy_passes_every_case() {
     let r = run(format!("{} adapter --toy", bin()));

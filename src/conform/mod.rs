@@ -96,6 +96,12 @@ pub struct ConformArgs {
     /// Run only the cases whose name contains this (repeatable).
     #[arg(long = "case")]
     pub only: Vec<String>,
+    /// Run every case's adapter under this allocator (`jemalloc` or
+    /// `mimalloc`, as a case's header `preload` does), except the cases that
+    /// name their own; a case with `malloc`, `free` or brk records is then
+    /// `unsupported` (the runner judges those as glibc serves them).
+    #[arg(long)]
+    pub preload: Option<String>,
 }
 
 impl ConformArgs {
@@ -115,6 +121,7 @@ impl ConformArgs {
             timeout: ConformArgs::DEFAULT_TIMEOUT,
             block_ms: ConformArgs::DEFAULT_BLOCK_MS,
             only: Vec::new(),
+            preload: None,
         }
     }
 }
@@ -160,6 +167,11 @@ impl std::error::Error for AdapterDidNotStart {}
 
 /// Runs every case; the adapter's identity comes from the first hello.
 pub fn run(args: &ConformArgs) -> Result<RunReport> {
+    if let Some(p) = &args.preload {
+        if !PRELOADS.iter().any(|x| x.name == p) {
+            bail!("--preload {p}: expected one of {}", PRELOADS.iter().map(|x| x.name).collect::<Vec<_>>().join(", "));
+        }
+    }
     let mut cases = Case::load_dir(&args.cases)?;
     if !args.only.is_empty() {
         cases.retain(|c| args.only.iter().any(|o| c.name.contains(o.as_str())));

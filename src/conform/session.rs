@@ -36,8 +36,20 @@ const LIB_DIRS: [&str; 5] = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linu
 
 /// The environment that runs the adapter under the case's allocator
 /// (`LD_PRELOAD` and the allocator's own settings), or why it cannot.
-fn preload_env(case: &Case) -> Result<Vec<(String, String)>, String> {
-    let Some(name) = &case.preload else { return Ok(Vec::new()) };
+fn preload_env(case: &Case, args: &ConformArgs) -> Result<Vec<(String, String)>, String> {
+    let name = match (&case.preload, &args.preload) {
+        (Some(n), _) => n,
+        (None, Some(n)) => {
+            let glibc = case.records.iter().any(|(_, r)| {
+                matches!(r, super::Record::Mem { kind: super::MemKind::Malloc | super::MemKind::Free | super::MemKind::BrkGrow | super::MemKind::BrkShrink, .. })
+            });
+            if glibc {
+                return Err(format!("--preload {n}: the case's malloc, free or brk records are judged as glibc serves them"));
+            }
+            n
+        }
+        (None, None) => return Ok(Vec::new()),
+    };
     let pre = super::PRELOADS.iter().find(|x| x.name == name).ok_or_else(|| format!("unknown allocator {name}"))?;
     let path = LIB_DIRS
         .iter()
@@ -50,7 +62,7 @@ fn preload_env(case: &Case) -> Result<Vec<(String, String)>, String> {
 }
 
 pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, Option<Hello>) {
-    let env = match preload_env(case) {
+    let env = match preload_env(case, args) {
         Ok(e) => e,
         Err(why) => return (Some(result(case, Verdict::Unsupported, "-", 1, why)), None),
     };
