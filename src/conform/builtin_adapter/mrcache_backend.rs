@@ -6,8 +6,10 @@
 //!
 //! Invariant: a release command returns only after the monitor round that
 //! read its event (if any) has finished (waiting up to 1 s), and a fork child has a monitor of
-//! its own (spec.md#S2.6). Above [`super::protocol`] and
-//! [`super::registrar`].
+//! its own (spec.md#S2.6). `destroy` frees the cache only while no lease is
+//! held and no operation runs (else EBUSY, as `mrcache_destroy`), after its
+//! monitor thread has ended; `create` makes a new one with its own monitor.
+//! Above [`super::protocol`] and [`super::registrar`].
 
 use super::protocol::{emit, Backend, OpResult};
 use super::registrar::EmitRegistrar;

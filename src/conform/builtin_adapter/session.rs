@@ -5,8 +5,10 @@
 //!
 //! Invariant: the commands of one case thread run in order on its worker,
 //! and the reply to a command is written after its `reg`/`dereg`/`paused`
-//! lines; `end`, `query` and `fork` first wait (up to 10 s) until no command
-//! is in flight, so a fork child starts with every worker idle. Above every other module of the
+//! lines; `end`, `query`, `rss` and `fork` first wait (up to 10 s) until
+//! every command in flight has replied or is paused, so a fork child starts
+//! with every worker idle or paused (a paused command's thread does not
+//! exist in the child, which forgets it). Above every other module of the
 //! built-in adapter but its `mod.rs` (which starts the session).
 
 use super::memory::{data_op, memory_op};
