@@ -17,6 +17,10 @@ use serde_json::{json, Value};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
+/// How many `--timeout`s a `scratch` or `unmap_map_cycles` command (which may
+/// run for seconds) may take before it is hung.
+const LONG_TIMEOUTS: u32 = 4;
+
 impl CaseRun<'_> {
     pub(super) fn run(&mut self) -> Result<(), Stop> {
         let records = self.case.records.clone();
@@ -325,9 +329,14 @@ impl CaseRun<'_> {
             }
             let blockable = self.pending.iter().any(|(s, q)| *s != seq && q.paused);
             // A long memory command (many cycles or blocks) gets the full
-            // timeout before it counts as blocked.
+            // timeout before it counts as blocked, and four times it before
+            // it counts as hung.
             let long = matches!(p.kind, PendingKind::Mem { kind: MemKind::Scratch | MemKind::UnmapMapCycles, .. });
-            let limit = if blockable && !long { Duration::from_millis(self.args.block_ms) } else { full };
+            let limit = match (blockable, long) {
+                (true, false) => Duration::from_millis(self.args.block_ms),
+                (false, true) => full * LONG_TIMEOUTS,
+                _ => full,
+            };
             let left = limit.saturating_sub(start.elapsed());
             match self.ad.rx.recv_timeout(left) {
                 Ok(Line::Text(t)) => {
@@ -361,7 +370,7 @@ impl CaseRun<'_> {
                         }
                         return Ok(());
                     }
-                    return Err(stop("hang", line, format!("no answer within {:.1} s", self.args.timeout)));
+                    return Err(stop("hang", line, format!("no answer within {:.1} s", limit.as_secs_f64())));
                 }
                 Err(RecvTimeoutError::Disconnected) => return Err(stop("crash", line, "the adapter's stdout closed".into())),
             }
