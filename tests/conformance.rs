@@ -130,7 +130,7 @@ fn each_broken_adapter_fails_exactly_its_checked_in_cases() {
         // itself: its hangs are found after a shorter timeout (its other
         // commands answer in milliseconds).
         let deadlocks = label == "toy-lock-across-register";
-        let r = if deadlocks { conform::run(&ConformArgs { timeout: 3.0, ..args(cmd) }).expect("the suite runs") } else { run(cmd) };
+        let r = if deadlocks { conform::run(&ConformArgs { timeout: 2.0, ..args(cmd) }).expect("the suite runs") } else { run(cmd) };
         let got = failing(&r);
         let want = expected(&label);
         if got != want {
