@@ -207,6 +207,12 @@ impl CaseRun<'_> {
 
     /// Confirms buffered deregistrations with the model (P3, P4, C3) and times them (L1).
     pub(super) fn feed_deregs(&mut self) {
+        // A destroy in flight: its deregistrations are of the cache it ends
+        // (dropped at its reply; fed after it if the cache refused), even
+        // if another thread's reply comes first.
+        if self.pending.values().any(|p| matches!(p.kind, PendingKind::Lifecycle { create: false })) {
+            return;
+        }
         for (m, line) in std::mem::take(&mut self.deregs_buffered) {
             if let Some((since_op, since_line)) = self.l1_since.remove(&m) {
                 let lag = self.ops_done.saturating_sub(since_op);
