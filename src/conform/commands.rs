@@ -328,14 +328,14 @@ impl CaseRun<'_> {
                 return Ok(());
             }
             let blockable = self.pending.iter().any(|(s, q)| *s != seq && q.paused);
-            // A long memory command (many cycles or blocks) gets the full
-            // timeout before it counts as blocked, and four times it before
-            // it counts as hung.
+            // A long memory command (many cycles or blocks: seconds on a
+            // loaded machine) gets four timeouts before it counts as blocked
+            // or hung.
             let long = matches!(p.kind, PendingKind::Mem { kind: MemKind::Scratch | MemKind::UnmapMapCycles, .. });
             let limit = match (blockable, long) {
+                (_, true) => full * LONG_TIMEOUTS,
                 (true, false) => Duration::from_millis(self.args.block_ms),
-                (false, true) => full * LONG_TIMEOUTS,
-                _ => full,
+                (false, false) => full,
             };
             let left = limit.saturating_sub(start.elapsed());
             match self.ad.rx.recv_timeout(left) {
