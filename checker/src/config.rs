@@ -72,6 +72,11 @@ impl Mutant {
                 cfg.max_regions = Some(1);
                 changed.push("--max-regions 1".into());
             }
+            Mutant::LeaseCountSaturates if cfg.scripts.is_none() && (cfg.threads < 3 || cfg.ops < 4) => {
+                cfg.threads = cfg.threads.max(3);
+                cfg.ops = cfg.ops.max(4);
+                changed.push(format!("{} threads x {} ops (three leases on one entry)", cfg.threads, cfg.ops));
+            }
             Mutant::TrimEvictsLeased if cfg.registrar_failures == 0 => {
                 cfg.registrar_failures = 1;
                 changed.push("one registrar failure (ENOMEM: the trim)".into());

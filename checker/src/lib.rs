@@ -189,7 +189,9 @@
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
-//! [`explore`] serves stateright's Explorer. [`waits`] is a separate, small
+//! [`explore`] serves stateright's Explorer; [`swarm`] runs many seeded,
+//! bounded, randomly ordered searches for configurations past exhaustive
+//! checking. [`waits`] is a separate, small
 //! model of who may wait on whom around the userfaultfd monitor's reader
 //! and service threads (spec.md S7.7), with its own mutants
 //! ([`WaitMutant`]). (The spec-citation linter, which also checks that every
@@ -205,6 +207,7 @@ pub mod props;
 pub mod report;
 pub mod run;
 pub mod state;
+pub mod swarm;
 pub mod waits;
 
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
@@ -212,6 +215,7 @@ pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
 pub use mutant::Mutant;
 pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
+pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
 pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
 pub use waits::{check_waits, WaitConfig, WaitModel, WaitMutant, WaitOutcome};

@@ -221,6 +221,14 @@ mutants! {
     /// event unapplied. (Inside one critical section the order would be
     /// masked by the lock and the draining count.)
     GateBeforeApply: "the service round sets every cache's gate before it applies the events to each (M5, M6)", [P2];
+    /// The state word's lease count saturates at 2 (a narrow field that
+    /// sticks at its maximum): a third concurrent lease on one entry is not
+    /// counted, the releases take the count to 0 while a lease is still
+    /// held, and A-H then deregisters the entry under that lease. It needs
+    /// three threads on one entry and an event after their grants: the
+    /// generated 3 x 4 scripts, which no pinned configuration reaches; the
+    /// swarm catches it ([`crate::swarm`], [`Mutant::swarm_only`]).
+    LeaseCountSaturates: "the lease count saturates at 2: a third concurrent lease is not counted", [P3];
 }
 
 impl Mutant {
@@ -245,6 +253,23 @@ impl Mutant {
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
         matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache)
+    }
+
+    /// The mutant needs a configuration past exhaustive checking (3 threads x
+    /// 4 ops): its test and `mrcache check --mutant` catch it with the swarm.
+    pub fn swarm_only(&self) -> bool {
+        self.swarm_seed().is_some()
+    }
+
+    /// For a swarm-only mutant, the seed whose search (the swarm's default
+    /// options, `mrcache check --mutant NAME --swarm --seed S --searches 1`)
+    /// catches it. A swarm from seed 0 on this machine's 2 cores reaches it
+    /// in about 10 s, after 25 searches that miss it.
+    pub fn swarm_seed(&self) -> Option<u64> {
+        match self {
+            Mutant::LeaseCountSaturates => Some(25),
+            _ => None,
+        }
     }
 
     /// The mutant breaks M5 or M6: it needs two caches on one monitor.

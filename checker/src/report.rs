@@ -83,22 +83,24 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
             .regs
             .iter()
             .enumerate()
-            .find(|(h, r)| r.deregs > 0 && (r.leases > 0 || (model.cfg.lanes && s.lease_held_on(*h as u8))))
+            .find(|(h, r)| r.deregs > 0 && (r.leases > 0 || (s.others.is_empty() && s.lease_held_on(*h as u8))))
             .map(|(h, r)| {
-                let lane: Vec<String> = s
+                // The leases the threads hold on it (lane leases are on no
+                // state word; a count that lost a lease reads 0 under one).
+                let held: Vec<String> = s
                     .threads
                     .iter()
                     .enumerate()
                     .flat_map(|(t, th)| {
-                        th.held
-                            .iter()
-                            .filter(|(l, x)| *x == h as u8 && th.lane_leases.iter().any(|(y, _)| y == l))
-                            .map(move |(l, _)| format!("T{t}'s lane lease L{l}"))
+                        th.held.iter().filter(|(_, x)| *x == h as u8).map(move |(l, _)| {
+                            let lane = th.lane_leases.iter().any(|(y, _)| y == l);
+                            format!("T{t}'s {}lease L{l}", if lane { "lane " } else { "" })
+                        })
                     })
                     .collect();
-                let lane = if lane.is_empty() { String::new() } else { format!(" and {}", lane.join(", ")) };
+                let held = if held.is_empty() { String::new() } else { format!(" ({} held)", held.join(", ")) };
                 format!(
-                    "registration {} was deregistered while it holds {} state-word lease(s){lane}",
+                    "registration {} was deregistered while its state word counts {} lease(s){held}",
                     reg_line(h as u8, r),
                     r.leases
                 )

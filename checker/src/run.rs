@@ -205,17 +205,7 @@ pub fn check_with_progress(
     let counterexample = props::ALL
         .iter()
         .find(|name| verdicts.iter().any(|v| v.name == **name && v.status == Status::Violated))
-        .map(|&name| {
-            let actions = found[name].clone();
-            let (init, steps) = report::replay(&model, &actions);
-            Counterexample {
-                property: name,
-                detail: report::violation_detail(&model, &init, &steps, name),
-                timeline: report::timeline(&model, &actions, name),
-                trace: report::counterexample_trace_of(&model, &actions, name),
-                actions,
-            }
-        });
+        .map(|&name| counterexample_of(&model, name, found[name].clone()));
     Ok(Outcome {
         description: cfg.describe(),
         unique_states: unique,
@@ -227,6 +217,19 @@ pub fn check_with_progress(
         counterexample,
         discoveries: found,
     })
+}
+
+/// The counterexample `actions` make of `property`: its detail, timeline
+/// and trace.
+pub(crate) fn counterexample_of(model: &AlgoModel, property: &'static str, actions: Vec<Action>) -> Counterexample {
+    let (init, steps) = report::replay(model, &actions);
+    Counterexample {
+        property,
+        detail: report::violation_detail(model, &init, &steps, property),
+        timeline: report::timeline(model, &actions, property),
+        trace: report::counterexample_trace_of(model, &actions, property),
+        actions,
+    }
 }
 
 type Found = BTreeMap<&'static str, Vec<Action>>;

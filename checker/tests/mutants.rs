@@ -1,25 +1,38 @@
 //! Every mutant is caught, by the property it must violate, with a readable
 //! timeline and a valid trace.
 
-use mrcache_checker::{check, props, CheckConfig, Mutant, RunOptions};
+use mrcache_checker::{check, props, swarm, CheckConfig, Mutant, RunOptions, SwarmOptions};
 
 //= spec.md#S1.8
 fn caught(m: Mutant) {
     let cfg = CheckConfig::default().with_mutant(m);
-    let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
+    // A swarm-only mutant: the one search of its recorded seed.
+    let (c, violated) = match m.swarm_seed() {
+        Some(seed) => {
+            let opts = SwarmOptions { first_seed: seed, searches: 1, ..SwarmOptions::default() };
+            let out = swarm(&cfg, &opts).unwrap();
+            let violated: Vec<String> = out.summary.violations.iter().map(|v| v.property.clone()).collect();
+            let (_, c) = out.counterexample.unwrap_or_else(|| panic!("mutant {} is not caught by seed {seed}", m.name()));
+            (c, violated)
+        }
+        None => {
+            let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
+            let violated = out.violated().iter().map(|v| v.to_string()).collect();
+            let c = out
+                .counterexample
+                .unwrap_or_else(|| panic!("mutant {} is not caught: {} states", m.name(), out.unique_states));
+            (c, violated)
+        }
+    };
     let expected = m.caught_by()[0];
-    let c = out
-        .counterexample
-        .as_ref()
-        .unwrap_or_else(|| panic!("mutant {} is not caught: {} states", m.name(), out.unique_states));
     assert_eq!(
         c.property, expected,
         "mutant {} violates {:?}; expected {expected} first\n{}",
         m.name(),
-        out.violated(),
+        violated,
         c.timeline
     );
-    for v in out.violated() {
+    for v in violated.iter().map(|v| v.as_str()) {
         assert!(
             m.caught_by().contains(&v) || matches!(v, props::P4 | props::LINEARIZABLE),
             "mutant {} also violates {v}",
@@ -99,6 +112,7 @@ mutants! {
     m41_hit_without_gate => HitWithoutGate,
     m42_drain_ignores_reading => DrainIgnoresReading,
     m43_gate_before_apply => GateBeforeApply,
+    m44_lease_count_saturates => LeaseCountSaturates,
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -54,6 +54,7 @@ pub const MUTANTS: [&str; 45] = [
     "hit-without-gate",
     "drain-ignores-reading",
     "gate-before-apply",
+    "lease-count-saturates",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

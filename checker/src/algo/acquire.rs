@@ -109,7 +109,10 @@ impl Ctx<'_> {
     /// Takes a lease on `h` for thread `t`'s acquire and judges P1 and P2.
     pub(super) fn grant(&mut self, t: usize, h: Handle, hit: bool) -> Ret {
         let lease = self.acq(t).lease;
-        self.s.regs[h as usize].leases += 1;
+        // Mutant `lease-count-saturates`: the count sticks at 2.
+        let cap = if self.mutant(Mutant::LeaseCountSaturates) { 2 } else { u8::MAX };
+        let r = &mut self.s.regs[h as usize];
+        r.leases = (r.leases + 1).min(cap);
         self.touch(h);
         self.thread_mut(t).held.push((lease, h));
         self.judge_lease(t, h, hit)

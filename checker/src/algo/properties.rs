@@ -42,8 +42,9 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         //= spec.md#W2 type=test
         //= spec.md#W3 type=test
         Property::always(P2, |_: &AlgoModel, s: &State| !s.bad.iter().any(|b| b.property == P2)),
-        // P3. With lanes, a lane lease counts: it is on no state word until a
-        // revoke pins it. A9's displacement (merge-drops-leased) and the lane
+        // P3. A lease a thread holds counts, whatever the state word says:
+        // a lane lease is on no state word until a revoke pins it, and a
+        // count that lost a lease (lease-count-saturates) reads 0 under it. A9's displacement (merge-drops-leased) and the lane
         // protocol (lane-no-recheck, lane-reuse-busy-slot, lane-revoke-no-pin,
         // lane-no-heavy-barrier).
         //= spec.md#A9 type=test
@@ -52,11 +53,11 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         //= spec.md#LN2 type=test
         //= spec.md#LN5 type=test
         //= spec.md#LN6 type=test
-        Property::always(P3, |m: &AlgoModel, s: &State| {
+        Property::always(P3, |_: &AlgoModel, s: &State| {
             !s.regs
                 .iter()
                 .enumerate()
-                .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (m.cfg.lanes && s.lease_held_on(h as u8))))
+                .any(|(h, r)| r.deregs > 0 && (r.leases > 0 || (s.others.is_empty() && s.lease_held_on(h as u8))))
                 // The other caches on the monitor (M5; no lanes there).
                 && !s.others.iter().any(|o| o.regs.iter().any(|r| r.deregs > 0 && r.leases > 0))
         }),

@@ -14,7 +14,9 @@ impl Ctx<'_> {
         };
         let (_, h) = self.thread_mut(t).held.remove(i);
         let r = &mut self.s.regs[h as usize];
-        r.leases -= 1;
+        // Mutant `lease-count-saturates` may have lost a lease: the count is
+        // then 0 under a held one.
+        r.leases = r.leases.saturating_sub(1);
         let (left, invalid, findable) = (r.leases, r.invalid, r.findable);
         // R1 touches the LRU stamp *before* its decrement (mutant `release-touch-after-decrement` touches
         // after it, mutant `release-no-lru-touch` never).
