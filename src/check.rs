@@ -10,7 +10,8 @@
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrcache_checker::{
-    check_with_progress, CacheFrees, CheckConfig, MonitorKind, Mutant, Outcome, Progress, RunOptions, Status, Strategy,
+    check_with_progress, swarm_with_progress, CacheFrees, CheckConfig, MonitorKind, Mutant, Outcome, Progress, RunOptions,
+    Status, Strategy, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress,
 };
 use mrcache_model::OverlapPolicy;
 use mrcache_types::Op;
@@ -45,7 +46,7 @@ pub struct CheckArgs {
     pub list_mutants: bool,
     /// Check every pinned configuration (the correct algorithm; the checker's
     /// tests pin their unique-state counts) and print one line each.
-    #[arg(long, conflicts_with_all = ["mutant", "scripts", "simulation", "dfs", "max_depth"])]
+    #[arg(long, conflicts_with_all = ["mutant", "scripts", "simulation", "dfs", "max_depth", "swarm"])]
     pub pinned: bool,
     /// Breadth-first search (the default): shortest counterexamples.
     #[arg(long, conflicts_with_all = ["dfs", "simulation"])]
@@ -56,10 +57,30 @@ pub struct CheckArgs {
     /// Random walks with this seed (stops after --max-states, default 1,000,000).
     #[arg(long, value_name = "SEED")]
     pub simulation: Option<u64>,
+    /// Swarm: many small searches, each seeded, with its own depth bound
+    /// (up to --max-depth, default 100) and order of choices, each stopping
+    /// after --max-states distinct states (default 50,000); on every core
+    /// unless --workers. Finds bugs past exhaustive reach; proves nothing.
+    #[arg(long, conflicts_with_all = ["bfs", "dfs", "simulation"])]
+    pub swarm: bool,
+    /// Swarm: the first search's seed (the others follow it). A
+    /// counterexample's seed with `--searches 1` replays it.
+    #[arg(long, value_name = "SEED", default_value_t = 0, requires = "swarm")]
+    pub seed: u64,
+    /// Swarm: how many searches (seeds).
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "swarm")]
+    pub searches: u64,
+    /// Swarm: random walks instead of depth-first searches.
+    #[arg(long, requires = "swarm")]
+    pub walk: bool,
+    /// Swarm: write the summary (JSON) here, as a Slurm task does for
+    /// `mrcache swarm collect`.
+    #[arg(long, value_name = "FILE", requires = "swarm")]
+    pub summary_json: Option<PathBuf>,
     /// Explore at most this many steps deep (the run is then incomplete).
     #[arg(long, value_name = "D")]
     pub max_depth: Option<usize>,
-    /// Stop after generating this many states.
+    /// Stop after generating this many states (swarm: per search).
     #[arg(long, value_name = "N")]
     pub max_states: Option<usize>,
     /// Stop after this many seconds.
@@ -226,6 +247,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<i32> {
     for n in &notes {
         eprintln!("mrcache check: mutant {} needs {n}", cfg.mutant.map(|m| m.name()).unwrap_or_default());
     }
+    if args.swarm || cfg.mutant.is_some_and(|m| m.swarm_only()) {
+        if !args.swarm {
+            eprintln!("mrcache check: mutant {} needs the swarm (--swarm): past exhaustive reach", cfg.mutant.map(|m| m.name()).unwrap_or_default());
+        }
+        return run_swarm(&args, &cfg);
+    }
     let opts = args.options();
     eprintln!("mrcache check: {} ({}, {} worker(s))", cfg.describe(), opts.strategy, opts.workers);
     let bar = ProgressBar::new_spinner();
@@ -242,17 +269,124 @@ pub fn run(args: CheckArgs) -> anyhow::Result<i32> {
     bar.finish_and_clear();
     print!("{}", summary(&outcome));
     if let Some(c) = &outcome.counterexample {
-        println!();
-        print!("{}", c.timeline);
-        match &args.trace_out {
-            Some(path) => {
-                std::fs::write(path, c.trace.to_jsonl()).with_context(|| format!("writing {}", path.display()))?;
-                println!("counterexample trace written to {} (mrcache replay reads it)", path.display());
-            }
-            None => println!("(--trace-out FILE writes this counterexample as a trace)"),
-        }
+        write_counterexample(c, args.trace_out.as_ref())?;
     }
     Ok(if outcome.passed() { 0 } else { 1 })
+}
+
+fn write_counterexample(c: &mrcache_checker::Counterexample, trace_out: Option<&PathBuf>) -> anyhow::Result<()> {
+    println!();
+    print!("{}", c.timeline);
+    match trace_out {
+        Some(path) => {
+            std::fs::write(path, c.trace.to_jsonl()).with_context(|| format!("writing {}", path.display()))?;
+            println!("counterexample trace written to {} (mrcache replay reads it)", path.display());
+        }
+        None => println!("(--trace-out FILE writes this counterexample as a trace)"),
+    }
+    Ok(())
+}
+
+impl CheckArgs {
+    /// The swarm's options from the command line.
+    pub fn swarm_options(&self) -> SwarmOptions {
+        let d = SwarmOptions::default();
+        SwarmOptions {
+            mode: if self.walk { SwarmMode::Walk } else { SwarmMode::Dfs },
+            first_seed: self.seed,
+            searches: self.searches,
+            max_depth: self.max_depth.unwrap_or(d.max_depth),
+            states_per_search: self.max_states.unwrap_or(d.states_per_search),
+            workers: self
+                .workers
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+            timeout: self.timeout.map(Duration::from_secs),
+            stop_at_first_failure: !self.keep_going,
+            ..d
+        }
+    }
+}
+
+/// `--swarm`: many seeded, bounded searches; a summary, and the
+/// counterexample of the lowest seed that found one, with the options that
+/// replay it.
+fn run_swarm(args: &CheckArgs, cfg: &CheckConfig) -> anyhow::Result<i32> {
+    let opts = args.swarm_options();
+    eprintln!(
+        "mrcache check: {} (swarm: {} {} searches from seed {}, depth bound up to {}, {} states each; {} worker(s))",
+        cfg.describe(),
+        opts.searches,
+        opts.mode,
+        opts.first_seed,
+        opts.max_depth,
+        opts.states_per_search,
+        opts.workers
+    );
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}").expect("valid template"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let outcome = swarm_with_progress(cfg, &opts, |p: &SwarmProgress| {
+        bar.set_message(format!(
+            "{} searches, {} states, {:.0} states/s, depth {}",
+            p.searches_done,
+            p.states,
+            p.states as f64 / p.elapsed.as_secs_f64().max(1e-3),
+            p.max_depth
+        ));
+    })
+    .map_err(|e| anyhow!(e))?;
+    bar.finish_and_clear();
+    print!("{}", swarm_summary(&outcome, &opts));
+    if let Some(path) = &args.summary_json {
+        let json = serde_json::to_string_pretty(&outcome.summary).expect("the summary serialises");
+        std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some((_, c)) = &outcome.counterexample {
+        write_counterexample(c, args.trace_out.as_ref())?;
+    }
+    Ok(if outcome.summary.violations.is_empty() { 0 } else { 1 })
+}
+
+/// The swarm's summary for a person.
+pub fn swarm_summary(o: &SwarmOutcome, opts: &SwarmOptions) -> String {
+    let s = &o.summary;
+    let mut out = format!("config: {}\n", s.config);
+    out += &format!(
+        "swarm: {} of {} searches finished (seeds {}..{}, {}, depth bound up to {}, {} states each), {:.2} s\n",
+        s.searches_finished,
+        s.searches_requested,
+        s.first_seed,
+        s.first_seed.wrapping_add(s.searches_requested),
+        s.mode,
+        s.max_depth_bound,
+        s.states_per_search,
+        s.elapsed_secs
+    );
+    out += &format!(
+        "covered: {} states ({}{} distinct), max depth {}\n",
+        s.states,
+        if s.coverage_capped { "at least " } else { "" },
+        s.distinct_states,
+        s.max_depth
+    );
+    if !s.reached.is_empty() {
+        out += &format!("goals reached: {}\n", s.reached.join(", "));
+    }
+    if s.violations.is_empty() {
+        out += "result: no violation found (a swarm proves nothing: the exhaustive check does)\n";
+    } else {
+        for v in &s.violations {
+            out += &format!("  VIOLATED {} in {} steps, seed {}\n", v.property, v.steps, v.seed);
+        }
+        let seed = s.violations[0].seed;
+        out += &format!(
+            "result: VIOLATED; replay: the same options with --swarm --seed {seed} --searches 1 --max-depth {} --max-states {}{}\n",
+            s.max_depth_bound,
+            s.states_per_search,
+            if opts.mode == SwarmMode::Walk { " --walk" } else { "" }
+        );
+    }
+    out
 }
 
 /// `--pinned`: every pinned configuration, one line each; exit 1 if one

@@ -21,4 +21,5 @@ pub mod plot;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod swarm;
 

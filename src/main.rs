@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 #[cfg(feature = "testkit")]
 use mrcache_cli::fuzz;
 use mrcache_cli::conform::builtin_adapter;
-use mrcache_cli::{check, conform, cost, figures, plot, record, replay, report};
+use mrcache_cli::{check, conform, cost, figures, plot, record, replay, report, swarm};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -34,6 +34,10 @@ enum Command {
     Record(record::RecordArgs),
     /// Model-check the concurrent algorithm of spec.md §A (stateright).
     Check(check::CheckArgs),
+    /// A swarm of `mrcache check --swarm` tasks on a cluster: `submit --slurm`
+    /// writes and submits a Slurm job array, `collect DIR` merges its results.
+    #[command(subcommand)]
+    Swarm(swarm::SwarmCommand),
     /// Long randomized runs of every test layer: differential, linearizability, stale-DMA oracle.
     #[cfg(feature = "testkit")]
     Fuzz(fuzz::FuzzArgs),
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         }),
         Command::Record(args) => record::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Check(args) => check::run(args).map(|code| code.clamp(0, 255) as u8),
+        Command::Swarm(cmd) => swarm::run(&cmd).map(|code| code.clamp(0, 255) as u8),
         #[cfg(feature = "testkit")]
         Command::Fuzz(args) => fuzz::run(&args).map(|code| code.clamp(0, 255) as u8),
         Command::Conform(args) => conform::run(&args).map(|r| {

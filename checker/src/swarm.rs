@@ -266,7 +266,7 @@ fn search(model: &AlgoModel, props: &[Property<AlgoModel>], opts: &SwarmOptions,
                 rng.shuffle(&mut untried);
                 stack.push(Frame { state: init, untried, via: None });
                 while let Some(top) = stack.last_mut() {
-                    if out.states % 1024 == 0 && stop() {
+                    if out.states.is_multiple_of(1024) && stop() {
                         out.finished = false;
                         return out;
                     }
