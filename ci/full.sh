@@ -34,12 +34,16 @@
 #                ci/contention.sh for HANG_STRESS_SECONDS (default 600: at
 #                least 10 minutes, 3 x nproc copies at once beside busy loops,
 #                each copy 20 s of stress under a watchdog)
+#   slurm        ci/slurm-swarm.sh: a one-node Slurm on this machine (it
+#                installs slurm-wlm and munge), a swarm job array through it
+#                (`mrcache swarm submit --slurm`, `mrcache swarm collect`)
+#                that must catch mutant lease-count-saturates by its seed
 #   large        ci/check-large.sh: the 3 threads x 3 ops model checks
 # Every step runs; a summary lists each with its time, and the exit status is
 # non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-all=(fast verbs loom valgrind ignored reproducers stale_dma contention hangs large)
+all=(fast verbs loom valgrind ignored reproducers stale_dma contention hangs slurm large)
 case ${1:-} in
   "") steps=("${all[@]}") ;;
   --no-fast) steps=("${all[@]:1}") ;;
@@ -93,6 +97,7 @@ step_hangs() {
   rm -rf "$prefix" "$bin"
   return $rc
 }
+step_slurm() { bash ci/slurm-swarm.sh; }
 step_large() { bash ci/check-large.sh; }
 
 for s in "${steps[@]}"; do
