@@ -247,9 +247,14 @@ pub fn run(args: CheckArgs) -> anyhow::Result<i32> {
     for n in &notes {
         eprintln!("mrcache check: mutant {} needs {n}", cfg.mutant.map(|m| m.name()).unwrap_or_default());
     }
-    if args.swarm || cfg.mutant.is_some_and(|m| m.swarm_only()) {
+    // A swarm-only mutant runs in the swarm unless a search is named.
+    let strategy_named = args.bfs || args.dfs || args.simulation.is_some();
+    if args.swarm || (cfg.mutant.is_some_and(|m| m.swarm_only()) && !strategy_named) {
         if !args.swarm {
-            eprintln!("mrcache check: mutant {} needs the swarm (--swarm): past exhaustive reach", cfg.mutant.map(|m| m.name()).unwrap_or_default());
+            eprintln!(
+                "mrcache check: mutant {} runs in the swarm (--swarm): its configuration is past exhaustive reach (--bfs to try)",
+                cfg.mutant.map(|m| m.name()).unwrap_or_default()
+            );
         }
         return run_swarm(&args, &cfg);
     }

@@ -141,7 +141,8 @@ pub struct SwarmProgress {
     pub searches_done: u64,
     pub states: u64,
     pub max_depth: usize,
-    pub violations: usize,
+    /// Some search has found a violation.
+    pub failed: bool,
     pub elapsed: Duration,
 }
 
@@ -291,10 +292,10 @@ fn search(model: &AlgoModel, props: &[Property<AlgoModel>], opts: &SwarmOptions,
                         return out;
                     }
                     if depth < bound {
-                        acts.clear();
-                        model.actions(&next, &mut acts);
-                        rng.shuffle(&mut acts);
-                        stack.push(Frame { state: next, untried: acts.clone(), via: Some(a) });
+                        let mut untried = Vec::new();
+                        model.actions(&next, &mut untried);
+                        rng.shuffle(&mut untried);
+                        stack.push(Frame { state: next, untried, via: Some(a) });
                     }
                 }
             }
@@ -411,7 +412,7 @@ pub fn swarm_with_progress(
             searches_done: done.load(Ordering::Relaxed),
             states: states.load(Ordering::Relaxed),
             max_depth: depth.load(Ordering::Relaxed) as usize,
-            violations: usize::from(failed.load(Ordering::Relaxed)),
+            failed: failed.load(Ordering::Relaxed),
             elapsed: start.elapsed(),
         };
         let mut last = Instant::now();
