@@ -235,14 +235,18 @@ impl CaseRun<'_> {
                 }
             }
         }
-        let spans = model_ops
-            .iter()
+        let spans = self.event_spans(&model_ops);
+        Ok((seq, cmd, PendingKind::Mem { kind, name, len, model_ops, spans }))
+    }
+
+    /// The pages each release event of `ops` covers.
+    fn event_spans(&self, ops: &[Op]) -> Vec<mrcache_types::PageSpan> {
+        ops.iter()
             .filter_map(|o| match *o {
                 Op::ReleaseEvent { addr, len, .. } => Range::new(addr, len).ok().map(|r| r.pages(self.page)),
                 _ => None,
             })
-            .collect();
-        Ok((seq, cmd, PendingKind::Mem { kind, name, len, model_ops, spans }))
+            .collect()
     }
 
     /// Adds an acquire's `during_register` to its command (absolute
@@ -268,13 +272,7 @@ impl CaseRun<'_> {
             }
         }
         cmd["during_register"] = json!(list);
-        let spans = model_ops
-            .iter()
-            .filter_map(|o| match *o {
-                Op::ReleaseEvent { addr, len, .. } => Range::new(addr, len).ok().map(|r| r.pages(self.page)),
-                _ => None,
-            })
-            .collect();
+        let spans = self.event_spans(&model_ops);
         self.during = Some((seq, model_ops, spans));
         Ok(())
     }
