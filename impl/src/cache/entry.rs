@@ -122,6 +122,39 @@ pub(super) fn indexed<R: Registrar>(slot: &Slot<EntryPtr<R>>) -> &Entry<R> {
     unsafe { slot.value.0.as_ref() }
 }
 
+/// The entry an eviction-order candidate was pushed for, if it is still in
+/// the index: its state word (read under the lock exclusive) says findable
+/// with the candidate's incarnation, and its id is the candidate's. Alive
+/// while `index` is borrowed, as [`indexed`]'s entry: it is in the index,
+/// which only a holder of the lock exclusive changes. Costs the entry's
+/// word and id instead of a descent of the index (the note's walk).
+///
+/// # Safety
+/// The caller holds the lock exclusive, `index` is its index, and `p` was
+/// an entry of this generation's pool (its memory stays allocated until the
+/// pool drops, [`super::entry_pool`], and its state word is only ever an
+/// `EntryState`).
+#[inline(always)]
+pub(super) unsafe fn candidate<R: Registrar>(
+    _index: &crate::index::IntervalIndex<EntryPtr<R>>,
+    p: *const Entry<R>,
+    incarnation: u64,
+    id: u64,
+) -> Option<&Entry<R>> {
+    // SAFETY: the contract: an allocated entry whose state word is always
+    // a valid atomic.
+    let word = unsafe { (*p).state.seen() };
+    if !EntryState::findable_incarnation(word, incarnation) {
+        return None;
+    }
+    // SAFETY: findable under the lock exclusive: in the index, so alive for
+    // as long as the index is borrowed (an entry leaves it only under the
+    // lock exclusive, through `&mut` of the index); its fields are its own.
+    let e = unsafe { &*p };
+    // The incarnation wraps (mod 2^21); the id never repeats.
+    (e.view_id == id).then_some(e)
+}
+
 impl<R: Registrar> Entry<R> {
     /// The registration a lease hands out (spec.md#S1.3).
     #[inline(always)]

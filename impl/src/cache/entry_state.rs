@@ -156,6 +156,24 @@ impl EntryState {
         self.word.load(Ordering::Acquire)
     }
 
+    /// The incarnation bits of a word (module docs), for the eviction order's
+    /// candidates ([`super::evict_order::Candidate`]).
+    #[inline(always)]
+    pub(super) fn incarnation_bits(word: u64) -> u64 {
+        word & Self::INCARNATION_MASK
+    }
+
+    /// Whether `word` is the word of a findable entry (neither INVALID nor
+    /// PENDING) of incarnation `bits` ([`Self::incarnation_bits`]). Read
+    /// under the lock exclusive, that is "this incarnation is in the index":
+    /// A9 inserts and publishes, and every removal from the index sets
+    /// INVALID, under one hold of the lock exclusive; the pool reuses memory
+    /// under it too (a new incarnation, PENDING).
+    #[inline(always)]
+    pub(super) fn findable_incarnation(word: u64, bits: u64) -> bool {
+        word & (Self::INVALID | Self::PENDING | Self::INCARNATION_MASK) == bits
+    }
+
     /// Whether `seen` is a findable entry's word that can take one more lease.
     #[inline(always)]
     pub fn leasable(seen: u64) -> bool {

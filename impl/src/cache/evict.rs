@@ -15,8 +15,8 @@
 //! victim against a full note taken in the same window, and a unit test
 //! shows that check catching a note one entry short.
 
-use super::entry::indexed;
-use super::entry::Entry;
+use super::entry::{self, indexed, Entry};
+use super::entry_state::EntryState;
 use super::Cache;
 use super::dereg::DeregList;
 use super::generation::{Generation, Locked};
@@ -25,7 +25,7 @@ use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use super::entry::EntryPtr;
 use super::evict_order::{policy_key, Candidate};
-use crate::index::{Removal, Slot};
+use crate::index::{IntervalIndex, Removal, Slot};
 use mrcache_types::config::EvictionPolicy;
 
 /// The entries an eviction pass may take (see [`Cache::note_victims`]): those
@@ -55,6 +55,29 @@ impl<R: Registrar> Cache<R> {
         policy_key(self.cost_aware(), e.last_use.load(Ordering::Relaxed), e.priority.load(Ordering::Relaxed), id)
     }
 
+    /// A candidate for `e`, an entry in the index (lock held exclusive).
+    fn candidate_of(e: &Entry<R>, key: (u64, u64, u64), first: u64) -> Candidate {
+        let incarnation = EntryState::incarnation_bits(e.state.seen());
+        Candidate { key, first, entry: e as *const Entry<R> as usize, incarnation }
+    }
+
+    /// The entry of candidate `c` if it is still in the index (module docs
+    /// of `evict_order`): by its address and incarnation, which debug builds
+    /// check against a descent of the index.
+    fn candidate_entry<'i>(index: &'i IntervalIndex<EntryPtr<R>>, c: &Candidate) -> Option<&'i Entry<R>> {
+        // SAFETY: `index` is borrowed from the state behind the lock, held
+        // exclusive by every caller (the notes); `c.entry` is an entry of
+        // this generation's pool (every candidate is made by `candidate_of`
+        // from an entry in this generation's index).
+        let found = unsafe { entry::candidate(index, c.entry as *const Entry<R>, c.incarnation, c.id()) };
+        debug_assert_eq!(
+            found.map(|e| e as *const Entry<R>),
+            index.find(c.first, c.id()).map(|slot| indexed(slot) as *const Entry<R>),
+            "a candidate's entry found by its address and incarnation differs from the index's answer"
+        );
+        found
+    }
+
     /// A9: the new entry becomes a victim candidate (with limits only:
     /// nothing else evicts in policy order).
     pub(super) fn add_candidate(&self, st: &mut Locked<R>, e: EntryPtr<R>, first: u64, id: u64) {
@@ -62,8 +85,9 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         // SAFETY: just inserted by A9 under the lock exclusive, which we hold.
-        let key = self.key_now(unsafe { e.get() }, id);
-        st.order.push(Candidate { key, first });
+        let entry = unsafe { e.get() };
+        let key = self.key_now(entry, id);
+        st.order.push(Self::candidate_of(entry, key, first));
         if st.order.needs_rebuild(st.index.len()) {
             // One candidate per entry, except those a pending note holds
             // out (A9 runs between A6's note and A10): they come back from
@@ -73,7 +97,10 @@ impl<R: Registrar> Cache<R> {
                 .index
                 .iter()
                 .filter(|(_, slot)| !held_out.contains(&slot.id))
-                .map(|(s, slot)| Candidate { key: self.key_now(indexed(slot), slot.id), first: s.first })
+                .map(|(s, slot)| {
+                    let e = indexed(slot);
+                    Self::candidate_of(e, self.key_now(e, slot.id), s.first)
+                })
                 .collect();
             st.order.rebuild(fresh.into_iter());
         }
@@ -133,17 +160,16 @@ impl<R: Registrar> Cache<R> {
         // index does not change during the walk): one descent less.
         let mut carried = None;
         while n < regions || b < bytes {
-            let (c, slot) = match carried.take() {
+            let (c, e) = match carried.take() {
                 Some(carried) => carried,
                 None => {
                     let Some(c) = st.order.pop() else { break };
-                    let Some(slot) = st.index.find(c.first, c.id()) else {
+                    let Some(e) = Self::candidate_entry(&st.index, &c) else {
                         continue; // its entry left the index: garbage
                     };
-                    (c, slot)
+                    (c, e)
                 }
             };
-            let e = indexed(slot);
             if e.state.leases() != 0 {
                 passed.push(c);
                 continue;
@@ -154,11 +180,11 @@ impl<R: Registrar> Cache<R> {
             let key = self.key_now(e, c.id());
             if key != c.key {
                 debug_assert!(key > c.key, "policy keys only grow");
-                let next = st.order.push_pop(Candidate { key, first: c.first });
+                let next = st.order.push_pop(Candidate { key, ..c });
                 carried = if (next.first, next.id()) == (c.first, c.id()) {
-                    Some((next, slot))
+                    Some((next, e))
                 } else {
-                    st.index.find(next.first, next.id()).map(|s| (next, s))
+                    Self::candidate_entry(&st.index, &next).map(|e| (next, e))
                 };
                 continue;
             }
@@ -166,7 +192,7 @@ impl<R: Registrar> Cache<R> {
             //# A6 and R2 revoke the slots of each entry before they read its
             //# lease count for the note
             if e.memoized.load(Ordering::Relaxed) && !fault!(self.config, note_skips_revoke) {
-                let p = slot.value.as_ptr();
+                let p = e as *const Entry<R> as *mut Entry<R>;
                 self.revoke(shared, |q| q == p);
                 // A lane lease the revoke pinned is a lease now; a lane hit
                 // between the first read and the revoke raised the key.
@@ -176,11 +202,11 @@ impl<R: Registrar> Cache<R> {
                 }
                 let key = self.key_now(e, c.id());
                 if key != c.key {
-                    let next = st.order.push_pop(Candidate { key, first: c.first });
+                    let next = st.order.push_pop(Candidate { key, ..c });
                     carried = if (next.first, next.id()) == (c.first, c.id()) {
-                        Some((next, slot))
+                        Some((next, e))
                     } else {
-                        st.index.find(next.first, next.id()).map(|s| (next, s))
+                        Self::candidate_entry(&st.index, &next).map(|e| (next, e))
                     };
                     continue;
                 }

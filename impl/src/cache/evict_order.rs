@@ -55,11 +55,18 @@ pub(super) const SLACK: usize = 1024;
 
 /// One candidate: its entry's policy key when pushed (ending with the id,
 /// so the order is total and ties go by id as S6.3 says) and first page
-/// (with the id, the entry's key in the index).
+/// (with the id, the entry's key in the index), and where the entry is: its
+/// address and incarnation, by which the note's walk finds it still in the
+/// index without a descent (`entry::candidate`). Ordered by the key first,
+/// which holds the id: the last two fields never decide an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Candidate {
     pub(super) key: (u64, u64, u64),
     pub(super) first: u64,
+    /// The entry's address (in its generation's pool, which outlives the order).
+    pub(super) entry: usize,
+    /// Its incarnation's bits when pushed (`EntryState::incarnation_bits`).
+    pub(super) incarnation: u64,
 }
 
 impl Candidate {
@@ -174,11 +181,16 @@ impl EvictionOrder {
 mod tests {
     use super::*;
 
+    /// A candidate of no entry (the order never reads its entry).
+    fn cand(key: (u64, u64, u64), first: u64) -> Candidate {
+        Candidate { key, first, entry: 0, incarnation: 0 }
+    }
+
     #[test]
     fn pops_in_policy_order_with_ties_by_id() {
         let mut o = EvictionOrder::default();
         for (last, id) in [(5, 3), (2, 9), (5, 1), (7, 2)] {
-            o.push(Candidate { key: policy_key(false, last, 0, id), first: id * 10 });
+            o.push(cand(policy_key(false, last, 0, id), id * 10));
         }
         let ids: Vec<u64> = std::iter::from_fn(|| o.pop()).map(|c| c.id()).collect();
         assert_eq!(ids, [9, 1, 3, 2]);
@@ -200,11 +212,11 @@ mod tests {
         for _ in 0..200 {
             let (mut a, mut b) = (EvictionOrder::default(), EvictionOrder::default());
             for id in 0..next(20) {
-                let c = Candidate { key: policy_key(false, next(50), 0, id), first: id };
+                let c = cand(policy_key(false, next(50), 0, id), id);
                 a.push(c);
                 b.push(c);
             }
-            let c = Candidate { key: policy_key(false, next(60), 0, 100), first: 100 };
+            let c = cand(policy_key(false, next(60), 0, 100), 100);
             a.push(c);
             assert_eq!(a.pop(), Some(b.push_pop(c)));
             let (ra, rb): (Vec<_>, Vec<_>) = (std::iter::from_fn(|| a.pop()).collect(), std::iter::from_fn(|| b.pop()).collect());
@@ -231,7 +243,7 @@ mod tests {
                 } else {
                     next(clock + 1)
                 };
-                let c = Candidate { key: policy_key(round % 2 == 1 && step == 9, stamp, next(5), id), first: id };
+                let c = cand(policy_key(round % 2 == 1 && step == 9, stamp, next(5), id), id);
                 match step {
                     0..=6 => {
                         order.push(c);
@@ -256,11 +268,11 @@ mod tests {
     fn in_order_pushes_stay_out_of_the_heap() {
         let mut o = EvictionOrder::default();
         for i in 0..100 {
-            o.push(Candidate { key: policy_key(false, i, 0, i), first: i });
+            o.push(cand(policy_key(false, i, 0, i), i));
         }
         assert_eq!((o.run.len(), o.heap.len()), (100, 0));
         assert_eq!(o.pop().map(|c| c.id()), Some(0));
-        o.push(Candidate { key: policy_key(false, 50, 0, 1000), first: 1000 });
+        o.push(cand(policy_key(false, 50, 0, 1000), 1000));
         assert_eq!((o.run.len(), o.heap.len()), (99, 1));
     }
 
@@ -274,12 +286,12 @@ mod tests {
     fn garbage_bound() {
         let mut o = EvictionOrder::default();
         for i in 0..(2 * 10 + SLACK as u64) {
-            o.push(Candidate { key: (i, 0, i), first: i });
+            o.push(cand((i, 0, i), i));
         }
         assert!(!o.needs_rebuild(10));
-        o.push(Candidate { key: (0, 0, 0), first: 0 });
+        o.push(cand((0, 0, 0), 0));
         assert!(o.needs_rebuild(10));
-        o.rebuild((0..3).map(|i| Candidate { key: (i, 0, i), first: i }));
+        o.rebuild((0..3).map(|i| cand((i, 0, i), i)));
         assert_eq!(o.len(), 3);
     }
 }
