@@ -19,8 +19,14 @@
 //! key is at least its candidate's, which is at least the popped one. A
 //! candidate whose key is out of date is pushed back with the current key
 //! (each use makes at most one such re-push, `O(log n)` amortised per use);
-//! one whose entry left the index is dropped (found by `(first page, id)` in
-//! the index, never by dereferencing a pointer to a freed entry). Entries
+//! one whose entry left the index is dropped. The walk tells the two apart
+//! without a descent of the index: a candidate keeps its entry's address
+//! and incarnation, and under the lock exclusive an entry is in the index
+//! iff its state word is findable with that incarnation (and its id is the
+//! candidate's, as the incarnation wraps). The address may be of memory
+//! freed or reused since: the pool keeps it allocated for the generation's
+//! life, and its state word is always an `EntryState` (`entry_pool`), so the
+//! word is the only field read before it says the entry is there. Entries
 //! that may not be evicted now (leased, or not noted by A6) are set aside
 //! and pushed back when the pass ends, so a pass costs
 //! `O((k + v + 1) · log n)` for `v` victims and `k` entries passed over
