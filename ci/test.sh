@@ -25,8 +25,16 @@ export MRCACHE_PRODUCTION_RLIB=$prod/release/libmrcache.rlib MRCACHE_CAPI_LIB_DI
 # The citation check on the real tree is skipped here: it runs once, below,
 # as the tool (tools/citations), which prints its counts.
 # Tests marked #[ignore = "full tier: ci/full.sh"] run in ci/full.sh.
+# Built first, then run under the watchdog: a test that hangs fails the tier
+# with every thread's wait and stack (ci/watchdog.sh) instead of stalling it
+# until CI's own limit. The deadline is for the runs alone (about 5 minutes
+# on a quiet 2-core machine, 15 beside other work); MRCACHE_TEST_DEADLINE
+# overrides it.
+step "cargo test --workspace (build)"
+cargo test --workspace --no-run -q
 step "cargo test --workspace"
-cargo test --workspace --no-fail-fast -- --skip citations_are_verbatim_known_and_complete
+bash ci/watchdog.sh --timeout "${MRCACHE_TEST_DEADLINE:-2400}" --name "cargo test --workspace" -- \
+  cargo test --workspace --no-fail-fast -- --skip citations_are_verbatim_known_and_complete
 # The README's commands (ci/readme-commands.py): the blocks marked `run` run
 # as written; the others are parsed and each `mrcache` line given `--help`.
 step "README commands"

@@ -52,6 +52,9 @@
  *  - The library disables cancellation (pthread_setcancelstate) while it
  *    runs a callback: a pthread_cancel requested meanwhile acts at the
  *    thread's next cancellation point after the library call returns.
+ *    (A miss disables it once, at its first callback, and puts it back as
+ *    it returns.) A callback that changes its thread's cancel state
+ *    restores it before it returns.
  *  - A callback that throws a C++ exception, or ends its thread
  *    (pthread_exit, or a cancel it let act by enabling cancellation),
  *    fails: the exception is caught and destroyed where the library calls

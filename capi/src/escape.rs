@@ -68,6 +68,15 @@ extern "C-unwind" {
     fn mrcache_escape_resume_exit() -> !;
 }
 
+/// A callback's guards: the per-thread state its call's frames restore when
+/// they end (dropped after the call, or by the trampoline's handler before
+/// a longjmp skips them), and what else a longjmp must repair first.
+pub(crate) trait Guards {
+    /// A longjmp is about to skip the library call around the callback:
+    /// repairs what that call would have restored on its way out.
+    fn on_longjmp(&mut self) {}
+}
+
 /// How a callback ended.
 #[derive(Debug)]
 pub(crate) enum Ended {
@@ -96,26 +105,28 @@ thread_local! {
 /// of the callback, dropped by the trampoline's handler before the jump.
 /// On a longjmp, `on_abandon` runs after the guards dropped (the cache's
 /// abandon of its registration in flight).
-pub(crate) fn call_reg<G>(call: &RegCall, guards: G, on_abandon: &mut dyn FnMut()) -> Ended {
+#[inline(always)]
+pub(crate) fn call_reg<G: Guards>(call: &RegCall, guards: G, on_abandon: &mut dyn FnMut()) -> Ended {
     // SAFETY: erases the closure's lifetime: it is called only by `on_jump`,
     // before the jump skips this frame, while the caller's frame (which
     // owns the closure) is alive.
     let on_abandon: *mut (dyn FnMut() + 'static) = unsafe { std::mem::transmute(on_abandon) };
     // SAFETY: `call` and the escape record outlive the call; the trampoline
     // calls `reg` with `call`'s arguments (the caller's contract for them).
-    run(Jumped { _guards: guards, then: Some(on_abandon) }, |escape| unsafe { mrcache_escape_call_reg(call, escape) })
+    run(Jumped { guards, then: Some(on_abandon) }, |escape| unsafe { mrcache_escape_call_reg(call, escape) })
 }
 
 /// [`call_reg`] for `dereg(ctx, handle)`.
-pub(crate) fn call_dereg<G>(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, guards: G) -> Ended {
+#[inline(always)]
+pub(crate) fn call_dereg<G: Guards>(dereg: DeregFn, ctx: *mut c_void, handle: *mut c_void, guards: G) -> Ended {
     // SAFETY: as in `call_reg`.
-    run(Jumped { _guards: guards, then: None }, |escape| unsafe { mrcache_escape_call_dereg(dereg, ctx, handle, escape) })
+    run(Jumped { guards, then: None }, |escape| unsafe { mrcache_escape_call_dereg(dereg, ctx, handle, escape) })
 }
 
 /// The guards of a callback call, and what a longjmp out of it runs after
 /// dropping them.
 struct Jumped<G> {
-    _guards: G, // dropped, never read
+    guards: G,
     then: Option<*mut dyn FnMut()>,
 }
 
@@ -123,7 +134,8 @@ struct Jumped<G> {
 //# A registrar callback runs with
 //# cancellation disabled, and leaves the library by its return only: nothing
 //# it does unwinds or jumps through the library's frames.
-fn run<G>(guards: Jumped<G>, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
+#[inline(always)]
+fn run<G: Guards>(guards: Jumped<G>, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ended {
     let mut guards = ManuallyDrop::new(guards);
     let mut escape = RawEscape {
         kind: ESCAPE_RETURNED,
@@ -156,11 +168,12 @@ fn run<G>(guards: Jumped<G>, call: impl FnOnce(*mut RawEscape) -> c_int) -> Ende
 
 /// The trampoline's longjmp handler: drops the guards (at `arg`) in place
 /// and runs what follows them, before the jump skips their frame.
-unsafe extern "C" fn on_jump<G>(arg: *mut c_void) {
+unsafe extern "C" fn on_jump<G: Guards>(arg: *mut c_void) {
     // SAFETY: `arg` is `run`'s `guards`, alive (the jump has not happened
     // yet) and not dropped (`run` drops it only after the trampoline
     // returns, which it now never does).
     let jumped = unsafe { &mut *arg.cast::<ManuallyDrop<Jumped<G>>>() };
+    jumped.guards.on_longjmp();
     let then = jumped.then;
     // SAFETY: as above; dropped once, here.
     unsafe { ManuallyDrop::drop(jumped) };

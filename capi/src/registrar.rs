@@ -11,7 +11,8 @@
 //! is still inside its callback).
 //!
 //! Cancellation: a callback runs with the thread's cancelability disabled
-//! ([`NoCancel`]): a cancel requested meanwhile stays pending and acts at
+//! ([`NoCancel`] for that callback, or once for all the callbacks of a miss:
+//! `begin_scope`): a cancel requested meanwhile stays pending and acts at
 //! the thread's next cancellation point after the entry point returned.
 //! A callback that throws, exits its thread or longjmps out goes through
 //! the trampolines of [`crate::escape`] (spec.md#S7.8).
@@ -86,35 +87,157 @@ mod cancel {
 /// deregistrations, never a hit.
 #[must_use]
 pub(crate) struct NoCancel {
-    /// The state before: restored on drop unless it was disabled already.
-    #[cfg(target_os = "linux")]
-    old: c_int,
+    /// It was enabled before: enabled again on drop.
+    was_enabled: bool,
 }
 
 impl NoCancel {
     #[inline]
     pub(crate) fn new() -> NoCancel {
-        #[cfg(target_os = "linux")]
-        {
-            let mut old = cancel::PTHREAD_CANCEL_DISABLE;
-            // SAFETY: sets this thread's cancel state; `old` is a valid
-            // out-pointer. It cannot fail for a valid state.
-            unsafe { cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_DISABLE, &mut old) };
-            NoCancel { old }
-        }
-        #[cfg(not(target_os = "linux"))]
-        NoCancel {}
+        NoCancel { was_enabled: disable_cancel() }
     }
 }
 
 impl Drop for NoCancel {
     #[inline]
     fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if self.old == cancel::PTHREAD_CANCEL_ENABLE {
-            // SAFETY: restores this thread's state from before `new`; the
-            // old-state pointer may be NULL.
-            unsafe { cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_ENABLE, std::ptr::null_mut()) };
+        if self.was_enabled {
+            enable_cancel();
+        }
+    }
+}
+
+/// Disables this thread's cancelability; whether it was enabled.
+#[inline]
+fn disable_cancel() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let mut old = cancel::PTHREAD_CANCEL_DISABLE;
+        // SAFETY: sets this thread's cancel state; `old` is a valid
+        // out-pointer. It cannot fail for a valid state.
+        unsafe { cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_DISABLE, &mut old) };
+        old == cancel::PTHREAD_CANCEL_ENABLE
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// Enables this thread's cancelability again (after [`disable_cancel`]
+/// found it enabled).
+#[inline]
+fn enable_cancel() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: restores this thread's state from before `disable_cancel`;
+    // the old-state pointer may be NULL.
+    unsafe {
+        cancel::pthread_setcancelstate(cancel::PTHREAD_CANCEL_ENABLE, std::ptr::null_mut())
+    };
+}
+
+// A miss's callback scope on the calling thread's bucket
+// (`Registrar::begin_callbacks`): every callback of this cache that the
+// miss runs on this thread finds the thread's cancelability disabled by the
+// first of them, and the scope enables it again (if it was enabled) when it
+// ends. One pair of `pthread_setcancelstate` calls per miss instead of one
+// per callback: an evicting miss runs a `reg` and a `dereg`. (A callback
+// that changes its thread's cancel state restores it before it returns:
+// the header says so.)
+//
+// The scope's bits live in the bucket (owner only): SCOPE_OPEN, then at
+// most one of SCOPE_CANCEL_HELD (the first callback disabled it; the end
+// enables it) and SCOPE_CANCEL_CHECKED (it was disabled already; nothing to
+// restore). A longjmp out of a callback skips the scope's end: the
+// callback's guard ends the scope then ([`CallbackGuard`]'s
+// `escape::Guards`).
+const SCOPE_OPEN: u32 = 1;
+const SCOPE_CANCEL_HELD: u32 = 2;
+const SCOPE_CANCEL_CHECKED: u32 = 4;
+/// The scope bits kept in a begin token's low bits (a bucket is 64-byte
+/// aligned).
+const SCOPE_BITS: usize = 7;
+
+/// Opens a scope on the calling thread's bucket: its address with the
+/// bits it had (a scope begun inside another on the same bucket, as by a
+/// signal handler's call, puts them back), or 0 without a bucket.
+#[inline(always)]
+fn begin_scope(r: &CRegistrar) -> usize {
+    match r.threads.mine() {
+        Mine::Idle(b) | Mine::InCallback(b) => {
+            let outer = b.scope();
+            b.set_scope(SCOPE_OPEN);
+            b as *const ThreadBucket as usize | outer as usize
+        }
+        Mine::None => 0,
+    }
+}
+
+/// Ends the scope [`begin_scope`] opened.
+#[inline(always)]
+fn end_scope(begun: usize) {
+    if begun == 0 {
+        return;
+    }
+    // SAFETY: a bucket of the cache whose operation began the scope and is
+    // ending it (`&self` of the registrar that owns the buckets is alive),
+    // owned by this thread (`begin_scope` found it its own, and the
+    // operation runs on one thread).
+    let b = unsafe { &*((begun & !SCOPE_BITS) as *const ThreadBucket) };
+    let bits = b.scope();
+    b.set_scope((begun & SCOPE_BITS) as u32);
+    if bits & SCOPE_CANCEL_HELD != 0 {
+        enable_cancel();
+    }
+}
+
+const _: () = assert!(std::mem::align_of::<ThreadBucket>() > SCOPE_BITS, "scope bits fit below a bucket's address");
+
+/// Disables cancelability for a callback about to run on `bucket`'s
+/// owner: for this callback alone outside a scope (the guard), else once
+/// for the scope.
+#[inline(always)]
+fn no_cancel_for_callback(bucket: &ThreadBucket) -> Option<NoCancel> {
+    let bits = bucket.scope();
+    if bits & SCOPE_OPEN == 0 {
+        return Some(NoCancel::new());
+    }
+    if bits & (SCOPE_CANCEL_HELD | SCOPE_CANCEL_CHECKED) == 0 {
+        let held = if disable_cancel() { SCOPE_CANCEL_HELD } else { SCOPE_CANCEL_CHECKED };
+        bucket.set_scope(bits | held);
+    }
+    None
+}
+
+/// What a callback runs with, until dropped: its cancelability disabled
+/// (for itself, or by its scope) and its "inside a callback" mark.
+pub(crate) struct CallbackGuard<'a> {
+    /// Dropped first, as the mark was made last.
+    cancel: Option<NoCancel>,
+    mark: InCallback<'a>,
+}
+
+impl<'a> CallbackGuard<'a> {
+    #[inline(always)]
+    fn enter(r: &'a CRegistrar) -> CallbackGuard<'a> {
+        match r.threads.mine() {
+            Mine::Idle(b) | Mine::InCallback(b) if b.depth() < MAX_DEPTH => {
+                let cancel = no_cancel_for_callback(b);
+                b.enter_callback();
+                CallbackGuard { cancel, mark: InCallback::Bucket(b) }
+            }
+            // No bucket, or nested deeper than its mark counts.
+            _ => CallbackGuard { cancel: Some(NoCancel::new()), mark: InCallback::enter_shared(r) },
+        }
+    }
+}
+
+impl escape::Guards for CallbackGuard<'_> {
+    /// The jump skips the entry point, and with it the close of its scope.
+    fn on_longjmp(&mut self) {
+        if let (None, InCallback::Bucket(b)) = (&self.cancel, &self.mark) {
+            if b.scope() & SCOPE_CANCEL_HELD != 0 {
+                enable_cancel();
+            }
+            b.set_scope(0);
         }
     }
 }
@@ -143,6 +266,9 @@ enum InCallback<'a> {
 }
 
 impl<'a> InCallback<'a> {
+    /// The mark alone ([`CallbackGuard::enter`] makes it with the
+    /// cancelability guard, from one bucket lookup).
+    #[cfg(test)]
     fn enter(r: &'a CRegistrar) -> InCallback<'a> {
         match r.threads.mine() {
             Mine::Idle(b) | Mine::InCallback(b) if b.depth() < MAX_DEPTH => {
@@ -302,7 +428,7 @@ impl Registrar for CRegistrar {
         };
         // The callback's contract (header): it reads nothing but its
         // arguments and writes the three out-pointers, our locals.
-        let rc = match escape::call_reg(&call, (NoCancel::new(), InCallback::enter(self)), on_abandon) {
+        let rc = match escape::call_reg(&call, CallbackGuard::enter(self), on_abandon) {
             Ended::Returned(rc) => rc,
             ended => return Err(escaped("reg", ended)),
         };
@@ -317,7 +443,7 @@ impl Registrar for CRegistrar {
         #[cfg(test)]
         crate::tests::maybe_panic_in_dereg();
         // `handle.ptr` is what `reg` returned, passed back once.
-        let rc = match escape::call_dereg(self.dereg, self.ctx, handle.ptr, (NoCancel::new(), InCallback::enter(self))) {
+        let rc = match escape::call_dereg(self.dereg, self.ctx, handle.ptr, CallbackGuard::enter(self)) {
             Ended::Returned(rc) => rc,
             ended => return Err(escaped("dereg", ended)),
         };
@@ -329,6 +455,16 @@ impl Registrar for CRegistrar {
 
     fn keys(&self, handle: &CHandle) -> Keys {
         handle.keys
+    }
+
+    #[inline(always)]
+    fn begin_callbacks(&self) -> usize {
+        begin_scope(self)
+    }
+
+    #[inline(always)]
+    fn end_callbacks(&self, begun: usize) {
+        end_scope(begun);
     }
 
     fn name(&self) -> &'static str {

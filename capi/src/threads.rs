@@ -20,7 +20,7 @@
 //!   plus its depth. Only the owner writes the mark after the claim (plain
 //!   load and store), and other threads only compare it with their own
 //!   token, which never matches whatever the depth.
-//! - only the owner reads or writes `len` and `slots` (relaxed atomics, for
+//! - only the owner reads or writes `len`, `scope` and `slots` (relaxed atomics, for
 //!   `Sync`): a thread asks only about itself, so no ordering with any
 //!   other thread is needed.
 //! - the depth is 0 while the owner is outside every registrar callback of
@@ -41,8 +41,9 @@ use crate::thread_token::{bucket, thread_token};
 use mrcache_impl::cache::{fork_generation, forking_thread};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-/// Free slots a thread keeps for itself, per cache.
-pub(crate) const LOCAL_FREE_MAX: usize = 30;
+/// Free slots a thread keeps for itself, per cache (the bucket's last
+/// word holds `len` and the callback scope).
+pub(crate) const LOCAL_FREE_MAX: usize = 29;
 /// Threads per cache that get a bucket (others take the shared paths).
 const BUCKETS: usize = 32;
 
@@ -63,6 +64,10 @@ pub(crate) struct ThreadBucket {
     entered_in: AtomicU32,
     /// Free lease slots in `slots[..len]`.
     len: AtomicU32,
+    /// The owner's callback scope in this cache (`registrar`'s
+    /// `begin_scope`: a miss that restores the thread's cancelability once,
+    /// when it ends, instead of after each callback). Owner only.
+    scope: AtomicU32,
     /// `generation << 32 | index`: a free slot and its next generation
     /// (taking a slot then reads one word of this thread's line instead of
     /// the slot's state word, which its release just wrote).
@@ -96,6 +101,18 @@ impl ThreadBucket {
         self.slots[n].store(u64::from(generation) << 32 | u64::from(index), Ordering::Relaxed);
         self.len.store(n as u32 + 1, Ordering::Relaxed);
         true
+    }
+
+    /// The owner's callback scope bits (owner only).
+    #[inline(always)]
+    pub(crate) fn scope(&self) -> u32 {
+        self.scope.load(Ordering::Relaxed)
+    }
+
+    /// Sets the owner's callback scope bits (owner only).
+    #[inline(always)]
+    pub(crate) fn set_scope(&self, bits: u32) {
+        self.scope.store(bits, Ordering::Relaxed);
     }
 
     /// The owner's depth inside callbacks of this cache.
@@ -168,6 +185,7 @@ impl ThreadBuckets {
                 mark: AtomicUsize::new(0),
                 entered_in: AtomicU32::new(0),
                 len: AtomicU32::new(0),
+                scope: AtomicU32::new(0),
                 slots: std::array::from_fn(|_| AtomicU64::new(0)),
             })),
         }

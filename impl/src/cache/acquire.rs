@@ -13,6 +13,7 @@ use super::entry_state::EntryState;
 use super::counters::{Hot, inc};
 use crate::error::Error;
 use crate::index::IntervalIndex;
+use crate::registrar::CallbackSpan;
 use crate::registrar::Registrar;
 use crate::sync::{Ordering, plain};
 use mrcache_types::config::{per_page_cost_ns, EvictionPolicy, OverlapPolicy};
@@ -336,6 +337,9 @@ impl<R: Registrar> Cache<R> {
         // generation as the fast path's unless a fork just happened.)
         let first_shared: *const Generation<R> = shared;
         let shared = self.shared_slow();
+        // Around every callback of this miss (the list's deregistrations
+        // too: declared first, dropped last).
+        let _callbacks = CallbackSpan::begin(&self.registrar);
         let mut deregs = DeregList::new(self, shared);
         let leased = self.acquire_exclusive(first_shared, shared, range, span, access, a1_missed_at, &mut deregs);
         deregs.finish();

@@ -71,8 +71,46 @@ pub trait Registrar: Send + Sync + 'static {
     /// Unpins. Called exactly once per successful `register`.
     fn deregister(&self, handle: Self::Handle) -> Result<(), RegistrarError>;
 
+    /// Called on the calling thread by an operation that may call the
+    /// registrar several times (a miss: its `register`, then an eviction's
+    /// `deregister`), before the first call; [`Self::end_callbacks`] gets
+    /// the value back after the last, also when the operation fails or
+    /// unwinds. An adapter can then set the thread up once per operation
+    /// instead of once per call (the C API disables cancelability once:
+    /// spec.md#S7.8). The default does nothing.
+    #[inline(always)]
+    fn begin_callbacks(&self) -> usize {
+        0
+    }
+
+    /// Ends what [`Self::begin_callbacks`] began (its value).
+    #[inline(always)]
+    fn end_callbacks(&self, begun: usize) {
+        let _ = begun;
+    }
+
     fn keys(&self, handle: &Self::Handle) -> Keys;
 
     /// Short backend name for reports: `counting`, `uring`, `verbs`.
     fn name(&self) -> &'static str;
+}
+
+/// [`Registrar::begin_callbacks`] until dropped (then `end_callbacks`).
+pub(crate) struct CallbackSpan<'r, R: Registrar> {
+    registrar: &'r R,
+    begun: usize,
+}
+
+impl<'r, R: Registrar> CallbackSpan<'r, R> {
+    #[inline(always)]
+    pub(crate) fn begin(registrar: &'r R) -> Self {
+        CallbackSpan { registrar, begun: registrar.begin_callbacks() }
+    }
+}
+
+impl<R: Registrar> Drop for CallbackSpan<'_, R> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.registrar.end_callbacks(self.begun);
+    }
 }

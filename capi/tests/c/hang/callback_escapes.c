@@ -24,6 +24,12 @@
  *     thread by its name, mrcache-svc). The exit is dropped there: later
  *     munmaps still return and the cache still deregisters on that thread.
  *
+ *  7. The cancel state callbacks run with: an evicting miss runs `reg` and
+ *     then the victim's `dereg` in one mrcache_acquire; both find
+ *     cancellation disabled, and the thread's state after the call is the
+ *     one before it (enabled; or disabled, when the caller had disabled
+ *     it). The library disables it once per miss, not once per callback.
+ *
  *   callback_escapes [ROUNDS]   rounds of each case (or HANG_ITERS; default 3) */
 #define _GNU_SOURCE
 #include "hang_common.h"
@@ -299,6 +305,64 @@ static void case_service_thread_exit(void) {
   check_destroy("pthread_exit in dereg on the service thread", a, &reg_a);
 }
 
+/* Case 7: the state each callback found (PTHREAD_CANCEL_*), -1 if none ran. */
+static _Thread_local int state_in_reg = -1, state_in_dereg = -1;
+
+static int cancel_state_now(void) {
+  int old;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  pthread_setcancelstate(old, NULL);
+  return old;
+}
+
+static int recording_reg(struct hc_reg *r, void *addr, size_t len) {
+  (void)r; (void)addr; (void)len;
+  state_in_reg = cancel_state_now();
+  return 0;
+}
+
+static void recording_dereg(struct hc_reg *r, struct hc_rec *rec) {
+  (void)r; (void)rec;
+  state_in_dereg = cancel_state_now();
+}
+
+static struct hc_reg reg_state = { .on_reg = recording_reg, .on_dereg = recording_dereg };
+
+static void *evicting_misses(void *p) {
+  struct job *j = p;
+  size_t page = hc_page();
+  for (int disabled = 0; disabled < 2; disabled++) {
+    int before = disabled ? PTHREAD_CANCEL_DISABLE : PTHREAD_CANCEL_ENABLE;
+    pthread_setcancelstate(before, NULL);
+    for (int i = 0; i < 4; i++) {
+      mrcache_lease_t l;
+      state_in_reg = state_in_dereg = -1;
+      /* One entry at most: from the second miss on, each evicts the last. */
+      EXPECT_OK(mrcache_acquire(j->c, j->buf + (size_t)(2 * i) * page, page, MRCACHE_ACCESS_LOCAL_WRITE, &l));
+      EXPECT(state_in_reg == PTHREAD_CANCEL_DISABLE);
+      if (i > 0) EXPECT(state_in_dereg == PTHREAD_CANCEL_DISABLE);
+      EXPECT(cancel_state_now() == before);
+      EXPECT_OK(mrcache_release(j->c, l));
+    }
+  }
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+  j->returned = 1;
+  return NULL;
+}
+
+static void case_cancel_state(void) {
+  size_t page = hc_page();
+  reset(&reg_state);
+  mrcache_t *c = hc_create_cfg(&reg_state, 1);
+  char *buf = hc_map(8 * page);
+  struct job j = { .c = c, .buf = buf, .len = page };
+  run(evicting_misses, &j);
+  EXPECT(j.returned);
+  EXPECT(atomic_load(&reg_state.dereg) >= 6); /* the evictions ran their deregs */
+  check_destroy("cancel state of an evicting miss's callbacks", c, &reg_state);
+  munmap(buf, 8 * page);
+}
+
 int main(int argc, char **argv) {
   hc_init("callback_escapes");
   long rounds = hc_param(argc, argv, "HANG_ITERS", 3);
@@ -309,6 +373,7 @@ int main(int argc, char **argv) {
     case_longjmp_in_reg();
     case_nested_exit();
     case_service_thread_exit();
+    case_cancel_state();
   }
   return hc_finish();
 }
