@@ -87,6 +87,8 @@ family! {
     pinned_lockless_trim => "lockless+trim",
     pinned_2x3_limit_skip => "2x3+limit+skip",
     pinned_lanes_limit_skip => "lanes+limit+skip",
+    pinned_lanes_collide => "lanes-collide",
+    pinned_lanes_remote => "lanes-remote",
 }
 
 #[test]
@@ -112,4 +114,13 @@ fn the_byte_limit_family_catches_the_limit_mutants() {
         });
         assert!(caught, "{mutant:?} is not caught with max_pinned_bytes alone");
     }
+}
+
+/// Lane claims given back and taken by the other thread (860,929 states,
+/// about 35 s on one worker): the full tier. The fast tier catches its
+/// mutant, `lane-release-by-acquirer`, with one swarm search.
+#[test]
+#[ignore = "full tier: ci/full.sh"]
+fn pinned_lanes_claims() {
+    check_family("lanes-claims");
 }
