@@ -94,7 +94,7 @@ family! {
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 160);
+    assert_eq!(all.len(), 163);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -117,8 +117,8 @@ fn the_byte_limit_family_catches_the_limit_mutants() {
 }
 
 /// Lane claims given back and taken by the other thread (860,929 states,
-/// about 35 s on one worker): the full tier. The fast tier catches its
-/// mutant, `lane-release-by-acquirer`, with one swarm search.
+/// about 35 s on one worker): the full tier, with its mutant
+/// `lane-release-by-acquirer` (`checker/tests/mutants.rs`).
 #[test]
 #[ignore = "full tier: ci/full.sh"]
 fn pinned_lanes_claims() {

@@ -40,6 +40,10 @@ impl AlgoModel {
         self.cfg.lanes && (!self.handed.is_empty() || self.cfg.give_backs > 0)
     }
 
+    //= spec.md#LN2
+    //# Each key has one slot, chosen by a hash of the key: keys that hash alike
+    //# share it, and LN1 compares the slot's key with the request's before it
+    //# takes the memo.
     /// LN1: the key's slot of thread `t`'s lane (direct-mapped: one slot per
     /// key, [`lane_slot`]) if it has exactly this key and a non-null `ptr`
     /// (as `t` loads it), and that entry, when no event is pending and the
@@ -55,6 +59,8 @@ impl AlgoModel {
         matches.then(|| s.load_ptr(t as Actor, lane, i)).flatten().map(|h| (i as u8, h))
     }
 
+    //= spec.md#LN3
+    //# The owner is the thread that holds the lane's claim when it releases.
     /// Whether thread `t`'s release of a lease counted on `lane` is the
     /// owner's (it holds the lane's claim now; mutant
     /// `lane-release-by-acquirer`: it took the lease).
@@ -355,6 +361,8 @@ impl Ctx<'_> {
         note!(self, "LN2: T{t} memoizes #{h} in slot {slot} of lane {lane} ({})", slot_line(&self.s.lanes[lane][slot]));
     }
 
+    //= spec.md#LN3
+    //# A thread claims the first free lane at its first A1 on the cache
     /// The A1 of a thread that holds no lane claim claims the first free
     /// lane (a compare-exchange on its claim flag, which sees a claim given
     /// back once that store has reached memory). The thread's store buffer
@@ -374,6 +382,11 @@ impl Ctx<'_> {
         }
     }
 
+    //= spec.md#LN3
+    //# gives the claim back when it exits, or when it holds claims on too many
+    //# caches (the oldest goes first), with its lane leases still out: a lease
+    //# is then released by a thread that does not hold its lane, which adds to
+    //# `remote`, and the next claimer of the lane takes over its memos and counts.
     /// Thread `t` gives its lane's claim back: it forgets the lane at once
     /// (its claim list), and the store that frees it goes through its
     /// store buffer, after its `held` stores.
