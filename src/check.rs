@@ -141,6 +141,15 @@ pub struct CheckArgs {
     /// of M2. Async monitor only.
     #[arg(long, default_value_t = 1)]
     pub caches: u8,
+    /// With --lanes: memo slots per lane (1-4), one per key by a hash of
+    /// the key (the model's hash: the first page modulo the slots).
+    #[arg(long, default_value_t = 1)]
+    pub lane_slots: u8,
+    /// With --lanes: lane claims the threads may give back in a run (0-2),
+    /// between operations, with their lane leases still out; a thread
+    /// without a claim claims the first free lane at its next A1.
+    #[arg(long, default_value_t = 0)]
+    pub give_backs: u8,
 }
 
 impl CheckArgs {
@@ -170,6 +179,8 @@ impl CheckArgs {
             pair: self.pair,
             remove: self.remove,
             caches: self.caches,
+            lane_slots: self.lane_slots,
+            give_backs: self.give_backs,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);

@@ -118,6 +118,23 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::LaneHitIgnoresKey if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.lane_slots = 2;
+                cfg.scripts = Some(lane_collide_scripts());
+                changed.push("--lanes --lane-slots 2 and the collision scripts (T0: acquire A, release, acquire C, release; T1: acquire A, acquire C, munmap A; A and C share a slot)".into());
+            }
+            Mutant::LaneRemoteWritesHeld if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.scripts = Some(lane_remote_scripts());
+                changed.push("--lanes and the remote-release scripts (T0: acquire A, release, acquire A (L2, handed to T1), acquire A; T1: acquire A, release, release L2, munmap A)".into());
+            }
+            Mutant::LaneReleaseByAcquirer if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                cfg.give_backs = 2;
+                cfg.scripts = Some(lane_claim_scripts());
+                changed.push("--lanes --give-backs 2 and the claim scripts (T0: acquire A, release, acquire A, release; T1: acquire A, release, acquire B, acquire A, munmap A)".into());
+            }
             Mutant::LaneReuseBusySlot if cfg.scripts.is_none() => {
                 cfg.lanes = true;
                 cfg.scripts = Some(lane_reuse_scripts());
@@ -291,6 +308,25 @@ pub struct CheckConfig {
     /// window (M3) and one M4 closes it in every cache. Async monitor only;
     /// no lanes, limits, pair, or registrar and cache frees.
     pub caches: u8,
+    /// Lanes: memo slots per lane (1–4). A key has one slot, by a hash of
+    /// the key (direct-mapped, as in the cache: [`lane_slot`]); with 1 slot
+    /// every key shares it.
+    pub lane_slots: u8,
+    /// Lanes: claims the threads may give back in a run (0–2). A thread
+    /// between operations may give its lane's claim back (its claim list
+    /// overflowed: it claimed lanes of other caches, MAX_CLAIMS; or it
+    /// exits), with its lane leases still out: those are then released by a
+    /// thread that does not hold the claim (`remote`), and its next A1
+    /// claims the first free lane, which may be another thread's old lane
+    /// with that thread's memos and counts.
+    pub give_backs: u8,
+}
+
+/// The slot of key (`span`, `access`) in a lane of `slots` slots. The
+/// cache hashes the whole key; the model takes the first page, so that the
+/// scripts choose which keys collide (what a collision does is the same).
+pub fn lane_slot(span: Span, slots: u8) -> u8 {
+    span.first % slots.max(1)
 }
 
 impl Default for CheckConfig {
@@ -314,6 +350,8 @@ impl Default for CheckConfig {
             pair: false,
             remove: false,
             caches: 1,
+            lane_slots: 1,
+            give_backs: 0,
         }
     }
 }
@@ -375,6 +413,12 @@ impl CheckConfig {
         }
         if self.lanes {
             s += ", lanes (x86-TSO store buffers)";
+            if self.lane_slots != 1 {
+                s += &format!(", {} slots per lane", self.lane_slots);
+            }
+            if self.give_backs > 0 {
+                s += &format!(", {} lane claim(s) given back", self.give_backs);
+            }
         }
         if self.pair {
             s += ", hook before the release (W1/W2 pair)";
@@ -462,12 +506,23 @@ pub enum ScriptOp {
 
 /// Checks and converts scripts: only acquire, release and release_event;
 /// valid ranges inside the checker's pages; lease names unique; a release
-/// names a lease its own thread acquired before.
+/// names a lease its own thread acquired before, or one another thread
+/// acquires (handed over: the release waits for that acquire to return),
+/// each released by one thread at most.
 pub fn compile_scripts(scripts: &[Vec<Op>]) -> Result<Vec<Vec<(Op, ScriptOp)>>, String> {
     if scripts.is_empty() || scripts.len() > 6 {
         return Err(format!("{} threads: the checker handles 1 to 6", scripts.len()));
     }
-    let mut names = std::collections::BTreeSet::new();
+    let mut names = std::collections::BTreeMap::new();
+    for (t, script) in scripts.iter().enumerate() {
+        for op in script {
+            if let Op::Acquire { lease, .. } = *op {
+                names.entry(lease).or_insert(t);
+            }
+        }
+    }
+    let mut released = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     for (t, script) in scripts.iter().enumerate() {
         let mut mine = std::collections::BTreeSet::new();
@@ -476,15 +531,18 @@ pub fn compile_scripts(scripts: &[Vec<Op>]) -> Result<Vec<Vec<(Op, ScriptOp)>>, 
             let sop = match *op {
                 Op::Acquire { lease, access, .. } => {
                     let range = op.range().expect("acquire has a range").map_err(|e| format!("thread {t}: {op}: {e}"))?;
-                    if !names.insert(lease) {
+                    if !seen.insert(lease) {
                         return Err(format!("thread {t}: {op}: lease L{lease} is used twice"));
                     }
                     mine.insert(lease);
                     ScriptOp::Acquire { lease, span: Span::of(range).map_err(|e| format!("thread {t}: {e}"))?, access }
                 }
                 Op::Release { lease } => {
-                    if !mine.contains(&lease) {
-                        return Err(format!("thread {t}: {op}: the thread never acquired L{lease}"));
+                    if !mine.contains(&lease) && names.get(&lease).is_none_or(|&by| by == t) {
+                        return Err(format!("thread {t}: {op}: no thread acquires L{lease}"));
+                    }
+                    if !mine.contains(&lease) && !released.insert(lease) {
+                        return Err(format!("thread {t}: {op}: L{lease} is released by two threads"));
                     }
                     ScriptOp::Release { lease }
                 }
@@ -638,6 +696,43 @@ pub fn lane_reuse_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), acq(3, 1, 2, RR)],
         vec![acq(11, 0, 1, RR), rel(11), acq(12, 1, 2, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts for a direct-mapped lane of 2 slots, where A (page 0) and C
+/// (page 2) share slot 0: T0 memoizes A (an A1 hit on T1's entry), then
+/// asks for C, whose slot holds A's memo (LN1 must compare the key), and
+/// may memoize C over it (count 0, no pin); T1's munmap of A revokes A's
+/// slot if it still holds A.
+pub fn lane_collide_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 2, 3, RR), rel(2)],
+        vec![acq(11, 0, 1, RR), acq(12, 2, 3, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts where a lane lease is released on another thread: T0 memoizes
+/// A (an A1 hit on T1's entry) and takes L2 on its lane (LN1), which T1
+/// releases (LN3 by a thread that does not hold the lane: `remote`), while
+/// T0 takes L3 on the same slot; T1's munmap of A then revokes the slot,
+/// whose count must still see L3.
+pub fn lane_remote_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), acq(3, 0, 1, RR)],
+        vec![acq(11, 0, 1, RR), rel(11), rel(2), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts for lane claims that move (`give_backs` 2): T0 memoizes A (an
+/// A1 hit on T1's entry) and takes L2 on its lane; either thread may give
+/// its claim back between operations, so T1's A1 for B may claim T0's old
+/// lane, with T0's memo of A and L2 still counted there, and its acquire
+/// of A take a lane hit there, while T0 releases L2 as a thread that no
+/// longer holds the lane; T1's munmap of A then revokes the slot.
+pub fn lane_claim_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)],
+        vec![acq(11, 0, 1, RR), rel(11), acq(12, 1, 2, RR), acq(13, 0, 1, RR), ev(ReleaseKind::Munmap, 0, 1)],
     ]
 }
 

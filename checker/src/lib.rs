@@ -78,8 +78,10 @@
 //!
 //! # Lanes (LN1–LN6) under x86-TSO ([`CheckConfig::lanes`], opt-in)
 //!
-//! Each thread has a lane of one slot (key, `ptr`, `held`, `remote`, `pin`)
-//! and every actor a FIFO *store buffer*. The model is x86-TSO: a plain
+//! Each thread holds the claim on a lane of [`CheckConfig::lane_slots`]
+//! slots (key, `ptr`, `held`, `remote`, `pin`; one slot per key, by a hash
+//! of the key, [`config::lane_slot`]) and every actor a FIFO *store
+//! buffer*. The model is x86-TSO: a plain
 //! store goes into the actor's buffer; a load reads the actor's own newest
 //! buffered store to that location, else memory; action `Flush` moves the
 //! oldest buffered store of an actor to memory at any time. The owner's
@@ -96,7 +98,7 @@
 //! Steps: LN1 is three (first load and key check, folded into the acquire's
 //! invocation; store `held + 1`; reload `ptr`, then the hit, or the undo
 //! store and LN4); LN3 two (touch and store `held - 1`; reload `ptr`, then R2
-//! or done, or LN4); LN4 one (under the lanes mutex). LN5 runs *before* the
+//! or done, or LN4); LN4 one or two (under the lanes mutex). LN5 runs *before* the
 //! step that takes entries out of the index: a dry run of that step on a
 //! copy of the state gives the entries it removes (A-D, A9's displacement,
 //! A10, trim) or notes (A6, R2, with their second note: each noted entry is
@@ -118,10 +120,24 @@
 //! releasing thread before it revokes, are mutant `lane-queue-len-only`: a lane hit after the
 //! release event returned, P2 violated under both monitors.
 //!
-//! Simplified: one slot per lane; a lease is released by the thread that
-//! acquired it (scripts cannot transfer leases), so `remote` stays 0 and
-//! LN3's remote branch and a remote LN4 are not exercised; LN2's stores are
-//! written to memory at once (the shared unlock right after drains them).
+//! Leases and claims move as in the cache. A script may release a lease
+//! another thread acquires: the acquirer hands it over with a store after
+//! its acquire's own (`Store::Handover`), and the release starts once that
+//! store has reached memory. A thread between operations may give its
+//! lane's claim back ([`CheckConfig::give_backs`], action `GiveClaim`: a
+//! store after its `held` stores); its next A1 claims the first free lane,
+//! whose memos and counts it takes over. The owner of a lane is the thread
+//! holding its claim *now*: a release by any other thread adds to `remote`
+//! (an atomic add), and where that can happen LN4's and LN5's reads of
+//! `remote` and `held` are steps of their own (else reading `remote`
+//! commutes with every step, and they are one).
+//!
+//! Simplified: LN2's stores are written to memory at once (the shared
+//! unlock right after drains them); a live memo of another key is replaced
+//! at once (the cache waits a few A1 hits: a skipped memo); a claimer that
+//! finds no free lane in memory goes without one (the cache makes a new
+//! lane); the threads' first claims are made before the run (lane `t` is
+//! thread `t`'s).
 //!
 //! # Properties ([`props`])
 //!

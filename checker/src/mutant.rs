@@ -229,6 +229,22 @@ mutants! {
     /// generated 3 x 4 scripts, which no pinned configuration reaches; the
     /// swarm catches it ([`crate::swarm`], [`Mutant::swarm_only`]).
     LeaseCountSaturates: "the lease count saturates at 2: a third concurrent lease is not counted", [P3];
+    /// LN1 takes the memo of the request's slot without comparing the
+    /// slot's key (a direct-mapped lane: another key that hashes to the
+    /// same slot left its memo there): a lease on an entry that does not
+    /// cover the request.
+    LaneHitIgnoresKey: "LN1 takes the slot's memo without comparing its key (a colliding key's entry)", [P1, LINEARIZABLE];
+    /// A lane lease released on a thread that does not hold the lane's
+    /// claim stores `held − 1` as the owner does (a plain read and store)
+    /// instead of adding 1 to `remote`: the owner's `held + 1` of a lane hit
+    /// between the two is lost, the revoke counts 0 under that hit's lease
+    /// and pins nothing.
+    LaneRemoteWritesHeld: "a release on a thread that does not hold the lane stores held - 1 (not remote + 1)", [P3];
+    /// A release decides that it is the lane's owner by having taken the
+    /// lease, not by holding the lane's claim now: after a claim given back
+    /// (MAX_CLAIMS, or the thread's exit) and taken by another thread, the
+    /// old owner's plain store of `held − 1` races the new owner's.
+    LaneReleaseByAcquirer: "a release takes itself for the lane's owner because it took the lease (the claim moved since)", [P3];
 }
 
 impl Mutant {
@@ -296,6 +312,9 @@ impl Mutant {
                 | Mutant::LaneQueueLenOnly
                 | Mutant::NoteSkipsRevoke
                 | Mutant::LocklessSkipsDraining
+                | Mutant::LaneHitIgnoresKey
+                | Mutant::LaneRemoteWritesHeld
+                | Mutant::LaneReleaseByAcquirer
         )
     }
 }

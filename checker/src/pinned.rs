@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 33] = [
+const FAMILIES: [&str; 36] = [
     "2x3",
     "2x4",
     "3x2",
@@ -52,6 +52,9 @@ const FAMILIES: [&str; 33] = [
     "lockless+trim",
     "2x3+limit+skip",
     "lanes+limit+skip",
+    "lanes-collide",
+    "lanes-remote",
+    "lanes-claims",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -177,6 +180,29 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lockless+trim" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
         "lockless+trim" => {
             CheckConfig { lockless: true, registrar_failures: 1, scripts: Some(crate::config::trim_scripts()), ..base(2, 3) }
+        }
+        // The lanes as built: two slots per lane, direct-mapped, with A and C
+        // in one slot (`lane-hit-ignores-key`). Their scripts have no
+        // overlapping ranges: one policy.
+        // The lane protocol does not depend on the monitor (the lane
+        // families above run both): the sync monitor only.
+        "lanes-collide" | "lanes-remote" | "lanes-claims"
+            if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync =>
+        {
+            return None
+        }
+        "lanes-collide" => {
+            CheckConfig { lanes: true, lane_slots: 2, scripts: Some(crate::config::lane_collide_scripts()), ..base(2, 3) }
+        }
+        // A lane lease released on another thread (`remote`, read before
+        // `held` in separate steps by LN4 and LN5), beside the owner's lane
+        // hits on the same slot (`lane-remote-writes-held`).
+        "lanes-remote" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_remote_scripts()), ..base(2, 3) },
+        // Lane claims given back with a lane lease out and claimed by the
+        // other thread, which hits the old owner's memo
+        // (`lane-release-by-acquirer`).
+        "lanes-claims" => {
+            CheckConfig { lanes: true, give_backs: 2, scripts: Some(crate::config::lane_claim_scripts()), ..base(2, 3) }
         }
         "lockless-drain" => {
             CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
@@ -347,6 +373,9 @@ const COUNTS: &[(&str, usize)] = &[
     ("lanes+limit+skip no-merge-uncache-contained sync", 13558),
     ("lanes+limit+skip no-merge-uncache-contained async", 25294),
     ("lockless+trim independent sync", 2963),
+    ("lanes-collide independent sync", 11716),
+    ("lanes-remote independent sync", 19551),
+    ("lanes-claims independent sync", 860929),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when

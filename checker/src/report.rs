@@ -93,7 +93,7 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
                     .enumerate()
                     .flat_map(|(t, th)| {
                         th.held.iter().filter(|(_, x)| *x == h as u8).map(move |(l, _)| {
-                            let lane = th.lane_leases.iter().any(|(y, _)| y == l);
+                            let lane = th.lane_leases.iter().any(|(y, _, _)| y == l);
                             format!("T{t}'s {}lease L{l}", if lane { "lane " } else { "" })
                         })
                     })

@@ -73,8 +73,8 @@ pub enum Pc {
     /// `release-touch-after-decrement`: the LRU touch of a release, after its decrement.
     R1Touch(Handle, bool),
     R2,
-    /// Lanes: LN1's store of `held + 1` into the store buffer (the slot and
-    /// the entry its `ptr` held at LN1's first load).
+    /// Lanes: LN1's store of `held + 1` into the store buffer (the slot of
+    /// the thread's lane and the entry its `ptr` held at LN1's first load).
     LN1Store { slot: u8, h: Handle },
     /// Lanes: LN1's reload of `ptr` after the light barrier.
     LN1Load { slot: u8, h: Handle },
@@ -84,11 +84,17 @@ pub enum Pc {
     /// Lanes: an A1 hit unlocked with events queued: try the lock exclusive
     /// and drain (a step of its own, so the drain can revoke), then return.
     A1Drain(Handle),
-    /// Lanes: LN3's reload of `ptr` after its store of `held - 1`.
-    LN3Load { slot: u8, h: Handle },
-    /// Lanes: LN4, the detached release of the lane lease on `h` (under the
-    /// lanes mutex); `then_a1`: an LN1 undo, the acquire continues at A1.
-    LN4 { slot: u8, h: Handle, then_a1: bool },
+    /// Lanes: LN3's reload of `ptr` after its store of `held - 1` (the
+    /// owner) or its atomic add to `remote` (another thread), on slot `slot`
+    /// of lane `lane`.
+    LN3Load { lane: u8, slot: u8, h: Handle },
+    /// Lanes: LN4, the detached release of the lane lease on `h` (it takes
+    /// the lanes mutex and reads the slot's count); `then_a1`: an LN1 undo,
+    /// the acquire continues at A1.
+    LN4 { lane: u8, slot: u8, h: Handle, then_a1: bool },
+    /// Lanes, where other threads can add to `remote` meanwhile: LN4 holds
+    /// the lanes mutex and has read `remote`; next it reads `held`.
+    LN4Held { lane: u8, slot: u8, h: Handle, then_a1: bool, remote: u8 },
     /// Lanes: R2 run by an LN1 undo's LN4, then A1.
     R2ThenA1,
     /// The ENOMEM trim (S2.8), holding the lock exclusive: one step per
@@ -185,8 +191,9 @@ pub struct Slot {
     /// The memoized entry; `None` once revoked (LN5).
     pub ptr: Option<Handle>,
     pub held: u8,
-    /// Releases by other threads (never incremented: the checker's scripts
-    /// release a lease on the thread that acquired it).
+    /// Releases by threads that do not hold the lane's claim (a lease
+    /// handed to another thread, or released after its taker gave the claim
+    /// back): an atomic add, straight to memory.
     pub remote: u8,
     /// The entry whose state word holds one lease for this slot (LN5).
     pub pin: Option<Handle>,
@@ -199,6 +206,14 @@ pub enum Store {
     Held { lane: u8, slot: u8, val: u8 },
     /// A revoke's store of `ptr` (null) into slot `slot` of lane `lane`.
     Ptr { lane: u8, slot: u8, val: Option<Handle> },
+    /// The store that gives lane `lane`'s claim back (`taken = false`, after
+    /// the holder's last `held` stores: a claimer's compare-exchange sees
+    /// the lane free only once the stores before it have reached memory).
+    Claim { lane: u8 },
+    /// The store that hands lease `lease` to the thread whose script
+    /// releases it (a message through memory, after the stores of the
+    /// acquire that took it).
+    Handover { lease: LeaseId },
 }
 
 /// Where an actor's revoke (LN5) stands: it has stored null into the slots
@@ -207,7 +222,14 @@ pub enum Store {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RevokePhase {
     Barrier,
+    /// Read the slots' counts (`remote`, then `held`) and pin; one step
+    /// while no other thread can add to `remote`.
     Count,
+    /// Where other threads can add to `remote` meanwhile: the two reads of
+    /// slot `i` (of [`Revoke::slots`]) are steps of their own. `Remote(i)`
+    /// reads `remote`; `Held(i, remote)` reads `held` and pins.
+    Remote(u8),
+    Held(u8, u8),
 }
 
 /// An LN5 in progress: its phase and its slots (lane, slot, entry revoked).
@@ -253,8 +275,12 @@ pub struct Thread {
     pub popped: Vec<Span>,
     /// Lanes: an LN5 took the lock exclusive for the step that follows it.
     pub prelocked: bool,
-    /// Lanes: the leases of `held` that are lane leases, with their slot.
-    pub lane_leases: Vec<(LeaseId, u8)>,
+    /// Lanes: the leases of `held` that are lane leases, with their lane
+    /// and slot.
+    pub lane_leases: Vec<(LeaseId, u8, u8)>,
+    /// Lanes: the lane this thread holds the claim on (its thread-local
+    /// claim list), if any.
+    pub lane: Option<u8>,
     /// Lanes: the registrar failed (A5); its trim waits for its LN5.
     pub failing: bool,
 }
@@ -384,8 +410,13 @@ pub struct State {
     pub reg_failures_left: u8,
     /// Some trim evicted an entry (for the `sometimes` goal).
     pub trim_evicted: bool,
-    /// Lanes: each thread's lane, in memory (empty without lanes).
+    /// Lanes: the lanes, in memory (empty without lanes); lane `t` starts
+    /// claimed by thread `t`.
     pub lanes: Vec<Vec<Slot>>,
+    /// Lanes: each lane's claim flag (`taken`) in memory.
+    pub claimed: Vec<bool>,
+    /// Lanes: claims threads may still give back (`CheckConfig::give_backs`).
+    pub give_backs_left: u8,
     pub bad: Vec<Bad>,
     /// Invocations and returns of every operation, per thread.
     pub lin: LinearizabilityTester<u8, RefModel>,
@@ -481,9 +512,26 @@ impl State {
             .unwrap_or(self.lanes[lane][slot].ptr)
     }
 
-    /// A slot's lease count (`held - remote`) as its owner sees it.
+    /// The thread holding lane `lane`'s claim, if any.
+    pub fn lane_holder(&self, lane: usize) -> Option<Actor> {
+        self.threads.iter().position(|t| t.lane == Some(lane as u8)).map(|t| t as Actor)
+    }
+
+    /// A slot's lease count (`held - remote`) as its lane's holder sees it
+    /// (memory if no thread holds the lane).
     pub fn slot_count(&self, lane: usize, slot: usize) -> u8 {
-        self.load_held(lane as Actor, lane, slot).wrapping_sub(self.lanes[lane][slot].remote)
+        let held = match self.lane_holder(lane) {
+            Some(a) => self.load_held(a, lane, slot),
+            None => self.lanes[lane][slot].held,
+        };
+        held.wrapping_sub(self.lanes[lane][slot].remote)
+    }
+
+    /// Where lane lease `lease` is counted: (the thread holding it, lane, slot).
+    pub fn lane_lease(&self, lease: LeaseId) -> Option<(usize, u8, u8)> {
+        self.threads.iter().enumerate().find_map(|(t, th)| {
+            th.lane_leases.iter().find(|(l, _, _)| *l == lease).map(|&(_, lane, slot)| (t, lane, slot))
+        })
     }
 
     /// Some thread holds a lease (state word or lane) on registration `h`.
@@ -491,9 +539,11 @@ impl State {
         self.threads.iter().any(|t| t.held.iter().any(|(_, x)| *x == h))
     }
 
-    /// An actor is running LN5: it holds the lanes mutex.
+    /// An actor is running LN5, or an LN4 between its two count reads: it
+    /// holds the lanes mutex.
     pub fn lanes_mutex_held(&self) -> bool {
-        self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some())
+        self.monitor.revoke.is_some()
+            || self.threads.iter().any(|t| t.revoke.is_some() || matches!(t.pc, Pc::LN4Held { .. }))
     }
 
     /// The registrations of every cache (one unless `CheckConfig::caches`).
@@ -619,17 +669,26 @@ impl State {
                     .held
                     .iter()
                     .map(|(l, h)| {
-                        let lane = th.lane_leases.iter().any(|(x, _)| x == l);
+                        let lane = th.lane_leases.iter().any(|(x, _, _)| x == l);
                         format!("L{l}->#{h}{}", if lane { " (lane)" } else { "" })
                     })
                     .collect();
                 line += &format!(" holds {}", h.join(" "));
             }
             if let Some(lane) = self.lanes.get(t) {
+                let claim = match (th.lane, self.claimed.get(t)) {
+                    (Some(l), _) if l as usize == t => String::new(),
+                    (Some(l), _) => format!(" | holds the claim on lane {l}"),
+                    (None, _) => " | holds no lane claim".to_string(),
+                };
+                line += &claim;
                 for (i, sl) in lane.iter().enumerate() {
-                    if sl.key.is_some() || sl.held > 0 || sl.pin.is_some() {
+                    if sl.key.is_some() || sl.held > 0 || sl.remote > 0 || sl.pin.is_some() {
                         line += &format!(" | slot{i} {}", slot_line(sl));
                     }
+                }
+                if self.claimed.get(t) == Some(&false) {
+                    line += &format!(" | lane {t} free");
                 }
             }
             if !th.sb.is_empty() {
@@ -696,6 +755,8 @@ pub fn buf_line(buf: &[Store]) -> String {
             Store::Held { lane, slot, val } => format!("T{lane}.slot{slot}.held={val}"),
             Store::Ptr { lane, slot, val: Some(h) } => format!("T{lane}.slot{slot}.ptr=#{h}"),
             Store::Ptr { lane, slot, val: None } => format!("T{lane}.slot{slot}.ptr=null"),
+            Store::Claim { lane } => format!("lane{lane}.taken=false"),
+            Store::Handover { lease } => format!("hand L{lease} over"),
         })
         .collect();
     format!("[{}]", v.join(", "))

@@ -87,12 +87,14 @@ family! {
     pinned_lockless_trim => "lockless+trim",
     pinned_2x3_limit_skip => "2x3+limit+skip",
     pinned_lanes_limit_skip => "lanes+limit+skip",
+    pinned_lanes_collide => "lanes-collide",
+    pinned_lanes_remote => "lanes-remote",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 160);
+    assert_eq!(all.len(), 163);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -112,4 +114,69 @@ fn the_byte_limit_family_catches_the_limit_mutants() {
         });
         assert!(caught, "{mutant:?} is not caught with max_pinned_bytes alone");
     }
+}
+
+/// Lane claims given back and taken by the other thread (860,929 states,
+/// about 35 s on one worker): the full tier, with its mutant
+/// `lane-release-by-acquirer` (`checker/tests/mutants.rs`).
+#[test]
+#[ignore = "full tier: ci/full.sh"]
+fn pinned_lanes_claims() {
+    check_family("lanes-claims");
+}
+
+/// Every state of a pinned family's configuration (a plain breadth-first
+/// search over the model), for the reachability checks below.
+fn reachable(family: &str) -> Vec<mrcache_checker::State> {
+    use stateright::Model;
+    let p = pinned_configs().into_iter().find(|p| p.name.split(' ').next() == Some(family)).expect("a pinned family");
+    let m = mrcache_checker::AlgoModel::new(p.cfg).unwrap();
+    let mut seen: std::collections::HashSet<mrcache_checker::State> = m.init_states().into_iter().collect();
+    let mut todo: Vec<_> = seen.iter().cloned().collect();
+    while let Some(s) = todo.pop() {
+        let mut actions = Vec::new();
+        m.actions(&s, &mut actions);
+        for a in actions {
+            if let Some(n) = m.next_state(&s, a) {
+                if seen.insert(n.clone()) {
+                    todo.push(n);
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len(), p.unique_states, "{family}: the search and the pinned count disagree");
+    seen.into_iter().collect()
+}
+
+/// `lanes-collide` reaches what it is for: C's request finds A's memo in
+/// the slot they share (LN1 must compare the key), and C's memo replaces
+/// A's there (LN2 on a slot of another key).
+#[test]
+fn lanes_collide_reaches_a_collision() {
+    use mrcache_checker::Span;
+    let (a, c) = (Span::new(0, 1), Span::new(2, 3));
+    let states = reachable("lanes-collide");
+    let a_memo_when_c_asked = states.iter().any(|s| {
+        let th = &s.threads[0];
+        s.lanes[0][0].key.is_some_and(|(k, _)| k == a)
+            && s.lanes[0][0].ptr.is_some()
+            && th.next_op == 2
+            && th.pc == mrcache_checker::state::Pc::Idle
+    });
+    assert!(a_memo_when_c_asked, "T0 never asks for C with A's memo in their slot");
+    assert!(states.iter().any(|s| s.lanes[0][0].key.is_some_and(|(k, _)| k == c)), "C's memo never replaces A's");
+}
+
+/// `lanes-remote` reaches what it is for: a lane lease released by a
+/// thread that does not hold the lane (`remote` above 0), and an LN5 that
+/// reads that `remote` and then `held` in a later step.
+#[test]
+fn lanes_remote_reaches_a_remote_release_and_a_split_count() {
+    use mrcache_checker::state::RevokePhase;
+    let states = reachable("lanes-remote");
+    assert!(states.iter().any(|s| s.lanes.iter().flatten().any(|sl| sl.remote > 0)), "no remote release");
+    let split = states.iter().any(|s| {
+        s.threads.iter().filter_map(|t| t.revoke.as_ref()).any(|r| matches!(r.phase, RevokePhase::Held(_, n) if n > 0))
+    });
+    assert!(split, "no LN5 read a remote count above 0 before its read of held");
 }

@@ -8,7 +8,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 46] = [
+pub const MUTANTS: [&str; 49] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -55,6 +55,9 @@ pub const MUTANTS: [&str; 46] = [
     "drain-ignores-reading",
     "gate-before-apply",
     "lease-count-saturates",
+    "lane-hit-ignores-key",
+    "lane-remote-writes-held",
+    "lane-release-by-acquirer",
 ];
 
 /// One fault switch of the real cache (`mrcache::Faults`).

@@ -361,6 +361,9 @@ impl Ctx<'_> {
             note!(self, "A1: the queue is not empty: T{t} takes the slow path");
             self.thread_mut(t).pc = Pc::A2;
         } else {
+            //= spec.md#A1
+            //# if the queue is empty, take the lock *shared*
+            self.claim_lane(t);
             note!(self, "A1: the queue is empty: T{t} takes the lock shared");
             self.lock_shared();
             self.thread_mut(t).pc = Pc::A1Look;

@@ -8,7 +8,7 @@ use crate::config::{compile_scripts, CacheFrees, CheckConfig, MonitorKind, Mutan
 use crate::state::*;
 use lanes::revoke_label;
 use mrcache_model::Model as RefModel;
-use mrcache_types::{Op, RegView, Ret};
+use mrcache_types::{LeaseId, Op, RegView, Ret};
 use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
 use stateright::{Model, Property};
 
@@ -33,10 +33,10 @@ pub enum Action {
     /// `CheckConfig::remove`: the uffd monitor thread closes a REMOVE
     /// window whose madvise has returned (M4).
     CloseWindow,
+    /// Lanes (`CheckConfig::give_backs`): thread `t`, between operations,
+    /// gives its lane's claim back (a store through its store buffer).
+    GiveClaim { t: u8 },
 }
-
-/// Slots per lane.
-pub const LANE_SLOTS: usize = 1;
 
 /// What a step did, recorded only when rebuilding a counterexample.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +66,9 @@ pub struct AlgoModel {
     pub app_pages: u8,
     /// The cache's private page (`app_pages`): never cached, never watched by uffd.
     pub private_page: u8,
+    /// The leases a thread other than their acquirer releases (handed
+    /// over): (lease, acquiring thread, index of the acquire in its script).
+    pub handed: Vec<(LeaseId, usize, u8)>,
 }
 
 /// What A7 will do.
@@ -129,7 +132,30 @@ impl AlgoModel {
         {
             return Err("two caches (M5) are modelled with the async monitor only, without lanes, limits, pair, or registrar and cache frees and failures".into());
         }
+        if !(1..=4).contains(&cfg.lane_slots) {
+            return Err("--lane-slots is 1 to 4".into());
+        }
+        if (cfg.lane_slots != 1 || cfg.give_backs > 0) && !cfg.lanes {
+            return Err("--lane-slots and --give-backs need --lanes".into());
+        }
+        if cfg.give_backs > 2 {
+            return Err("--give-backs is 0 to 2".into());
+        }
         let scripts = compile_scripts(&cfg.scripts())?;
+        let mut handed = Vec::new();
+        for (t, s) in scripts.iter().enumerate() {
+            for (u, other) in scripts.iter().enumerate() {
+                for (_, op) in other {
+                    if let ScriptOp::Release { lease } = *op {
+                        if u != t {
+                            if let Some(i) = s.iter().position(|(_, o)| matches!(*o, ScriptOp::Acquire { lease: l, .. } if l == lease)) {
+                                handed.push((lease, t, i as u8));
+                            }
+                        }
+                    }
+                }
+            }
+        }
         let mut app_pages = 1u8;
         for s in &scripts {
             for (_, op) in s {
@@ -147,7 +173,7 @@ impl AlgoModel {
         if app_pages >= MAX_PAGES {
             return Err(format!("the scripts use {app_pages} pages; the checker allows {}", MAX_PAGES - 1));
         }
-        Ok(AlgoModel { cfg, scripts, app_pages, private_page: app_pages })
+        Ok(AlgoModel { cfg, scripts, app_pages, private_page: app_pages, handed })
     }
 
     pub fn mutant(&self, m: Mutant) -> bool {
@@ -168,7 +194,7 @@ impl AlgoModel {
 
     pub fn init_state(&self) -> State {
         let pages = (self.app_pages + 1) as usize;
-        State {
+        let mut st = State {
             gens: vec![0; pages],
             done_gens: vec![0; pages],
             lock: Lock::Free,
@@ -203,6 +229,7 @@ impl AlgoModel {
                     popped: Vec::new(),
                     prelocked: false,
                     lane_leases: Vec::new(),
+                    lane: None,
                     failing: false,
                 })
                 .collect(),
@@ -217,7 +244,13 @@ impl AlgoModel {
                 svc: None,
                 svc_from: Vec::new(),
             },
-            lanes: if self.cfg.lanes { vec![vec![Slot::default(); LANE_SLOTS]; self.scripts.len()] } else { Vec::new() },
+            lanes: if self.cfg.lanes {
+                vec![vec![Slot::default(); self.cfg.lane_slots as usize]; self.scripts.len()]
+            } else {
+                Vec::new()
+            },
+            claimed: if self.cfg.lanes { vec![true; self.scripts.len()] } else { Vec::new() },
+            give_backs_left: self.cfg.give_backs,
             registrar_free_left: self.cfg.registrar_frees.is_some(),
             reg_failures_left: self.cfg.registrar_failures,
             trim_evicted: false,
@@ -240,7 +273,13 @@ impl AlgoModel {
                     lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
                 })
                 .collect(),
+        };
+        if self.cfg.lanes {
+            for (t, th) in st.threads.iter_mut().enumerate() {
+                th.lane = Some(t as u8);
+            }
         }
+        st
     }
 
     /// The cache thread `t` uses (spec.md#S7.6: `t mod caches`).
@@ -284,18 +323,46 @@ impl AlgoModel {
                         || self.ln1_slot(s, t, span, access).is_some()
                         || !self.gate_passes(s)
                 }
-                ScriptOp::Release { .. } | ScriptOp::Event { .. } => true,
+                ScriptOp::Release { lease } => self.handed_over(s, lease),
+                ScriptOp::Event { .. } => true,
             },
             Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
             // With the process's monitor, A2's and A6's drains wait out a
             // read in progress (M6); the lock taken first is a right mover.
             Pc::A2 | Pc::A6 => (s.lock == Lock::Free || th.prelocked) && self.drain_may_finish(s),
             Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
-            // LN4 takes the lanes mutex, which only a revoke (LN5) holds across steps.
+            // LN4 takes the lanes mutex, which a revoke (LN5), or an LN4
+            // between its count reads, holds across steps.
             Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
             Pc::Done | Pc::Event => false,
             _ => true,
         }
+    }
+
+    /// Whether a release of `lease` may start: a lease another thread
+    /// acquires is released once that acquire has returned and its handover
+    /// (a store after the acquire's stores) has reached memory.
+    pub fn handed_over(&self, s: &State, lease: LeaseId) -> bool {
+        match self.handed.iter().find(|(l, _, _)| *l == lease) {
+            Some(&(_, by, i)) => {
+                s.threads[by].next_op > i && !s.threads[by].sb.contains(&Store::Handover { lease })
+            }
+            None => true,
+        }
+    }
+
+    /// Whether thread `t` may give its lane's claim back now (between
+    /// operations, or after its last: a thread's exit gives its claims back).
+    pub fn may_give_claim(&self, s: &State, t: usize) -> bool {
+        let th = &s.threads[t];
+        self.cfg.lanes
+            && s.give_backs_left > 0
+            && th.lane.is_some()
+            && matches!(th.pc, Pc::Idle | Pc::Done)
+            && th.ev.is_none()
+            && th.toctou.is_empty()
+            && th.revoke.is_none()
+            && !th.prelocked
     }
 
     /// Whether thread `t`'s next step has a second branch.
@@ -355,9 +422,12 @@ impl AlgoModel {
             };
         }
         match th.pc {
+            Pc::Idle if matches!(self.scripts[a as usize][th.next_op as usize].1, ScriptOp::Release { .. }) => {
+                "waits for the lease it releases to be handed over".to_string()
+            }
             Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
             Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 | Pc::A1 => format!("{:?} waits for the lock, held by {holder}", th.pc),
-            Pc::LN4 { .. } => "LN4 waits for the lanes mutex (held by a revoke)".to_string(),
+            Pc::LN4 { .. } => "LN4 waits for the lanes mutex (held by a revoke or another LN4)".to_string(),
             pc => format!("at {pc:?}"),
         }
     }
@@ -378,6 +448,7 @@ impl AlgoModel {
             Action::RegistrarFails { t } => cx.registrar_fails_step(t as usize),
             Action::Flush { a } => cx.flush_one(a),
             Action::CloseWindow => cx.m4_close(),
+            Action::GiveClaim { t } => cx.give_claim(t as usize),
         }
         s.swap_cache(c);
         if self.ring() {
@@ -397,6 +468,10 @@ impl AlgoModel {
                 let first = sb.first().map(|st| buf_line(std::slice::from_ref(st))).unwrap_or_default();
                 format!("{} store buffer: {first} reaches memory", actor_name(a))
             }
+            Action::GiveClaim { t } => format!(
+                "T{t} gives lane {}'s claim back (its claim list overflowed, or it exits)",
+                s.threads[t as usize].lane.map_or("?".to_string(), |l| l.to_string())
+            ),
             Action::CloseWindow if self.ring() => "service thread M4 (the madvise returned: close its window)".to_string(),
             Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
             Action::Service => {
@@ -455,8 +530,12 @@ impl AlgoModel {
                         Pc::TrimOr(h) => format!("the trim ORs INVALID into #{h} (mutant)"),
                         Pc::LN1Store { slot, .. } => format!("LN1 (store held + 1 into slot {slot}, buffered)"),
                         Pc::LN1Load { slot, .. } => format!("LN1 (light barrier; reload slot {slot}'s ptr)"),
-                        Pc::LN3Load { slot, .. } => format!("LN3 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::LN3Load { lane, slot, .. } => format!("LN3 (light barrier; reload lane {lane} slot {slot}'s ptr)"),
+                        Pc::LN4 { lane, slot, .. } if self.remote_moves() => {
+                            format!("LN4 (lanes mutex; read lane {lane} slot {slot}'s remote)")
+                        }
                         Pc::LN4 { slot, .. } => format!("LN4 (lanes mutex; slot {slot}'s count and pin)"),
+                        Pc::LN4Held { lane, slot, .. } => format!("LN4 (read lane {lane} slot {slot}'s held; pin)"),
                         Pc::A1 => "A1 (after the lane undo)".to_string(),
                         Pc::A1Drain(_) => "A1 (unlocked with events queued: try the lock, drain)".to_string(),
                         pc => format!("{pc:?}"),
@@ -587,9 +666,17 @@ impl Ctx<'_> {
 
     /// The script op thread `t` is running ends with `ret`.
     pub(super) fn finish(&mut self, t: usize, ret: Ret) {
-        let op = self.m.scripts[t][self.s.threads[t].next_op as usize].0;
+        let (op, sop) = self.m.scripts[t][self.s.threads[t].next_op as usize];
         note!(self, "T{t} returns `{ret}` for `{op}`");
         self.ret(t as u8, false, op, ret);
+        if let ScriptOp::Acquire { lease, .. } = sop {
+            if self.m.cfg.lanes && self.m.handed.iter().any(|(l, _, _)| *l == lease) {
+                // The lease goes to the thread that releases it through
+                // memory: a store after the acquire's own.
+                self.sb_mut(t as Actor).push(Store::Handover { lease });
+                note!(self, "T{t} hands L{lease} over (store buffer)");
+            }
+        }
         self.next_script_op(t);
     }
 
@@ -698,8 +785,9 @@ impl Ctx<'_> {
             Pc::LN1Load { slot, h } => self.ln1_load(t, slot, h),
             Pc::A1 => self.a1_enter(t),
             Pc::A1Drain(h) => self.a1_drain(t, h),
-            Pc::LN3Load { slot, h } => self.ln3_load(t, slot, h),
-            Pc::LN4 { slot, h, then_a1 } => self.ln4(t, slot, h, then_a1),
+            Pc::LN3Load { lane, slot, h } => self.ln3_load(t, lane, slot, h),
+            Pc::LN4 { lane, slot, h, then_a1 } => self.ln4(t, lane, slot, h, then_a1),
+            Pc::LN4Held { lane, slot, h, then_a1, remote } => self.ln4_held(t, lane, slot, h, then_a1, remote),
             Pc::Event | Pc::Done => unreachable!("T{t} has no step at {:?}", self.s.threads[t].pc),
         }
     }
@@ -739,8 +827,8 @@ impl Ctx<'_> {
                 }
                 self.a1_enter(t);
             }
-            ScriptOp::Release { lease } => match self.s.threads[t].lane_leases.iter().find(|(l, _)| *l == lease) {
-                Some(&(_, slot)) => self.ln3(t, lease, slot),
+            ScriptOp::Release { lease } => match self.s.lane_lease(lease) {
+                Some((by, lane, slot)) => self.ln3(t, by, lease, lane, slot),
                 None => self.r1(t, lease),
             },
             ScriptOp::Event { kind, span } => {
@@ -787,6 +875,11 @@ impl Model for AlgoModel {
         }
         if self.cfg.lanes {
             for t in 0..s.threads.len() {
+                if self.may_give_claim(s, t) {
+                    actions.push(Action::GiveClaim { t: t as u8 });
+                }
+            }
+            for t in 0..s.threads.len() {
                 if !s.threads[t].sb.is_empty() {
                     actions.push(Action::Flush { a: t as Actor });
                 }
@@ -817,6 +910,7 @@ impl Model for AlgoModel {
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
             Action::CloseWindow => "monitor (M4)".into(),
+            Action::GiveClaim { t } => format!("T{t} (gives its lane claim back)"),
         }
     }
 

@@ -117,8 +117,8 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         }));
         v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
         v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
-            s.threads.iter().enumerate().any(|(t, th)| match th.pc {
-                Pc::LN4 { slot, h, then_a1: true } => s.lanes[t][slot as usize].pin == Some(h),
+            s.threads.iter().any(|th| match th.pc {
+                Pc::LN4 { lane, slot, h, then_a1: true } => s.lanes[lane as usize][slot as usize].pin == Some(h),
                 _ => false,
             })
         }));

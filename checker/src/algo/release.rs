@@ -8,11 +8,18 @@ use crate::state::*;
 impl Ctx<'_> {
     //= spec.md#R1
     pub(super) fn r1(&mut self, t: usize, lease: u64) {
-        let Some(i) = self.s.threads[t].held.iter().position(|(l, _)| *l == lease) else {
+        // The lease is `t`'s, or handed over by the thread that took it.
+        let Some((by, i)) = self
+            .s
+            .threads
+            .iter()
+            .enumerate()
+            .find_map(|(u, th)| th.held.iter().position(|(l, _)| *l == lease).map(|i| (u, i)))
+        else {
             // The acquire failed (E6), so the lease is not held.
             return self.finish(t, Ret::Failed { error: OpError::UnknownLease { lease } });
         };
-        let (_, h) = self.thread_mut(t).held.remove(i);
+        let (_, h) = self.thread_mut(by).held.remove(i);
         let r = &mut self.s.regs[h as usize];
         // Mutant `lease-count-saturates` may have lost a lease: the count is
         // then 0 under a held one.

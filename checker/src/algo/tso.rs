@@ -17,6 +17,8 @@ impl Ctx<'_> {
         match st {
             Store::Held { lane, slot, val } => self.s.lanes[lane as usize][slot as usize].held = val,
             Store::Ptr { lane, slot, val } => self.s.lanes[lane as usize][slot as usize].ptr = val,
+            Store::Claim { lane } => self.s.claimed[lane as usize] = false,
+            Store::Handover { .. } => {}
         }
     }
 

@@ -48,6 +48,9 @@ impl Claims {
         found
     }
 
+    //= spec.md#LN3
+    //# gives the claim back when it exits, or when it holds claims on too many
+    //# caches (the oldest goes first), with its lane leases still out
     /// Keeps the claim; `false` if it cannot (the list is borrowed, by a
     /// re-entrant call): the caller then gives the claim back.
     pub(super) fn add(&self, uid: u64, lane: *const (), claim: Arc<Claim>) -> bool {

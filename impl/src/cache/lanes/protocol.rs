@@ -28,6 +28,8 @@ pub(crate) enum LaneHit<R: Registrar> {
 pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access) -> LaneHit<R> {
     let (i, s) = lane.slot(span, access);
     let p = s.ptr.load(Ordering::Relaxed);
+    //= spec.md#LN2
+    //# LN1 compares the slot's key with the request's before it takes the memo.
     if p.is_null() || s.key_first.load(Ordering::Relaxed) != span.first || s.key_rest.load(Ordering::Relaxed) != key_rest(span, access)
     {
         return LaneHit::None;
@@ -154,6 +156,8 @@ pub(crate) fn release<R: Registrar>(r: LaneRef<R>, e: *mut Entry<R>, owner: bool
     }
 }
 
+//= spec.md#LN3
+//# The owner is the thread that holds the lane's claim when it releases.
 /// Whether this thread holds the claim on `r`'s lane (then it is the only
 /// writer of its `held`).
 #[inline(always)]

@@ -72,6 +72,9 @@ pub(super) fn key_rest(span: PageSpan, access: Access) -> u64 {
     (span.end << 8) | u64::from(access.bits())
 }
 
+//= spec.md#LN2
+//# Each key has one slot, chosen by a hash of the key: keys that hash alike
+//# share it
 #[inline(always)]
 fn slot_index(span: PageSpan, access: Access, mask: usize) -> usize {
     let h = span.first.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ span.end.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
@@ -249,6 +252,8 @@ impl<R: Registrar> Lanes<R> {
         self.claim()
     }
 
+    //= spec.md#LN3
+    //# A thread claims the first free lane at its first A1 on the cache
     /// A claim of a free or new lane (a thread's first A1 on this
     /// generation, or after its claim was lost): out of line.
     #[cold]
