@@ -201,6 +201,7 @@
 
 pub mod algo;
 pub mod config;
+pub mod engine;
 pub mod mutant;
 pub mod pinned;
 pub mod props;
@@ -216,6 +217,6 @@ pub use mutant::Mutant;
 pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
-pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
+pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Engine, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
 pub use waits::{check_waits, WaitConfig, WaitModel, WaitMutant, WaitOutcome};
