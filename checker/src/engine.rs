@@ -429,10 +429,10 @@ mod tests {
     #[test]
     fn the_table_keeps_each_fingerprint_once_through_growth() {
         let t = Table::default();
-        for i in 0..100_000u64 {
+        for i in 1..=100_000u64 {
             assert!(t.insert(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         }
-        for i in 0..100_000u64 {
+        for i in 1..=100_000u64 {
             assert!(!t.insert(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         }
         assert_eq!(t.len(), 100_000);

@@ -183,9 +183,14 @@ pub fn check_with_progress(
         && opts.max_states.is_none()
         && model.properties().iter().all(|p| p.expectation != Expectation::Eventually)
     {
+        let started = Instant::now();
         if let Some(out) = fast(cfg, &model, opts, &mut progress) {
             return Ok(out);
         }
+        // A violation: stateright's BFS finds its shortest counterexample,
+        // within what is left of the time allowed.
+        let rest = RunOptions { timeout: opts.timeout.map(|t| t.saturating_sub(started.elapsed())), ..opts.clone() };
+        return check_with_progress(cfg, &RunOptions { engine: Engine::Stateright, ..rest }, progress);
     }
     let mut b = model.clone().checker().threads(opts.workers.max(1));
     if opts.stop_at_first_failure {
