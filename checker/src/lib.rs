@@ -202,6 +202,7 @@
 pub mod algo;
 pub mod config;
 pub mod engine;
+pub mod lincache;
 pub mod mutant;
 pub mod pinned;
 pub mod props;
