@@ -6,8 +6,11 @@
 # Figures per configuration are in docs/checking.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p mrcache-cli
-bin=${CARGO_TARGET_DIR:-target}/release/mrcache
+# MRCACHE_BIN runs another build of the CLI instead (a baseline).
+if [ -z "${MRCACHE_BIN:-}" ]; then
+  cargo build --release -q -p mrcache-cli
+fi
+bin=${MRCACHE_BIN:-${CARGO_TARGET_DIR:-target}/release/mrcache}
 workers=${WORKERS:-$(nproc)}
 start=$SECONDS
 for policy in independent merge no-merge-uncache-contained; do
