@@ -137,6 +137,8 @@ pub struct Outcome {
     pub description: String,
     pub unique_states: usize,
     pub total_states: usize,
+    /// stateright: the depth of the deepest state expanded; the fingerprint
+    /// engine ([`Engine::Fast`]): the longest path it followed.
     pub max_depth: usize,
     pub elapsed: Duration,
     /// The whole reachable state space was explored.
