@@ -185,7 +185,8 @@
 //! # API
 //!
 //! [`check`] / [`check_with_progress`] run a [`CheckConfig`] with
-//! [`RunOptions`] and return an [`Outcome`] (verdicts, counts, the first
+//! [`RunOptions`] (an exhaustive BFS runs on [`engine`], the fingerprint
+//! engine, unless [`Engine::Stateright`]) and return an [`Outcome`] (verdicts, counts, the first
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
