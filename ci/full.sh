@@ -7,7 +7,7 @@
 #   bash ci/full.sh --no-fast       # every step below (ci/test.sh just passed)
 #   bash ci/full.sh STEP...         # the steps named, e.g. `loom valgrind`
 #
-# Steps (in this order; the last takes well over an hour):
+# Steps (in this order; the last takes about a quarter of an hour):
 #   fast         bash ci/test.sh
 #   verbs        the verbs registrar builds (feature `verbs`) and its
 #                device-free tests run
@@ -38,7 +38,8 @@
 #                installs slurm-wlm and munge), a swarm job array through it
 #                (`mrcache swarm submit --slurm`, `mrcache swarm collect`)
 #                that must catch mutant lease-count-saturates by its seed
-#   large        ci/check-large.sh: the 3 threads x 3 ops model checks
+#   large        ci/check-large.sh: the 3 threads x 3 ops model checks (about
+#                15 minutes on the 2 cores)
 # Every step runs; a summary lists each with its time, and the exit status is
 # non-zero if any failed.
 set -uo pipefail

@@ -10,7 +10,7 @@
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrcache_checker::{
-    check_with_progress, swarm_with_progress, CacheFrees, CheckConfig, MonitorKind, Mutant, Outcome, Progress, RunOptions,
+    check_with_progress, swarm_with_progress, CacheFrees, CheckConfig, Engine, MonitorKind, Mutant, Outcome, Progress, RunOptions,
     Status, Strategy, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress,
 };
 use mrcache_model::OverlapPolicy;
@@ -54,6 +54,13 @@ pub struct CheckArgs {
     /// Depth-first search.
     #[arg(long, conflicts_with = "simulation")]
     pub dfs: bool,
+    /// BFS with stateright's checker only. By default a BFS without
+    /// --max-depth or --max-states runs the fingerprint engine (same states,
+    /// counts and verdicts, about 16 bytes a state, examples not shortest)
+    /// and repeats the run with stateright's BFS only on a violation, for a
+    /// shortest counterexample.
+    #[arg(long, conflicts_with_all = ["dfs", "simulation", "swarm"])]
+    pub stateright: bool,
     /// Random walks with this seed (stops after --max-states, default 1,000,000).
     #[arg(long, value_name = "SEED")]
     pub simulation: Option<u64>,
@@ -214,6 +221,7 @@ impl CheckArgs {
             timeout: self.timeout.map(Duration::from_secs),
             max_states: self.max_states,
             progress_every: Duration::from_millis(200),
+            engine: if self.stateright { Engine::Stateright } else { Engine::Fast },
         }
     }
 }

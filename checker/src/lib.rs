@@ -201,7 +201,8 @@
 //! # API
 //!
 //! [`check`] / [`check_with_progress`] run a [`CheckConfig`] with
-//! [`RunOptions`] and return an [`Outcome`] (verdicts, counts, the first
+//! [`RunOptions`] (an exhaustive BFS runs on [`engine`], the fingerprint
+//! engine, unless [`Engine::Stateright`]) and return an [`Outcome`] (verdicts, counts, the first
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
@@ -217,6 +218,8 @@
 
 pub mod algo;
 pub mod config;
+pub mod engine;
+pub mod lincache;
 pub mod mutant;
 pub mod pinned;
 pub mod props;
@@ -232,6 +235,6 @@ pub use mutant::Mutant;
 pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
-pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
+pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Engine, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
 pub use waits::{check_waits, WaitConfig, WaitModel, WaitMutant, WaitOutcome};

@@ -2,11 +2,13 @@
 
 use crate::algo::{Action, AlgoModel};
 use crate::config::CheckConfig;
+use crate::engine;
 use crate::props;
 use crate::report;
 use mrcache_types::trace::Trace;
 use stateright::{Checker, Expectation, HasDiscoveries, Model, UniformChooser};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How the state space is explored.
@@ -44,6 +46,22 @@ pub struct RunOptions {
     pub max_states: Option<usize>,
     /// How often the progress callback runs.
     pub progress_every: Duration,
+    /// Which engine runs an exhaustive search ([`Engine`]).
+    pub engine: Engine,
+}
+
+/// The engine of an exhaustive search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// [`crate::engine`] for a BFS run without depth or state bounds: it
+    /// expands the same states and gives the same verdicts and counts with
+    /// a fingerprint per state; if it finds a violation, the run is repeated
+    /// with stateright's BFS, whose counterexample is a shortest one. Other
+    /// runs use stateright.
+    #[default]
+    Fast,
+    /// stateright's checkers only (BFS keeps every frontier state and its path).
+    Stateright,
 }
 
 impl Default for RunOptions {
@@ -56,6 +74,7 @@ impl Default for RunOptions {
             timeout: None,
             max_states: None,
             progress_every: Duration::from_millis(100),
+            engine: Engine::Fast,
         }
     }
 }
@@ -118,6 +137,8 @@ pub struct Outcome {
     pub description: String,
     pub unique_states: usize,
     pub total_states: usize,
+    /// stateright: the depth of the deepest state expanded; the fingerprint
+    /// engine ([`Engine::Fast`]): the longest path it followed.
     pub max_depth: usize,
     pub elapsed: Duration,
     /// The whole reachable state space was explored.
@@ -157,6 +178,22 @@ pub fn check_with_progress(
     progress: impl FnMut(&Progress),
 ) -> Result<Outcome, String> {
     let model = AlgoModel::new(cfg.clone())?;
+    let mut progress = progress;
+    if opts.engine == Engine::Fast
+        && opts.strategy == Strategy::Bfs
+        && opts.max_depth.is_none()
+        && opts.max_states.is_none()
+        && model.properties().iter().all(|p| p.expectation != Expectation::Eventually)
+    {
+        let started = Instant::now();
+        if let Some(out) = fast(cfg, &model, opts, &mut progress) {
+            return Ok(out);
+        }
+        // A violation: stateright's BFS finds its shortest counterexample,
+        // within what is left of the time allowed.
+        let rest = RunOptions { timeout: opts.timeout.map(|t| t.saturating_sub(started.elapsed())), ..opts.clone() };
+        return check_with_progress(cfg, &RunOptions { engine: Engine::Stateright, ..rest }, progress);
+    }
     let mut b = model.clone().checker().threads(opts.workers.max(1));
     if opts.stop_at_first_failure {
         b = b.finish_when(HasDiscoveries::AnyFailures);
@@ -216,6 +253,50 @@ pub fn check_with_progress(
         verdicts,
         counterexample,
         discoveries: found,
+    })
+}
+
+/// Runs [`crate::engine`]; `None` if it found a violation (the caller then
+/// runs stateright's BFS for a shortest counterexample).
+fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut impl FnMut(&Progress)) -> Option<Outcome> {
+    let start = Instant::now();
+    let counters = engine::Counters::default();
+    let limits = engine::Limits { workers: opts.workers.max(1), timeout: opts.timeout };
+    let found = engine::explore(model, limits, &counters, opts.progress_every, |unique| {
+        progress(&Progress {
+            states: counters.generated.load(Ordering::Relaxed),
+            unique,
+            depth: counters.max_depth.load(Ordering::Relaxed),
+            elapsed: start.elapsed(),
+        })
+    });
+    let properties = model.properties();
+    if properties.iter().any(|p| p.expectation == Expectation::Always && found.discoveries.contains_key(p.name)) {
+        return None;
+    }
+    let verdicts = properties
+        .iter()
+        .map(|p| {
+            let always = p.expectation != Expectation::Sometimes;
+            let status = match (always, found.discoveries.contains_key(p.name), found.complete) {
+                (false, true, _) => Status::Reached,
+                (true, _, true) => Status::Holds,
+                (false, false, true) => Status::NotReached,
+                (_, _, false) => Status::Unknown,
+            };
+            Verdict { name: p.name, spec_id: props::spec_id(p.name), always, status }
+        })
+        .collect();
+    Some(Outcome {
+        description: cfg.describe(),
+        unique_states: found.unique,
+        total_states: found.generated,
+        max_depth: found.max_depth,
+        elapsed: start.elapsed(),
+        complete: found.complete,
+        verdicts,
+        counterexample: None,
+        discoveries: found.discoveries,
     })
 }
 

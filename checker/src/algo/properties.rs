@@ -81,7 +81,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     // release-touch-after-decrement).
     //= spec.md#R1 type=test
     v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| {
-        !s.quiescent() || (s.lin.serialized_history().is_some() && s.others.iter().all(|o| o.lin.serialized_history().is_some()))
+        !s.quiescent() || crate::lincache::all_linearizable(s)
     }));
     //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
