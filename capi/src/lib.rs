@@ -22,6 +22,7 @@ mod slab;
 mod thread_token;
 mod threads;
 mod status;
+mod sync;
 #[cfg(test)]
 mod tests;
 

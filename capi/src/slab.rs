@@ -26,6 +26,18 @@
 //!   [`LeaseSlab::insert`] and [`LeaseSlab::release`].
 //! - a generation wraps after 2^28 uses of one slot: a handle kept that long
 //!   could alias; a tag is 16 bits: the 65,536th cache created reuses one.
+//! - the free-list head carries a 32-bit tag that every successful pop and
+//!   push increments: a pop whose compare-exchange saw the same index on
+//!   top but another tag lost a race in which that index left the list and
+//!   came back (ABA), and retries instead of installing a stale link.
+//! - a read is a seqlock read of the slot's copies: the state must be this
+//!   handle's LIVE word before and after the copies are loaded.
+//!
+//! Every atomic and the lease cell go through [`crate::sync`], so the loom
+//! models ([`models`], `--cfg loom`) explore this code as the library runs
+//! it; the payload is generic ([`Held`]) only so that the models can hold a
+//! lease without a cache. The deliberate breakages of [`SlabMutant`] exist
+//! in test and loom builds only.
 
 use crate::registrar::CRegistrar;
 use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
@@ -33,9 +45,9 @@ use crate::threads::ThreadBucket;
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
-use std::cell::UnsafeCell;
+use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, UnsafeCell};
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// A lease as C holds it: an opaque value. An all-zero lease is
 /// never a valid lease.
@@ -51,20 +63,84 @@ const INDEX_BITS: u32 = 20;
 const GEN_BITS: u32 = 28;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
-/// Leases one cache can hold at once.
+/// Leases one cache can hold at once (loom: a few, in chunks of two, so that
+/// a model's slab is small and still allocates a second chunk).
+#[cfg(not(loom))]
 pub(crate) const MAX_LEASES: u32 = 1 << INDEX_BITS;
+#[cfg(not(loom))]
 const CHUNK: u32 = 1024;
+#[cfg(loom)]
+pub(crate) const MAX_LEASES: u32 = 4;
+#[cfg(loom)]
+const CHUNK: u32 = 2;
 const CHUNKS: usize = (MAX_LEASES / CHUNK) as usize;
 const LIVE: u32 = 1;
 
+/// What a slot holds: the C API's leases; the loom models' stand-ins.
+pub(crate) trait Held {
+    fn keys(&self) -> Keys;
+    fn view(&self) -> RegView;
+}
+
+impl Held for Lease<'static, CRegistrar> {
+    #[inline(always)]
+    fn keys(&self) -> Keys {
+        Lease::keys(self)
+    }
+    #[inline(always)]
+    fn view(&self) -> RegView {
+        Lease::view(self)
+    }
+}
+
+/// The slab's deliberate breakages (test and loom builds only), by the
+/// names of `mrcache_types::mutants::SLAB_MUTANTS`; each is caught by a
+/// model of [`models`].
+#[cfg(any(test, loom))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlabMutant {
+    /// The free-list tag is never incremented: a pop's compare-exchange
+    /// succeeds across an ABA and hands out a slot that is in use.
+    TagNotIncremented,
+    /// A handle's generation is not compared: a stale handle names
+    /// whatever lease its slot holds now.
+    NoGenerationCheck,
+    /// A read does not load the state again after the copies: it can
+    /// return another lease's keys and view.
+    NoSeqlockRecheck,
+    /// A released slot goes to its thread's list with the generation it had,
+    /// not the next one: the thread that reuses it (the same one, or the one
+    /// that inherits the list after it exits) revives the old handle.
+    LocalListKeepsGeneration,
+}
+
+#[cfg(any(test, loom))]
+impl SlabMutant {
+    pub(crate) const ALL: [SlabMutant; 4] = [
+        SlabMutant::TagNotIncremented,
+        SlabMutant::NoGenerationCheck,
+        SlabMutant::NoSeqlockRecheck,
+        SlabMutant::LocalListKeepsGeneration,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SlabMutant::TagNotIncremented => "slab-tag-not-incremented",
+            SlabMutant::NoGenerationCheck => "slab-no-generation-check",
+            SlabMutant::NoSeqlockRecheck => "slab-no-seqlock-recheck",
+            SlabMutant::LocalListKeepsGeneration => "slab-local-list-keeps-generation",
+        }
+    }
+}
+
 /// One cache line each: two threads' leases never share one.
 #[repr(align(64))]
-struct Slot {
+struct Slot<L> {
     /// `generation << 1 | LIVE`.
     state: AtomicU32,
     /// Free list link: index + 1 of the next free slot, 0 at the end.
     next_free: AtomicU32,
-    lease: UnsafeCell<MaybeUninit<Lease<'static, CRegistrar>>>,
+    lease: UnsafeCell<MaybeUninit<L>>,
     /// Copies of the lease's keys and view, readable by any thread without
     /// owning the slot (a seqlock on `state`).
     lkey: AtomicU32,
@@ -79,8 +155,8 @@ struct Slot {
     fork_generation: AtomicU64,
 }
 
-impl Slot {
-    fn empty() -> Slot {
+impl<L> Slot<L> {
+    fn empty() -> Slot<L> {
         Slot {
             state: AtomicU32::new(0),
             next_free: AtomicU32::new(0),
@@ -97,23 +173,26 @@ impl Slot {
 }
 
 /// The lease handles of one cache.
-pub(crate) struct LeaseSlab {
+pub(crate) struct LeaseSlab<L = Lease<'static, CRegistrar>> {
     /// This cache's tag in every handle (1..=65535).
     tag: u64,
     /// Each a leaked `Box<[Slot]>` of `CHUNK` slots, or null (a fixed-size
     /// array: a decoded handle's chunk number needs no bounds check).
-    chunks: Box<[AtomicPtr<Slot>; CHUNKS]>,
+    chunks: Box<[AtomicPtr<Slot<L>>; CHUNKS]>,
     /// Treiber stack of free slots: `aba counter << 32 | (index + 1)`.
     free_head: AtomicU64,
     /// Slots handed out so far (indices below it have a chunk).
     fresh: AtomicU32,
+    /// The breakage this slab runs with (test and loom builds only).
+    #[cfg(any(test, loom))]
+    mutant: Option<SlabMutant>,
 }
 
 // SAFETY: the `lease` cells are only touched by the thread that owns the slot
 // (see the module invariants); everything else is atomic.
-unsafe impl Sync for LeaseSlab {}
+unsafe impl<L: Send> Sync for LeaseSlab<L> {}
 // SAFETY: as above; leases are `Send`.
-unsafe impl Send for LeaseSlab {}
+unsafe impl<L: Send> Send for LeaseSlab<L> {}
 
 #[cold]
 fn no_chunk() -> Failure {
@@ -128,20 +207,51 @@ pub(crate) fn invalid(h: mrcache_lease_t) -> Failure {
     )
 }
 
-impl LeaseSlab {
+impl<L: Held> LeaseSlab<L> {
     /// `id`: unique per process; its low bits are the handles' tag.
-    pub(crate) fn new(id: u64) -> LeaseSlab {
+    pub(crate) fn new(id: u64) -> LeaseSlab<L> {
         let tag = (id % 0xffff) as u16 + 1;
         LeaseSlab {
             tag: u64::from(tag),
             chunks: Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))),
             free_head: AtomicU64::new(0),
             fresh: AtomicU32::new(0),
+            #[cfg(any(test, loom))]
+            mutant: None,
         }
     }
 
+    /// A slab that runs with the breakage `m`.
+    #[cfg(any(test, loom))]
+    pub(crate) fn with_mutant(id: u64, m: SlabMutant) -> LeaseSlab<L> {
+        let mut slab = LeaseSlab::new(id);
+        slab.mutant = Some(m);
+        slab
+    }
+
+    /// Whether this slab runs with the breakage `m` (always `false` in the
+    /// library).
     #[inline(always)]
-    fn slot(&self, index: u32) -> Option<&Slot> {
+    #[allow(unused_variables)]
+    fn broken(&self, m: SlabMutant) -> bool {
+        #[cfg(any(test, loom))]
+        return self.mutant == Some(m);
+        #[cfg(not(any(test, loom)))]
+        false
+    }
+
+    /// The free-list tag after `h`'s: one more, so a compare-exchange
+    /// against `h` fails once the head changed, even back to `h`'s index.
+    #[inline(always)]
+    fn next_tag(&self, h: u64) -> u64 {
+        if self.broken(SlabMutant::TagNotIncremented) {
+            return h >> 32;
+        }
+        (h >> 32).wrapping_add(1)
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: u32) -> Option<&Slot<L>> {
         let chunk = self.chunks.get((index / CHUNK) as usize)?.load(Ordering::Acquire);
         if chunk.is_null() {
             return None;
@@ -158,7 +268,7 @@ impl LeaseSlab {
                 return None;
             }
             let next = self.slot(top - 1)?.next_free.load(Ordering::Relaxed);
-            let new = ((h >> 32).wrapping_add(1) << 32) | u64::from(next);
+            let new = (self.next_tag(h) << 32) | u64::from(next);
             match self.free_head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Some(top - 1),
                 Err(now) => h = now,
@@ -166,11 +276,11 @@ impl LeaseSlab {
         }
     }
 
-    fn push_free(&self, index: u32, slot: &Slot) {
+    fn push_free(&self, index: u32, slot: &Slot<L>) {
         let mut h = self.free_head.load(Ordering::Relaxed);
         loop {
             slot.next_free.store(h as u32, Ordering::Relaxed);
-            let new = ((h >> 32).wrapping_add(1) << 32) | u64::from(index + 1);
+            let new = (self.next_tag(h) << 32) | u64::from(index + 1);
             match self.free_head.compare_exchange_weak(h, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(now) => h = now,
@@ -199,8 +309,8 @@ impl LeaseSlab {
             .map_err(|_| Failure::new(MRCACHE_TOO_MANY_LEASES, format!("more than {MAX_LEASES} leases held at once")))?;
         let cell = &self.chunks[(index / CHUNK) as usize];
         if cell.load(Ordering::Acquire).is_null() {
-            let chunk: Box<[Slot]> = (0..CHUNK).map(|_| Slot::empty()).collect();
-            let p = Box::into_raw(chunk) as *mut Slot;
+            let chunk: Box<[Slot<L>]> = (0..CHUNK).map(|_| Slot::empty()).collect();
+            let p = Box::into_raw(chunk) as *mut Slot<L>;
             if cell.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 // SAFETY: ours, from Box::into_raw just above, never shared.
                 drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK as usize)) });
@@ -214,7 +324,7 @@ impl LeaseSlab {
     /// back from the stack with wider loads than it was written with, and
     /// store forwarding stalls).
     #[inline(always)]
-    pub(crate) fn insert(&self, mine: Option<&ThreadBucket>, lease: Lease<'static, CRegistrar>) -> Result<mrcache_lease_t, Failure> {
+    pub(crate) fn insert(&self, mine: Option<&ThreadBucket>, lease: L) -> Result<mrcache_lease_t, Failure> {
         let (index, generation) = match mine.and_then(ThreadBucket::pop_free_slot) {
             Some(local) => local,
             None => self.shared_slot()?,
@@ -229,7 +339,7 @@ impl LeaseSlab {
         let (keys, view) = (lease.keys(), lease.view());
         // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
         // touches the cell until the LIVE store below publishes it.
-        unsafe { (*slot.lease.get()).write(lease) };
+        slot.lease.with_mut(|cell| unsafe { (*cell).write(lease) });
         // Seqlock writer: the copies change only after the slot left LIVE
         // (its release bumped the generation); readers recheck the state.
         fence(Ordering::Release);
@@ -246,13 +356,17 @@ impl LeaseSlab {
 
     /// The slot and generation a handle names, if it is this slab's.
     #[inline(always)]
-    fn decode(&self, h: mrcache_lease_t) -> Option<(u32, &Slot, u32)> {
+    fn decode(&self, h: mrcache_lease_t) -> Option<(u32, &Slot<L>, u32)> {
         if h.opaque >> 48 != self.tag {
             return None;
         }
         let index = (h.opaque & INDEX_MASK) as u32;
+        let slot = self.slot(index)?;
+        if self.broken(SlabMutant::NoGenerationCheck) {
+            return Some((index, slot, slot.state.load(Ordering::Relaxed) >> 1));
+        }
         let generation = (h.opaque >> INDEX_BITS) as u32 & GEN_MASK;
-        Some((index, self.slot(index)?, generation))
+        Some((index, slot, generation))
     }
 
     /// Releases the lease a handle names (the handle is dead afterwards):
@@ -277,12 +391,13 @@ impl LeaseSlab {
         // The slot goes back to a free list after the drop below, also if
         // the drop panics (the C entry point catches it): else the slot
         // would be lost for the cache's life.
-        let _back = SlotBack { slab: self, mine, index, next, slot };
+        let keep = if self.broken(SlabMutant::LocalListKeepsGeneration) { generation } else { next };
+        let _back = SlotBack { slab: self, mine, index, next: keep, slot };
         // SAFETY: our compare-exchange cleared LIVE: the cell holds the lease
         // the inserting thread wrote (acquire order), only we touch it, and
         // it is dropped once (no handle reaches a slot that is not LIVE, and
         // no insert reaches it until `_back` returns it to a free list).
-        unsafe { (*slot.lease.get()).assume_init_drop() };
+        slot.lease.with_mut(|cell| unsafe { (*cell).assume_init_drop() });
         true
     }
 
@@ -298,7 +413,7 @@ impl LeaseSlab {
         let (id, addr, len) =
             (slot.id.load(Ordering::Relaxed), slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
-        if slot.state.load(Ordering::Relaxed) != live {
+        if !self.broken(SlabMutant::NoSeqlockRecheck) && slot.state.load(Ordering::Relaxed) != live {
             return Err(invalid(h));
         }
         let access = access.ok_or_else(|| invalid(h))?;
@@ -306,7 +421,7 @@ impl LeaseSlab {
     }
 
     /// Slots made so far.
-    #[cfg(test)]
+    #[cfg(any(test, loom))]
     pub(crate) fn slots_made(&self) -> u32 {
         self.fresh.load(Ordering::Relaxed)
     }
@@ -329,15 +444,15 @@ impl LeaseSlab {
 
 /// Returns a released slot to this thread's free list or the shared one
 /// when dropped ([`LeaseSlab::release`]).
-struct SlotBack<'a> {
-    slab: &'a LeaseSlab,
+struct SlotBack<'a, L: Held> {
+    slab: &'a LeaseSlab<L>,
     mine: Option<&'a ThreadBucket>,
     index: u32,
     next: u32,
-    slot: &'a Slot,
+    slot: &'a Slot<L>,
 }
 
-impl Drop for SlotBack<'_> {
+impl<L: Held> Drop for SlotBack<'_, L> {
     #[inline(always)]
     fn drop(&mut self) {
         if !self.mine.is_some_and(|b| b.push_free_slot(self.index, self.next)) {
@@ -346,7 +461,7 @@ impl Drop for SlotBack<'_> {
     }
 }
 
-impl Drop for LeaseSlab {
+impl<L> Drop for LeaseSlab<L> {
     fn drop(&mut self) {
         for cell in self.chunks.iter() {
             let p = cell.load(Ordering::Acquire);
@@ -360,3 +475,6 @@ impl Drop for LeaseSlab {
     }
 }
 
+
+#[cfg(test)]
+mod models;

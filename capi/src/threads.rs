@@ -39,11 +39,16 @@
 
 use crate::thread_token::{bucket, thread_token};
 use mrcache_impl::cache::{fork_generation, forking_thread};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Free slots a thread keeps for itself, per cache (the bucket's last
-/// word holds `len` and the callback scope).
+/// word holds `len` and the callback scope; loom: two, so that a model
+/// reaches the spill to the shared list).
+#[cfg(not(loom))]
 pub(crate) const LOCAL_FREE_MAX: usize = 29;
+#[cfg(loom)]
+pub(crate) const LOCAL_FREE_MAX: usize = 2;
 /// Threads per cache that get a bucket (others take the shared paths).
 const BUCKETS: usize = 32;
 
@@ -63,7 +68,7 @@ pub(crate) struct ThreadBucket {
     /// outermost callback of this cache now running.
     entered_in: AtomicU32,
     /// Free lease slots in `slots[..len]`.
-    len: AtomicU32,
+    len: sync::AtomicU32,
     /// The owner's callback scope in this cache (`registrar`'s
     /// `begin_scope`: a miss that restores the thread's cancelability once,
     /// when it ends, instead of after each callback). Owner only.
@@ -71,12 +76,24 @@ pub(crate) struct ThreadBucket {
     /// `generation << 32 | index`: a free slot and its next generation
     /// (taking a slot then reads one word of this thread's line instead of
     /// the slot's state word, which its release just wrote).
-    slots: [AtomicU64; LOCAL_FREE_MAX],
+    slots: [sync::AtomicU64; LOCAL_FREE_MAX],
 }
 
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<ThreadBucket>() == 256, "a bucket is four cache lines");
 
 impl ThreadBucket {
+    /// An unclaimed bucket with an empty free list.
+    pub(crate) fn new() -> ThreadBucket {
+        ThreadBucket {
+            mark: AtomicUsize::new(0),
+            entered_in: AtomicU32::new(0),
+            len: sync::AtomicU32::new(0),
+            scope: AtomicU32::new(0),
+            slots: std::array::from_fn(|_| sync::AtomicU64::new(0)),
+        }
+    }
+
     /// A free lease slot from the owner's list, and its next generation
     /// (owner only).
     #[inline(always)]
@@ -181,13 +198,7 @@ pub(crate) struct ThreadBuckets {
 impl ThreadBuckets {
     pub(crate) fn new() -> ThreadBuckets {
         ThreadBuckets {
-            buckets: Box::new(std::array::from_fn(|_| ThreadBucket {
-                mark: AtomicUsize::new(0),
-                entered_in: AtomicU32::new(0),
-                len: AtomicU32::new(0),
-                scope: AtomicU32::new(0),
-                slots: std::array::from_fn(|_| AtomicU64::new(0)),
-            })),
+            buckets: Box::new(std::array::from_fn(|_| ThreadBucket::new())),
         }
     }
 

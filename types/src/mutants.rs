@@ -60,6 +60,18 @@ pub const MUTANTS: [&str; 49] = [
     "lane-release-by-acquirer",
 ];
 
+/// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test
+/// and loom builds of `mrcache-capi` only), by name: each breaks one
+/// mechanism of the slab and is caught by a model of `capi/src/slab/models.rs`
+/// (`catches_<name>`, run by ci/full.sh's `loom` step, and the ones caught
+/// without a race also by `cargo test`).
+pub const SLAB_MUTANTS: [&str; 4] = [
+    "slab-tag-not-incremented",
+    "slab-no-generation-check",
+    "slab-no-seqlock-recheck",
+    "slab-local-list-keeps-generation",
+];
+
 /// One fault switch of the real cache (`mrcache::Faults`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultSwitch {
@@ -99,10 +111,10 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_mirrors_exist() {
-        let mut all: Vec<&str> = MUTANTS.to_vec();
+        let mut all: Vec<&str> = MUTANTS.iter().chain(&SLAB_MUTANTS).copied().collect();
         all.sort_unstable();
         all.dedup();
-        assert_eq!(all.len(), MUTANTS.len(), "a mutant name twice");
+        assert_eq!(all.len(), MUTANTS.len() + SLAB_MUTANTS.len(), "a mutant name twice");
         for f in FAULT_SWITCHES {
             assert_eq!(f.field, f.name.replace('-', "_"));
             if let Some(m) = f.mirrors {
