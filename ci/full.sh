@@ -12,7 +12,8 @@
 #   verbs        the verbs registrar builds (feature `verbs`) and its
 #                device-free tests run
 #   loom         loom: the lease handoff, the invalidation queue, the
-#                sequence retry
+#                sequence retry (impl/tests/loom.rs); the C API's lease slab
+#                and its mutants (capi/src/slab/models.rs)
 #   valgrind     ci/c-tests.sh: the C examples and tests natively and under
 #                valgrind (memory errors and leaks fail)
 #   ignored      the tests marked #[ignore = "full tier: ci/full.sh"]:
@@ -24,9 +25,11 @@
 #                standalone program fails on its peer, its libmrcache twin
 #                passes (a missing peer is skipped with a message)
 #   stale_dma    a real stale DMA without a monitor, made correct by uffd
-#   contention   the contention run of ci/test.sh for CONTENTION_SECONDS
-#                (default 120; ci/test.sh: 20) beside busy loops (the hours
-#                long runs: `bash ci/stress.sh contention`)
+#   contention   the contention runs of ci/test.sh for CONTENTION_SECONDS
+#                each (default 120; ci/test.sh: 20 and 10) beside busy loops:
+#                impl/tests/concurrent.rs and the lease slab's
+#                capi/tests/slab_contention.rs (the hours long runs:
+#                `bash ci/stress.sh contention`)
 #   hangs        the monitor hang tests (capi/tests/c/hang/, each run under
 #                ci/watchdog.sh, which prints every thread's wait on a hang):
 #                ci/hang-tests.sh --runs 100 (every scenario 100 times),
@@ -55,7 +58,11 @@ step_fast() { bash ci/test.sh; }
 step_verbs() { cargo test -p mrcache --features verbs --lib registrar::verbs; }
 step_loom() {
   RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
-    cargo test -q --profile test -p mrcache --test loom
+    cargo test -q --profile test -p mrcache --test loom || return 1
+  # Only the slab's models: the C API's other unit tests use loom atomics
+  # outside a model under `--cfg loom`.
+  RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+    cargo test -q --profile test -p mrcache-capi --lib slab::models
 }
 step_valgrind() { bash ci/c-tests.sh; }
 # Every test marked #[ignore = "full tier: ci/full.sh"], found in the
@@ -81,7 +88,9 @@ step_contention() {
   local concurrent
   concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs) || return 1
   MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" \
-    --name full -- "$concurrent" --exact four_threads_with_limits
+    --name full -- "$concurrent" --exact four_threads_with_limits || return 1
+  slab=$(bash ci/test-binary.sh capi/tests/slab_contention.rs) || return 1
+  bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" --name slab -- "$slab"
 }
 # The hang tests: one installed library for the three parts; hang_stress's
 # binary is built by ci/hang-tests.sh's first part into HANG_BIN_DIR.

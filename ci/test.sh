@@ -58,6 +58,10 @@ step "contention smoke"
 concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs)
 MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-20}" --name smoke -- \
   "$concurrent" --exact four_threads_with_limits
+# The C API's lease slab (capi/tests/slab_contention.rs) the same way, for
+# SLAB_CONTENTION_SECONDS (default 10).
+slab=$(bash ci/test-binary.sh capi/tests/slab_contention.rs)
+bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${SLAB_CONTENTION_SECONDS:-10}" --name slab-smoke -- "$slab"
 # The C library: the installed prefix above, the C examples and tests built
 # out of tree with pkg-config and run natively (under valgrind in ci/full.sh).
 step "C tests"

@@ -34,7 +34,7 @@
 //!   handle's LIVE word before and after the copies are loaded.
 //!
 //! Every atomic and the lease cell go through [`crate::sync`], so the loom
-//! models ([`models`], `--cfg loom`) explore this code as the library runs
+//! models (`models`, `--cfg loom`) explore this code as the library runs
 //! it; the payload is generic ([`Held`]) only so that the models can hold a
 //! lease without a cache. The deliberate breakages of [`SlabMutant`] exist
 //! in test and loom builds only.
@@ -93,10 +93,10 @@ impl Held for Lease<'static, CRegistrar> {
     }
 }
 
-/// The slab's deliberate breakages (test and loom builds only), by the
-/// names of `mrcache_types::mutants::SLAB_MUTANTS`; each is caught by a
-/// model of [`models`].
-#[cfg(any(test, loom))]
+/// The slab's deliberate breakages, by the names of
+/// `mrcache_types::mutants::SLAB_MUTANTS`; each is caught by a model of
+/// `models`. Only test and loom builds can select one (the library's slab
+/// has no field for it, and `broken` is `false`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SlabMutant {
     /// The free-list tag is never incremented: a pop's compare-exchange
