@@ -22,6 +22,15 @@
 //! Every step of the §A table is also cited by both encodings of §A
 //! ([`missing_step_ids`], in [`STEP_DIRS`]).
 //!
+//! spec.md's coverage table ("Coverage of the mechanisms", [`check_coverage`])
+//! names, per mechanism of the concurrent code, its source files, the §A
+//! steps of the checker that encode it, the loom models that explore it and
+//! the mutants that break it: each name must exist (a step tagged in
+//! [`MODEL_STEP_DIR`], a `fn` in [`LOOM_SOURCES`], a quoted name in
+//! [`MUTANTS_FILE`], a file), a row with neither a step nor a loom model
+//! must say "tests only", and every source file with an atomic under
+//! [`ATOMIC_DIRS`] must be named by a row.
+//!
 //! The binary, `cargo run -q -p mrcache-citations [-- ROOT]`, runs both on
 //! the repository (ROOT: the workspace this crate is in), prints the counts
 //! of citations and exceptions, and exits non-zero on any problem.
@@ -494,6 +503,197 @@ pub fn read_rust_sources(dir: &Path) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// The sources of the loom models that the coverage table may name.
+pub const LOOM_SOURCES: [&str; 2] = ["impl/tests/loom.rs", "capi/src/slab/models.rs"];
+
+/// Where the names of every mutant (checker, fault switch, slab) are.
+pub const MUTANTS_FILE: &str = "types/src/mutants.rs";
+
+/// The directories (and files) whose sources with an atomic must each be
+/// named by a row of the coverage table.
+pub const ATOMIC_DIRS: [&str; 4] = ["impl/src/cache", "impl/src/monitor", "impl/src/sync.rs", "capi/src"];
+
+/// The checker's encoding of §A, where a row's model steps must be tagged.
+pub const MODEL_STEP_DIR: &str = "checker/src/algo";
+
+/// One row of spec.md's coverage table ("Coverage of the mechanisms").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoverageRow {
+    /// The row's line in spec.md.
+    pub line: usize,
+    pub mechanism: String,
+    /// Source files.
+    pub code: Vec<String>,
+    /// §A step IDs (empty for a "tests only" row).
+    pub steps: Vec<String>,
+    /// "tests only": no model step; the files named are the tests.
+    pub tests_only: Option<Vec<String>>,
+    /// Loom test functions.
+    pub loom: Vec<String>,
+    pub mutants: Vec<String>,
+}
+
+/// The names written in backticks in `cell`.
+fn backticked(cell: &str) -> Vec<String> {
+    cell.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// The rows between `<!-- coverage -->` and `<!-- /coverage -->` in spec.md.
+pub fn coverage_rows(spec: &str) -> Result<Vec<CoverageRow>, String> {
+    let mut rows = Vec::new();
+    let mut inside = false;
+    let mut seen = false;
+    for (n, line) in spec.lines().enumerate() {
+        match line.trim() {
+            "<!-- coverage -->" => {
+                inside = true;
+                seen = true;
+                continue;
+            }
+            "<!-- /coverage -->" => {
+                inside = false;
+                continue;
+            }
+            _ => {}
+        }
+        let Some(row) = line.trim().strip_prefix("| ").filter(|_| inside) else { continue };
+        let cells: Vec<&str> = row.trim_end_matches('|').split(" | ").map(str::trim).collect();
+        if cells.first() == Some(&"mechanism") {
+            continue;
+        }
+        let [mechanism, code, steps, loom, mutants] = cells[..] else {
+            return Err(format!("spec.md:{}: a coverage row has 5 cells, this one {}", n + 1, cells.len()));
+        };
+        let none = |c: &str| c == "none";
+        let tests_only = steps.starts_with("tests only").then(|| backticked(steps));
+        rows.push(CoverageRow {
+            line: n + 1,
+            mechanism: mechanism.to_string(),
+            code: backticked(code),
+            steps: if tests_only.is_some() { Vec::new() } else { backticked(steps) },
+            tests_only,
+            loom: if none(loom) { Vec::new() } else { backticked(loom) },
+            mutants: if none(mutants) { Vec::new() } else { backticked(mutants) },
+        });
+        for (what, cell) in [("loom models", loom), ("mutants", mutants), ("model steps", steps)] {
+            if !none(cell) && !cell.starts_with("tests only") && backticked(cell).is_empty() {
+                return Err(format!("spec.md:{}: {what}: names in backticks, `none` or `tests only`", n + 1));
+            }
+        }
+    }
+    if !seen || inside {
+        return Err("spec.md: no coverage table between <!-- coverage --> and <!-- /coverage -->".into());
+    }
+    Ok(rows)
+}
+
+/// Whether `source` uses an atomic type in code (comments aside).
+pub fn has_atomic(source: &str) -> bool {
+    source.lines().map(str::trim_start).filter(|l| !l.starts_with("//")).any(|l| {
+        l.match_indices("Atomic").any(|(i, _)| l[i + 6..].chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+    })
+}
+
+/// Whether `file` holds tests rather than a mechanism (test modules and the
+/// loom models themselves).
+fn is_test_source(file: &str) -> bool {
+    file.ends_with("/tests.rs") || file.split('/').any(|c| c == "tests") || LOOM_SOURCES.contains(&file)
+}
+
+/// What [`check_coverage`] found.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    pub rows: usize,
+    /// The source files with an atomic under [`ATOMIC_DIRS`].
+    pub atomic_files: usize,
+    pub problems: Vec<String>,
+}
+
+/// Checks the coverage table against the sources: every path, model step,
+/// loom model and mutant it names exists, every row without a model step
+/// and without a loom model says "tests only", and every source file with
+/// an atomic under [`ATOMIC_DIRS`] is named by a row.
+pub fn check_coverage_of(
+    spec: &str,
+    exists: &dyn Fn(&str) -> bool,
+    model_source: &str,
+    loom_source: &str,
+    mutants_source: &str,
+    atomic_files: &[String],
+) -> Coverage {
+    let rows = match coverage_rows(spec) {
+        Ok(r) => r,
+        Err(e) => return Coverage { problems: vec![e], ..Coverage::default() },
+    };
+    let steps = step_ids_in_spec(spec);
+    let mut problems = Vec::new();
+    let mut named = BTreeSet::new();
+    for r in &rows {
+        let at = format!("spec.md:{} ({})", r.line, r.mechanism);
+        if r.code.is_empty() {
+            problems.push(format!("{at}: names no code"));
+        }
+        for f in r.code.iter().chain(r.tests_only.iter().flatten()) {
+            if !exists(f) {
+                problems.push(format!("{at}: no file {f}"));
+            }
+            named.insert(f.as_str());
+        }
+        for id in &r.steps {
+            if !steps.contains(id) {
+                problems.push(format!("{at}: {id} is not a step of spec.md's §A table"));
+            } else if !has_tag(model_source, id) {
+                problems.push(format!("{at}: {id} is not tagged in {MODEL_STEP_DIR}"));
+            }
+        }
+        for t in &r.loom {
+            if !loom_source.contains(&format!("fn {t}(")) {
+                problems.push(format!("{at}: no loom model {t} in {}", LOOM_SOURCES.join(" or ")));
+            }
+        }
+        for m in &r.mutants {
+            if !mutants_source.contains(&format!("\"{m}\"")) {
+                problems.push(format!("{at}: no mutant {m} in {MUTANTS_FILE}"));
+            }
+        }
+        if r.steps.is_empty() && r.loom.is_empty() && r.tests_only.is_none() {
+            problems.push(format!("{at}: neither a model step nor a loom model: say \"tests only\""));
+        }
+    }
+    for f in atomic_files {
+        if !named.contains(f.as_str()) {
+            problems.push(format!("{f}: has atomics and no row in spec.md's coverage table"));
+        }
+    }
+    Coverage { rows: rows.len(), atomic_files: atomic_files.len(), problems }
+}
+
+/// [`check_coverage_of`] on the repository at `root`.
+pub fn check_coverage(root: &Path) -> Result<Coverage, String> {
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).map_err(|e| format!("{p}: {e}"));
+    let spec = read("spec.md")?;
+    let model = read_rust_sources(&root.join(MODEL_STEP_DIR)).map_err(|e| format!("{MODEL_STEP_DIR}: {e}"))?;
+    let mut loom = String::new();
+    for f in LOOM_SOURCES {
+        loom += &read(f)?;
+    }
+    let mutants = read(MUTANTS_FILE)?;
+    let mut atomic = Vec::new();
+    for d in ATOMIC_DIRS {
+        let files = if d.ends_with(".rs") { vec![root.join(d)] } else { source_files(root, &[d]).map_err(|e| format!("{d}: {e}"))? };
+        for p in files {
+            let rel = p.strip_prefix(root).unwrap_or(&p).to_string_lossy().into_owned();
+            if !rel.ends_with(".rs") || is_test_source(&rel) {
+                continue;
+            }
+            if has_atomic(&std::fs::read_to_string(&p).map_err(|e| format!("{rel}: {e}"))?) {
+                atomic.push(rel);
+            }
+        }
+    }
+    Ok(check_coverage_of(&spec, &|f| root.join(f).exists(), &model, &loom, &mutants, &atomic))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,5 +780,42 @@ mod tests {
         let src = tag("P1") + "#[cfg(test)]\nmod tests {\n" + &tag("C1") + "}\n";
         let c = citations_in("types/src/lib.rs", &src);
         assert_eq!(c.iter().map(|c| (c.id.as_str(), c.test)).collect::<Vec<_>>(), [("P1", false), ("C1", true)]);
+    }
+
+    const COVERAGE: &str = "## A The concurrent algorithm\n\n| step | what |\n|---|---|\n| A1 | x |\n| R1 | y |\n\n## Coverage\n\n<!-- coverage -->\n\
+        | mechanism | code | model steps | loom models | mutants |\n|---|---|---|---|---|\n\
+        | the hit | `a.rs` | `A1` | `hit_vs_release` | `no-recheck` |\n\
+        | counters | `b.rs` | tests only (`t.rs`) | none | none |\n<!-- /coverage -->\n";
+
+    fn coverage(spec: &str, model: &str, loom: &str, mutants: &str, atomic: &[&str]) -> Vec<String> {
+        let files = ["a.rs", "b.rs", "t.rs"];
+        let atomic: Vec<String> = atomic.iter().map(|s| s.to_string()).collect();
+        check_coverage_of(spec, &|f| files.contains(&f), model, loom, mutants, &atomic).problems
+    }
+
+    #[test]
+    fn the_coverage_table_names_what_exists() {
+        let (model, loom, mutants) = (tag("A1") + &tag("R1"), "fn hit_vs_release() {}", "[\"no-recheck\"]");
+        assert_eq!(coverage(COVERAGE, &model, loom, mutants, &["a.rs", "b.rs"]), Vec::<String>::new());
+        // A step not tagged in the model, a loom model or a mutant that is gone.
+        assert_eq!(coverage(COVERAGE, &tag("R1"), loom, mutants, &[]).len(), 1);
+        assert_eq!(coverage(COVERAGE, &model, "fn hit_vs_release_2() {}", mutants, &[]).len(), 1);
+        assert_eq!(coverage(COVERAGE, &model, loom, "[\"no-recheck-2\"]", &[]).len(), 1);
+        // A new file with atomics and no row; a file that is not there.
+        assert_eq!(coverage(COVERAGE, &model, loom, mutants, &["c.rs"]).len(), 1);
+        assert_eq!(coverage(&COVERAGE.replace("`b.rs`", "`d.rs`"), &model, loom, mutants, &[]).len(), 1);
+        // A row with no model at all must say so.
+        let silent = COVERAGE.replace("tests only (`t.rs`)", "none");
+        assert_eq!(coverage(&silent, &model, loom, mutants, &[]).len(), 1);
+        assert_eq!(coverage("no table", &model, loom, mutants, &[]).len(), 1);
+    }
+
+    #[test]
+    fn atomics_in_code_count_and_in_comments_do_not() {
+        assert!(has_atomic("use std::sync::atomic::{AtomicU64, Ordering};"));
+        assert!(has_atomic("    len: sync::AtomicU32,"));
+        assert!(!has_atomic("// an AtomicU64 would do\n/// see AtomicPtr\nlet atomic = 1;"));
+        assert!(is_test_source("impl/src/monitor/uffd/tests.rs") && is_test_source("capi/src/slab/models.rs"));
+        assert!(!is_test_source("capi/src/slab.rs"));
     }
 }
