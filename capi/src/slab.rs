@@ -77,9 +77,18 @@ const CHUNKS: usize = (MAX_LEASES / CHUNK) as usize;
 const LIVE: u32 = 1;
 
 /// What a slot holds: the C API's leases; the loom models' stand-ins.
-pub(crate) trait Held {
+pub(crate) trait Held: Sized {
     fn keys(&self) -> Keys;
     fn view(&self) -> RegView;
+
+    /// Drops the value in `cell` (its release, for a lease), in place.
+    ///
+    /// # Safety
+    /// `cell` holds an initialised value that nothing else touches.
+    unsafe fn drop_in(cell: *mut MaybeUninit<Self>) {
+        // SAFETY: the caller's contract.
+        unsafe { (*cell).assume_init_drop() }
+    }
 }
 
 impl Held for Lease<'static, CRegistrar> {
@@ -90,6 +99,14 @@ impl Held for Lease<'static, CRegistrar> {
     #[inline(always)]
     fn view(&self) -> RegView {
         Lease::view(self)
+    }
+    /// Concrete, so that the lease's release is inlined into
+    /// `mrcache_release` as it was before the slab was generic (dropped
+    /// through the generic `L`, it became an out-of-line call).
+    #[inline(always)]
+    unsafe fn drop_in(cell: *mut MaybeUninit<Self>) {
+        // SAFETY: the caller's contract.
+        unsafe { (*cell).assume_init_drop() }
     }
 }
 
@@ -339,6 +356,10 @@ impl<L: Held> LeaseSlab<L> {
         let (keys, view) = (lease.keys(), lease.view());
         // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
         // touches the cell until the LIVE store below publishes it.
+        #[cfg(not(loom))]
+        unsafe { (*slot.lease.get()).write(lease) };
+        // SAFETY: as above; loom checks the access against the happens-before order.
+        #[cfg(loom)]
         slot.lease.with_mut(|cell| unsafe { (*cell).write(lease) });
         // Seqlock writer: the copies change only after the slot left LIVE
         // (its release bumped the generation); readers recheck the state.
@@ -397,7 +418,11 @@ impl<L: Held> LeaseSlab<L> {
         // the inserting thread wrote (acquire order), only we touch it, and
         // it is dropped once (no handle reaches a slot that is not LIVE, and
         // no insert reaches it until `_back` returns it to a free list).
-        slot.lease.with_mut(|cell| unsafe { (*cell).assume_init_drop() });
+        #[cfg(not(loom))]
+        unsafe { L::drop_in(slot.lease.get()) };
+        // SAFETY: as above; loom checks the access against the happens-before order.
+        #[cfg(loom)]
+        slot.lease.with_mut(|cell| unsafe { L::drop_in(cell) });
         true
     }
 

@@ -10,8 +10,10 @@
 //! bucket, since loom threads share one OS thread and so one thread token.
 //!
 //! Without `--cfg loom` every item is the `std` one or a zero-cost wrapper
-//! of it ([`UnsafeCell::with_mut`] is `f(self.get())`): production code is
-//! unchanged.
+//! of it: production code is unchanged (the release build's
+//! `mrcache_acquire`, `mrcache_release`, `mrcache_lease_keys` and
+//! `mrcache_lease_view` compile to the instructions they had before the
+//! facade).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64};
@@ -21,8 +23,11 @@ pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64};
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
-/// `std::cell::UnsafeCell` with loom's access API: loom checks every access
-/// to a cell against the happens-before order of the threads that made it.
+/// `std::cell::UnsafeCell`, and loom's access API for the code the two
+/// builds share: loom checks every access to a cell against the
+/// happens-before order of the threads that made it. The slab's hot paths
+/// use [`UnsafeCell::get`] without loom (a closure there changed what the
+/// compiler inlines into `mrcache_release`) and `with_mut` under loom.
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
@@ -33,10 +38,9 @@ impl<T> UnsafeCell<T> {
         UnsafeCell(std::cell::UnsafeCell::new(v))
     }
 
-    /// Runs `f` on a pointer to the contents (the caller has exclusive
-    /// access, as with `UnsafeCell::get`).
+    /// A pointer to the contents (`std::cell::UnsafeCell::get`).
     #[inline(always)]
-    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
-        f(self.0.get())
+    pub(crate) const fn get(&self) -> *mut T {
+        self.0.get()
     }
 }
