@@ -4,7 +4,10 @@
 //! one per entry of [`MUTANTS`], in this order), the cache's fault switches
 //! (`mrcache::Faults`, one per entry of [`FAULT_SWITCHES`]) and the runners
 //! that select them by name (`mrcache check --mutant NAME`, `mrcache fuzz
-//! --mutant NAME`). A mutant is always referred to by its name.
+//! --mutant NAME`); and the C API lease slab's mutants ([`SLAB_MUTANTS`]),
+//! which its loom models select. A mutant is always referred to by its name
+//! (spec.md's coverage table names them; `mrcache-citations` checks that
+//! each name is here).
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
