@@ -23,8 +23,8 @@
 //! - only the owner reads or writes `len`, `scope` and `slots` (relaxed atomics, for
 //!   `Sync`): a thread asks only about itself, so no ordering with any
 //!   other thread is needed. An inheriting thread reads what its exited
-//!   predecessor wrote, ordered by that exit and its own creation. They go
-//!   through [`crate::sync`], so the slab's loom models check that order
+//!   predecessor wrote, ordered by that exit and its own creation. `len`
+//!   and `slots` go through [`crate::sync`], so the slab's loom models check that order
 //!   (`slab::models`, a thread's exit); the models hand each thread its
 //!   bucket, since loom's threads share one thread token.
 //! - the depth is 0 while the owner is outside every registrar callback of
