@@ -85,7 +85,7 @@ step_stale_dma() {
   "$exe"
 }
 step_contention() {
-  local concurrent
+  local concurrent slab
   concurrent=$(bash ci/test-binary.sh impl/tests/concurrent.rs) || return 1
   MRCACHE_CONTENTION=1 bash ci/contention.sh --jobs "$(nproc)" --load spin --seconds "${CONTENTION_SECONDS:-120}" \
     --name full -- "$concurrent" --exact four_threads_with_limits || return 1
