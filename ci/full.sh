@@ -16,14 +16,21 @@
 #                and its mutants (capi/src/slab/models.rs)
 #   valgrind     ci/c-tests.sh: the C examples and tests natively and under
 #                valgrind (memory errors and leaks fail)
+#   upstream     conformance/upstream/build.sh: the peers' current releases
+#                (libfabric 2.6.0, UCX 1.22.0, Open MPI 5.0.10's opal) from
+#                ../shared/peers/upstream into target/upstream/ (cached by a
+#                stamp; the first build takes about an hour on 2 busy cores),
+#                for the two steps below
 #   ignored      the tests marked #[ignore = "full tier: ci/full.sh"]:
 #                tests/record.rs (mpirun under `mrcache record`),
 #                tests/explorer_browser.rs (headless Chromium),
-#                tests/conformance_peers.rs (UCX, Open MPI, libfabric against
-#                CONFORMANCE.md's verdict table)
+#                tests/conformance_peers.rs (UCX, Open MPI, libfabric, Debian's
+#                and the current releases, against CONFORMANCE.md's verdict
+#                table)
 #   reproducers  conformance/reproducers/run.sh: each peer safety failure as a
 #                standalone program fails on its peer, its libmrcache twin
-#                passes (a missing peer is skipped with a message)
+#                passes, against Debian's peers and the current releases (a
+#                missing peer is skipped with a message)
 #   stale_dma    a real stale DMA without a monitor, made correct by uffd
 #   contention   the contention runs of ci/test.sh for CONTENTION_SECONDS
 #                each (default 120; ci/test.sh: 20 and 10) beside busy loops:
@@ -47,7 +54,7 @@
 # non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-all=(fast verbs loom valgrind ignored reproducers stale_dma contention hangs slurm large)
+all=(fast verbs loom valgrind upstream ignored reproducers stale_dma contention hangs slurm large)
 case ${1:-} in
   "") steps=("${all[@]}") ;;
   --no-fast) steps=("${all[@]:1}") ;;
@@ -78,6 +85,7 @@ step_ignored() {
   # shellcheck disable=SC2086
   cargo test --workspace --tests --no-fail-fast -- --ignored --exact $names
 }
+step_upstream() { bash conformance/upstream/build.sh; }
 step_reproducers() { bash conformance/reproducers/run.sh; }
 step_stale_dma() {
   local exe

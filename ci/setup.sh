@@ -8,9 +8,11 @@
 #   valgrind: ci/c-tests.sh runs the C examples and C tests of libmrcache under it
 #   libjemalloc2 libmimalloc2.0: the conformance cases that run their adapter under
 #     another allocator (header `preload`: alloc-jemalloc, alloc-mimalloc)
+#   autoconf automake libtool flex libhwloc-dev libevent-dev libpmix-dev: conformance/upstream/build.sh
+#     (the peers' current releases from source; Open MPI 5's opal against Debian's hwloc, libevent and PMIx)
 set -euo pipefail
 pkgs=(libibverbs-dev librdmacm-dev libclang-dev clang pkg-config chromium openmpi-bin libopenmpi-dev libucx-dev valgrind
-  libjemalloc2 libmimalloc2.0)
+  libjemalloc2 libmimalloc2.0 autoconf automake libtool flex libhwloc-dev libevent-dev libpmix-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

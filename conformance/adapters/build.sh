@@ -4,6 +4,9 @@
 #   ompi      needs Debian libopenmpi-dev
 #   libfabric needs libfabric 1.17.0's MR cache sources: LIBFABRIC_SRC (a
 #             directory or the .tar.gz), default ../shared/peers/libfabric-1.17.0-mr-cache-src.tar.gz
+# and, against the current releases that conformance/upstream/build.sh built
+# into target/upstream/ (this script does not build them), the same sources as
+#   ucx-1.22.0  ompi-5.0.10  libfabric-2.6.0
 # A peer whose library or source is missing is skipped with a message on
 # stderr and a line in OUT/skipped.txt; the script still succeeds.
 # Every adapter pins through the io_uring registrar of ../uring_reg.h (via
@@ -51,5 +54,32 @@ if [ -f "$src/prov/util/src/util_mr_cache.c" ]; then
   fi
 else
   skip libfabric "no libfabric 1.17.0 MR cache source (set LIBFABRIC_SRC to the directory or the .tar.gz)"
+fi
+# The current releases (conformance/upstream/build.sh), each only if its build
+# finished (its .stamp exists).
+up="$root/target/upstream"
+P="$up/ucx-1.22.0"
+if [ -f "$P/.stamp" ]; then
+  gcc $CF -DUCX_VERSION_NUM=12200 -DUCX_VERSION_STR='"1.22.0"' -I"$P/include" -o "$out/ucx-1.22.0" \
+    "$here/ucx.c" "$here/adapter.c" -L"$P/lib" -Wl,-rpath,"$P/lib" -lucs -lucm -lpthread || skip ucx-1.22.0 "build failed"
+else
+  skip ucx-1.22.0 "not built (bash conformance/upstream/build.sh)"
+fi
+P="$up/ompi-5.0.10"
+if [ -f "$P/.stamp" ]; then
+  gcc $CF -I"$P/src-include" -I"$P/src-include/opal/include" -o "$out/ompi-5.0.10" "$here/ompi.c" "$here/adapter.c" \
+    -L"$P/lib" -Wl,-rpath,"$P/lib" -lopen-pal -lpthread || skip ompi-5.0.10 "build failed"
+else
+  skip ompi-5.0.10 "not built (bash conformance/upstream/build.sh)"
+fi
+P="$up/libfabric-2.6.0"
+if [ -f "$P/.stamp" ]; then
+  I="$P/src-include"
+  gcc $CF -Wno-unused -Wno-sign-compare -DLF_FULL_LIBRARY -include "$I/config.h" -I"$I/include" -I"$I/util-include" \
+    -o "$out/libfabric-2.6.0" "$here/libfabric/libfabric.c" "$here/adapter.c" "$P/lib/libfabric.a" \
+    $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --static --libs-only-l libfabric | sed 's/-lfabric//') -lpthread -ldl \
+    || skip libfabric-2.6.0 "build failed"
+else
+  skip libfabric-2.6.0 "not built (bash conformance/upstream/build.sh)"
 fi
 ls "$out" >&2

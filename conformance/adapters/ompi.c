@@ -1,5 +1,6 @@
 /* Conformance adapter for Open MPI's rcache/grdma (Debian libopenmpi-dev
- * 4.1.4), without mpirun, initialised as the probe in
+ * 4.1.4; the same source builds against 5.0.10's opal, whose rcache API is
+ * unchanged), without mpirun, initialised as the probe in
  * shared/peers/probes/ompi does (opal_init, then the rcache framework, then
  * a grdma module with our register_mem/deregister_mem, which pin through
  * the shared io_uring registrar of adapter.c, or only report with
@@ -23,6 +24,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The version the adapter reports: the one whose opal_config.h it built
+ * against. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define OMPI_VERSION_STR STR(OPAL_MAJOR_VERSION) "." STR(OPAL_MINOR_VERSION) "." STR(OPAL_RELEASE_VERSION)
 
 typedef struct {
 	mca_rcache_base_registration_t super;
@@ -143,7 +150,7 @@ int main(int argc, char **argv)
 {
 	static const struct peer p = {
 		.name = "ompi-grdma",
-		.version = "4.1.4",
+		.version = OMPI_VERSION_STR,
 		.policy = "independent",
 		.caps = "[\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = NULL,

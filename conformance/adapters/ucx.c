@@ -7,6 +7,13 @@
  * Access: ucs_rcache knows memory protection, not rights. A request that
  * asks for any write right is a PROT_READ|PROT_WRITE get; others PROT_READ.
  * The hello declares those two access classes.
+ * Versions: built against Debian's 1.13.1 by default; build.sh passes
+ * UCX_VERSION_NUM (major*10000+minor*100+patch) and UCX_VERSION_STR for
+ * another release. In 1.22.0 (the only later release built here, so the
+ * #if tests for it) ucs_rcache_get takes the alignment, the params lose
+ * alignment/max_alignment, and the LRU needs its own lock
+ * (UCS_RCACHE_FLAG_NEED_LRU_LOCK) unless the caller serialises every call,
+ * which this adapter does not.
  * Pause after the hook: a second UCM VM_UNMAPPED handler, after rcache's
  * (UCM runs handlers from low to high priority), pauses the releasing call
  * after UCX has seen the event and before the syscall. */
@@ -22,6 +29,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifndef UCX_VERSION_NUM
+#define UCX_VERSION_NUM 11301
+#define UCX_VERSION_STR "1.13.1"
+#endif
 
 typedef struct {
 	ucs_rcache_region_t super; /* must be first */
@@ -53,7 +65,7 @@ static void my_dump(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r, char *bu
 	snprintf(buf, max, "id=%lu", (unsigned long)((my_region_t *)r)->id);
 }
 
-static ucs_rcache_ops_t ops = { my_reg, my_dereg, my_dump };
+static ucs_rcache_ops_t ops = { .mem_reg = my_reg, .mem_dereg = my_dereg, .dump_region = my_dump };
 
 static void after_rcache_hook(ucm_event_type_t t, ucm_event_t *e, void *arg)
 {
@@ -92,12 +104,17 @@ static int init(unsigned long max_regions, unsigned long max_bytes, char *limits
 
 	memset(&p, 0, sizeof(p));
 	p.region_struct_size = sizeof(my_region_t);
+#if UCX_VERSION_NUM < 12200
 	p.alignment = 4096;
 	p.max_alignment = 4096;
+#endif
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
 	p.ucm_event_priority = 1000;
 	p.ops = &ops;
 	p.flags = UCS_RCACHE_FLAG_PURGE_ON_FORK;
+#if UCX_VERSION_NUM >= 12200
+	p.flags |= UCS_RCACHE_FLAG_NEED_LRU_LOCK;
+#endif
 	p.max_regions = max_regions ? max_regions : ULONG_MAX;
 	p.max_size = max_bytes ? max_bytes : SIZE_MAX;
 	p.max_unreleased = SIZE_MAX;
@@ -126,7 +143,11 @@ static int acquire(uint64_t lease, uint64_t addr, uint64_t len, unsigned access,
 {
 	ucs_rcache_region_t *r = NULL;
 	int prot = PROT_READ | ((access & (ACC_LOCAL_WRITE | ACC_REMOTE_WRITE | ACC_REMOTE_ATOMIC)) ? PROT_WRITE : 0);
+#if UCX_VERSION_NUM >= 12200
+	ucs_status_t st = ucs_rcache_get(rc, (void *)addr, len, 4096, prot, NULL, &r);
+#else
 	ucs_status_t st = ucs_rcache_get(rc, (void *)addr, len, prot, NULL, &r);
+#endif
 
 	if (st != UCS_OK) {
 		snprintf(err, errn, "ucs_rcache_get: %s", ucs_status_string(st));
@@ -157,7 +178,7 @@ int main(int argc, char **argv)
 {
 	static const struct peer p = {
 		.name = "ucx-rcache",
-		.version = "1.13.1",
+		.version = UCX_VERSION_STR,
 		.policy = "merge",
 		.caps = "[\"limits\",\"fork\",\"pause\",\"pause_mem\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = "[\"remote_read\",\"local_write+remote_read+remote_write+remote_atomic\"]",

@@ -13,7 +13,13 @@
  * its hook inside the intercepted call, before the syscall, with no way to
  * add ours after it: `pause_mem` only with userfaultfd, whose events come
  * after the release. */
+#ifdef LF_FULL_LIBRARY
+/* A whole libfabric (conformance/upstream/build.sh: libfabric.a and its
+ * configure's config.h, passed with -include): its own fi_param_get, hmem
+ * and monitor start-up (fi_ini) replace lf_stubs.c. */
+#else
 #include "config.h"
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,10 @@
 #include <ofi_mr.h>
 #include "../adapter.h"
 #include "../leases.h"
+
+#ifdef LF_FULL_LIBRARY
+void fi_ini(void); /* libfabric's start-up (src/fabric.c); no header declares it */
+#endif
 
 struct my_data { uint64_t id; };
 static struct ofi_mr_cache cache;
@@ -81,7 +91,11 @@ static int init(unsigned long max_regions, unsigned long max_bytes, char *limits
 	int ret;
 
 	setenv("FI_MR_CACHE_MONITOR", uffd ? "userfaultfd" : "memhooks", 1);
+#ifdef LF_FULL_LIBRARY
+	fi_ini(); /* reads FI_MR_CACHE_MONITOR in ofi_monitors_init */
+#else
 	ofi_monitors_init();
+#endif
 	if (max_regions)
 		cache_params.max_cnt = max_regions;
 	if (max_bytes)
@@ -152,7 +166,7 @@ int main(int argc, char **argv)
 {
 	static struct peer p = {
 		.name = "libfabric-mr-cache",
-		.version = "1.17.0",
+		.version = PACKAGE_VERSION,
 		.policy = "no-merge-uncache-contained",
 		.caps = "[\"flush\",\"limits\",\"fork\",\"pause\",\"during_register\",\"fork_paused\",\"destroy\"]",
 		.access_classes = "[\"local_write+remote_read+remote_write+remote_atomic\"]",

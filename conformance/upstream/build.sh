@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the peers' current releases from the source tarballs of
+# ../shared/peers/upstream (UPSTREAM_SRC) into target/upstream/<peer>-<version>/
+# (a prefix with include/ and lib/), only as much of each as its
+# registration cache needs:
+#   libfabric-2.6.0  the whole library, no providers (--enable-only), static
+#                    too: the MR cache (ofi_mr_cache_*) is not exported by
+#                    libfabric.so, so the adapter links libfabric.a
+#   ucx-1.22.0       src/ucm and src/ucs only (ucs_rcache and its hooks)
+#   ompi-5.0.10      opal only (--disable-mpi, no PRRTE), against Debian's
+#                    hwloc, libevent and PMIx; rcache/grdma and the patcher
+#                    memory hooks are built into libopen-pal
+#                    (--disable-dlopen) so no component is looked up at run
+#                    time
+#
+#   conformance/upstream/build.sh [PEER...]   default: all three
+#
+# A peer is rebuilt only when its stamp (target/upstream/<peer>/.stamp: the
+# tarball's sha256 and the recipe below) differs, so a second run is a no-op.
+# Each build's output is in target/upstream/logs/<peer>.log. A peer that
+# fails (or whose tarball is missing) is reported on stderr and in
+# target/upstream/failed.txt; the others still build; the exit status is 1 if
+# any failed. Builds run under `nice -n UPSTREAM_NICE` (15) with
+# `make -j UPSTREAM_JOBS` (2): the machine is shared.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+src="${UPSTREAM_SRC:-$root/../shared/peers/upstream}"
+out="$root/target/upstream"
+jobs="${UPSTREAM_JOBS:-2}"
+nice_n="${UPSTREAM_NICE:-15}"
+mkdir -p "$out/logs" "$out/build"
+: > "$out/failed.txt"
+all=(libfabric-2.6.0 ucx-1.22.0 ompi-5.0.10)
+[ $# -gt 0 ] && all=("$@")
+
+n() { nice -n "$nice_n" "$@"; }
+mk() { n make -j"$jobs" "$@"; }
+
+# Each recipe runs in the unpacked tree with $prefix set; its text is part of
+# the stamp, so editing it rebuilds that peer.
+recipe_libfabric() {
+  n ./autogen.sh
+  n ./configure --prefix="$prefix" --enable-only --enable-static --disable-shared \
+    --disable-debug --without-cuda --without-rocr --without-ze --without-neuron \
+    --without-synapseai --without-gdrcopy --without-kdreg2
+  mk
+  mk install
+  # The MR cache's declarations live in the private headers.
+  mkdir -p "$prefix/src-include"
+  cp -r include "$prefix/src-include/"
+  cp -r prov/util/include "$prefix/src-include/util-include"
+  cp config.h "$prefix/src-include/"
+}
+recipe_ucx() {
+  n ./autogen.sh
+  n ./configure --prefix="$prefix" --without-java --without-go --disable-doxygen-doc \
+    --without-cuda --without-rocm --without-ze --without-gaudi --without-verbs \
+    --without-rdmacm --without-knem --without-xpmem --without-fuse3 --without-mad \
+    --without-gdrcopy --without-mpi --disable-examples
+  mk -C src/ucm
+  mk -C src/ucm install
+  mk -C src/ucs
+  mk -C src/ucs install
+}
+recipe_ompi() {
+  n ./autogen.pl --no-3rdparty pmix,prrte,libevent,hwloc
+  n ./configure --prefix="$prefix" --disable-mpi --disable-oshmem --disable-mpi-fortran \
+    --with-hwloc=external --with-libevent=external --with-pmix=external \
+    --with-prrte=no --disable-dlopen --disable-man-pages --disable-sphinx
+  mk -C config
+  mk -C opal
+  mk -C opal install
+  # The rcache/grdma and mpool headers an adapter needs are not installed by
+  # opal's install (they are internal to Open MPI); copy the tree's headers.
+  mkdir -p "$prefix/src-include"
+  (find opal -name '*.h' -print0 | tar --null -T - -cf - | tar -xf - -C "$prefix/src-include")
+}
+
+failed=0
+for peer in "${all[@]}"; do
+  name="${peer%%-*}"
+  tarball="$src/$peer-src.tar.gz"
+  prefix="$out/$peer"
+  log="$out/logs/$peer.log"
+  if ! declare -F "recipe_$name" >/dev/null; then
+    echo "conformance/upstream/build.sh: unknown peer $peer" >&2; echo "$peer: unknown peer" >> "$out/failed.txt"; failed=1; continue
+  fi
+  if [ ! -f "$tarball" ]; then
+    echo "conformance/upstream/build.sh: skipping $peer: no $tarball" >&2
+    echo "$peer: no source tarball $tarball" >> "$out/failed.txt"; failed=1; continue
+  fi
+  key="$(sha256sum < "$tarball" | cut -d' ' -f1) $(declare -f "recipe_$name" | sha256sum | cut -d' ' -f1)"
+  if [ -f "$prefix/.stamp" ] && [ "$(cat "$prefix/.stamp")" = "$key" ]; then
+    echo "conformance/upstream/build.sh: $peer is up to date ($prefix)" >&2
+    continue
+  fi
+  echo "conformance/upstream/build.sh: building $peer (log: $log)" >&2
+  rm -rf "$prefix" "$out/build/$peer"
+  mkdir -p "$out/build"
+  # Not in an `if`: set -e must stop the recipe at its first failing step.
+  (set -e -x; tar xzf "$tarball" -C "$out/build"; cd "$out/build/$peer"; "recipe_$name") > "$log" 2>&1
+  if [ $? = 0 ]; then
+    echo "$key" > "$prefix/.stamp"
+    echo "conformance/upstream/build.sh: built $peer" >&2
+  else
+    echo "conformance/upstream/build.sh: $peer failed; the end of $log:" >&2
+    tail -n 15 "$log" >&2
+    echo "$peer: build failed, see $log" >> "$out/failed.txt"
+    failed=1
+  fi
+done
+exit $failed
