@@ -13,7 +13,10 @@
 # built by ci/install.sh into OUT/prefix; MRCACHE_PREFIX=DIR uses an installed
 # one instead). Peers: UCX 1.13.1 (libucx-dev), Open MPI 4.1.4
 # (libopenmpi-dev), libfabric 1.17.0's MR cache sources (LIBFABRIC_SRC: a
-# directory or the .tar.gz; default ../shared/peers/libfabric-1.17.0-mr-cache-src.tar.gz).
+# directory or the .tar.gz; default ../shared/peers/libfabric-1.17.0-mr-cache-src.tar.gz),
+# and the current releases that conformance/upstream/build.sh built into
+# target/upstream/ (rows `ucx@1.22.0`, `grdma@5.0.10`, `libfabric@2.6.0`:
+# the same programs, built against that release).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -93,15 +96,54 @@ if [ -f "$src/prov/util/src/util_mr_cache.c" ]; then
 else
   skip libfabric "no libfabric 1.17.0 MR cache source (set LIBFABRIC_SRC to the directory or the .tar.gz)"
 fi
+# The current releases: the same sources against target/upstream/<peer>-<version>
+# (conformance/upstream/build.sh; this script does not build them).
+up="$root/target/upstream"
+P="$up/ucx-1.22.0"
+if [ -f "$P/.stamp" ]; then
+  for p in $(programs ucx@1.22.0); do
+    build ucx@1.22.0 "$p" -DUCX_VERSION_NUM=12200 -I"$P/include" "$here/ucx/$p.c" \
+      -L"$P/lib" -Wl,-rpath,"$P/lib" -lucs -lucm -lpthread || break
+  done
+else
+  skip ucx@1.22.0 "not built (bash conformance/upstream/build.sh)"
+fi
+P="$up/ompi-5.0.10"
+if [ -f "$P/.stamp" ]; then
+  for p in $(programs grdma@5.0.10); do
+    build grdma@5.0.10 "$p" -I"$P/src-include" -I"$P/src-include/opal/include" "$here/grdma/$p.c" \
+      -L"$P/lib" -Wl,-rpath,"$P/lib" -lopen-pal -lpthread || break
+  done
+else
+  skip grdma@5.0.10 "not built (bash conformance/upstream/build.sh)"
+fi
+P="$up/libfabric-2.6.0"
+if [ -f "$P/.stamp" ]; then
+  I="$P/src-include"
+  libs=$(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --static --libs-only-l libfabric | sed 's/-lfabric//')
+  for p in $(programs libfabric@2.6.0); do
+    # shellcheck disable=SC2086
+    build libfabric@2.6.0 "$p" -Wno-unused -Wno-sign-compare -DLF_FULL_LIBRARY -I"$I" -I"$I/include" -I"$I/util-include" \
+      "$here/libfabric/$p.c" "$P/lib/libfabric.a" $libs -lpthread -ldl || break
+  done
+else
+  skip libfabric@2.6.0 "not built (bash conformance/upstream/build.sh)"
+fi
 built=$((SECONDS - start))
 
 # Run every row.
 bad=0; n=0
-printf '%-10s %-26s %-33s %-8s %-8s %s\n' peer program env expected observed line
+# The version each row ran against: Debian's, or the one after `@`.
+version() {
+  case $1 in
+    *@*) echo "${1#*@}" ;; ucx) echo 1.13.1 ;; grdma) echo 4.1.4 ;; libfabric) echo 1.17.0 ;; *) echo - ;;
+  esac
+}
+printf '%-10s %-7s %-26s %-33s %-8s %-8s %s\n' peer version program env expected observed line
 while IFS=$'\t' read -r peer prog env expected what; do
   case "$peer" in ''|'#'*) continue ;; esac
   if [ -n "${skipped[$peer]:-}" ]; then
-    printf '%-10s %-26s %-33s %-8s %-8s %s\n' "$peer" "$prog" "$env" "$expected" SKIP "${skipped[$peer]}"
+    printf '%-10s %-7s %-26s %-33s %-8s %-8s %s\n' "${peer%@*}" "$(version "$peer")" "$prog" "$env" "$expected" SKIP "${skipped[$peer]}"
     [ "${REQUIRE_PEERS:-0}" = 1 ] && bad=$((bad + 1))
     continue
   fi
@@ -115,7 +157,7 @@ while IFS=$'\t' read -r peer prog env expected what; do
   elif [ $rc = 1 ] && [ -n "$line" ]; then observed=fail
   else observed="error($rc)"; line=$(tail -n 3 "$log" | tr '\n' ' ')
   fi
-  printf '%-10s %-26s %-33s %-8s %-8s %s\n' "$peer" "$prog" "$env" "$expected" "$observed" "${line:0:110}"
+  printf '%-10s %-7s %-26s %-33s %-8s %-8s %s\n' "${peer%@*}" "$(version "$peer")" "$prog" "$env" "$expected" "$observed" "${line:0:110}"
   if [ "$observed" != "$expected" ]; then
     bad=$((bad + 1))
     echo "run.sh: MISMATCH $peer/$prog ($env): expected $expected, observed $observed; log $log:" >&2

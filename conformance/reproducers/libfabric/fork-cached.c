@@ -40,6 +40,9 @@
 #include "config.h"
 #include <ofi_util.h>
 #include <ofi_mr.h>
+#ifdef LF_FULL_LIBRARY
+void fi_ini(void); /* src/fabric.c; no header declares it */
+#endif
 #include "uring_reg.h"
 #include <sys/wait.h>
 
@@ -72,7 +75,11 @@ static void lf_init(void)
 	struct ofi_mem_monitor *monitors[OFI_HMEM_MAX] = { NULL };
 
 	setenv("FI_MR_CACHE_MONITOR", getenv("FI_MR_CACHE_MONITOR") ? getenv("FI_MR_CACHE_MONITOR") : "memhooks", 1);
+#ifdef LF_FULL_LIBRARY
+	fi_ini(); /* a whole libfabric (run.sh, current release): its start-up runs ofi_monitors_init */
+#else
 	ofi_monitors_init();
+#endif
 	memset(&dom, 0, sizeof(dom));
 	dom.prov = &core_prov;
 	ofi_atomic_initialize32(&dom.ref, 0);

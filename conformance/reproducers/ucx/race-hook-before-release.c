@@ -43,6 +43,7 @@
  *   openucx/ucx's event.c and rcache.c.
  *
  * Build: gcc -O1 -g -Wall -I.. race-hook-before-release.c -lucs -lucm -lpthread -o race-hook-before-release
+ *   (UCX 1.22.0: add -DUCX_VERSION_NUM=12200 and its -I/-L/-rpath.)
  * Run: ./race-hook-before-release   exit 1 and a STALE line: the bug; 0: fixed.
  * The same scenario through libmrcache: ../mrcache/race-hook-before-release.c.
  * Written for the mrcache project (conformance/reproducers). */
@@ -55,6 +56,12 @@
 #include <semaphore.h>
 
 #define LEN 8192
+
+/* UCX 1.22.0 (run.sh passes UCX_VERSION_NUM=12200) moved the alignment from
+ * the params to ucs_rcache_get. */
+#ifndef UCX_VERSION_NUM
+#define UCX_VERSION_NUM 11301
+#endif
 
 typedef struct {
 	ucs_rcache_region_t super; /* must be first */
@@ -89,7 +96,17 @@ static void my_dump(void *ctx, ucs_rcache_t *c, ucs_rcache_region_t *r, char *bu
 	snprintf(buf, max, "slot=%d", ((my_region_t *)r)->slot);
 }
 
-static ucs_rcache_ops_t ops = { my_reg, my_dereg, my_dump };
+#if UCX_VERSION_NUM >= 12200
+/* 1.22.0 calls ops->merge, unchecked, for each region a get merges with;
+ * there is nothing of ours to carry over. */
+static void my_merge(void *ctx, ucs_rcache_t *c, void *arg, ucs_rcache_region_t *r)
+{
+	(void)ctx, (void)c, (void)arg, (void)r;
+}
+static ucs_rcache_ops_t ops = { .mem_reg = my_reg, .mem_dereg = my_dereg, .merge = my_merge, .dump_region = my_dump };
+#else
+static ucs_rcache_ops_t ops = { .mem_reg = my_reg, .mem_dereg = my_dereg, .dump_region = my_dump };
+#endif
 
 /* Runs after rcache's VM_UNMAPPED handler, before the syscall. */
 static void after_rcache_hook(ucm_event_type_t t, ucm_event_t *e, void *arg)
@@ -109,8 +126,10 @@ static void ucx_init(void)
 
 	memset(&p, 0, sizeof(p));
 	p.region_struct_size = sizeof(my_region_t);
+#if UCX_VERSION_NUM < 12200
 	p.alignment = 4096;
 	p.max_alignment = 4096;
+#endif
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
 	p.ucm_event_priority = 1000;
 	p.ops = &ops;
@@ -126,7 +145,11 @@ static void ucx_init(void)
 
 static int get(void *a, ucs_rcache_region_t **r)
 {
+#if UCX_VERSION_NUM >= 12200
+	if (ucs_rcache_get(rc, a, LEN, 4096, PROT_READ | PROT_WRITE, NULL, r) != UCS_OK) {
+#else
 	if (ucs_rcache_get(rc, a, LEN, PROT_READ | PROT_WRITE, NULL, r) != UCS_OK) {
+#endif
 		fprintf(stderr, "ucs_rcache_get failed\n");
 		exit(2);
 	}
