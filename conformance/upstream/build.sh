@@ -3,12 +3,15 @@
 # ../shared/peers/upstream (UPSTREAM_SRC) into target/upstream/<peer>-<version>/
 # (a prefix with include/ and lib/), only as much of each as its
 # registration cache needs:
-#   libfabric-2.6.0  the whole library, no providers (--enable-only), static
+#   libfabric-2.6.0  the whole library with one provider (udp), static
 #                    too: the MR cache (ofi_mr_cache_*) is not exported by
 #                    libfabric.so, so the adapter links libfabric.a
 #   ucx-1.22.0       src/ucm and src/ucs only (ucs_rcache and its hooks)
 #   ompi-5.0.10      opal only (--disable-mpi, no PRRTE), against Debian's
-#                    hwloc, libevent and PMIx; rcache/grdma and the patcher
+#                    hwloc and libevent, with its bundled OpenPMIx (Debian's
+#                    PMIx 4.2.2 passes configure's version check but opal's
+#                    pmix_base_fns.c needs pmix_framework_names, which 4.2.2's
+#                    pmix_frameworks.h lacks); rcache/grdma and the patcher
 #                    memory hooks are built into libopen-pal
 #                    (--disable-dlopen) so no component is looked up at run
 #                    time
@@ -41,9 +44,11 @@ mk() { n make -j"$jobs" "$@"; }
 # the stamp, so editing it rebuilds that peer.
 recipe_libfabric() {
   n ./autogen.sh
-  n ./configure --prefix="$prefix" --enable-only --enable-static --disable-shared \
+  # --enable-only leaves out every provider but udp, the smallest: configure
+  # stops when none is configured.
+  n ./configure --prefix="$prefix" --enable-only --enable-udp --enable-static --disable-shared \
     --disable-debug --without-cuda --without-rocr --without-ze --without-neuron \
-    --without-synapseai --without-gdrcopy --without-kdreg2
+    --without-synapseai --without-gdrcopy --disable-kdreg2
   mk
   mk install
   # The MR cache's declarations live in the private headers.
@@ -64,11 +69,17 @@ recipe_ucx() {
   mk -C src/ucs install
 }
 recipe_ompi() {
-  n ./autogen.pl --no-3rdparty pmix,prrte,libevent,hwloc
+  # The tarball holds OpenPMIx without its own config/oac submodule (a nested
+  # one); its autogen.pl stops without it. Open MPI's config/oac comes from the
+  # same repository (open-mpi/oac); use it.
+  if [ -z "$(ls -A 3rd-party/openpmix/config/oac)" ]; then cp -r config/oac/. 3rd-party/openpmix/config/oac/; fi
+  n ./autogen.pl --no-3rdparty prrte,libevent,hwloc
   n ./configure --prefix="$prefix" --disable-mpi --disable-oshmem --disable-mpi-fortran \
-    --with-hwloc=external --with-libevent=external --with-pmix=external \
+    --with-hwloc=external --with-libevent=external --with-pmix=internal \
     --with-prrte=no --disable-dlopen --disable-man-pages --disable-sphinx
   mk -C config
+  mk -C 3rd-party
+  mk -C 3rd-party install
   mk -C opal
   mk -C opal install
   # The rcache/grdma and mpool headers an adapter needs are not installed by
@@ -98,11 +109,12 @@ for peer in "${all[@]}"; do
   echo "conformance/upstream/build.sh: building $peer (log: $log)" >&2
   rm -rf "$prefix" "$out/build/$peer"
   mkdir -p "$out/build"
+  t0=$SECONDS
   # Not in an `if`: set -e must stop the recipe at its first failing step.
   (set -e -x; tar xzf "$tarball" -C "$out/build"; cd "$out/build/$peer"; "recipe_$name") > "$log" 2>&1
   if [ $? = 0 ]; then
     echo "$key" > "$prefix/.stamp"
-    echo "conformance/upstream/build.sh: built $peer" >&2
+    echo "conformance/upstream/build.sh: built $peer in $((SECONDS - t0)) s (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   else
     echo "conformance/upstream/build.sh: $peer failed; the end of $log:" >&2
     tail -n 15 "$log" >&2
