@@ -75,7 +75,7 @@ fi
 P="$up/libfabric-2.6.0"
 if [ -f "$P/.stamp" ]; then
   I="$P/src-include"
-  gcc $CF -Wno-unused -Wno-sign-compare -DLF_FULL_LIBRARY -include "$I/config.h" -I"$I/include" -I"$I/util-include" \
+  gcc $CF -Wno-unused -Wno-sign-compare -DLF_FULL_LIBRARY -include "$I/config.h" -I"$I" -I"$I/include" \
     -o "$out/libfabric-2.6.0" "$here/libfabric/libfabric.c" "$here/adapter.c" "$P/lib/libfabric.a" \
     $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --static --libs-only-l libfabric | sed 's/-lfabric//') -lpthread -ldl \
     || skip libfabric-2.6.0 "build failed"

@@ -123,7 +123,7 @@ if [ -f "$P/.stamp" ]; then
   libs=$(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --static --libs-only-l libfabric | sed 's/-lfabric//')
   for p in $(programs libfabric@2.6.0); do
     # shellcheck disable=SC2086
-    build libfabric@2.6.0 "$p" -Wno-unused -Wno-sign-compare -DLF_FULL_LIBRARY -I"$I" -I"$I/include" -I"$I/util-include" \
+    build libfabric@2.6.0 "$p" -Wno-unused -Wno-sign-compare -D_GNU_SOURCE -DLF_FULL_LIBRARY -I"$I" -I"$I/include" \
       "$here/libfabric/$p.c" "$P/lib/libfabric.a" $libs -lpthread -ldl || break
   done
 else

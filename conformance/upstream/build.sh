@@ -45,8 +45,10 @@ mk() { n make -j"$jobs" "$@"; }
 recipe_libfabric() {
   n ./autogen.sh
   # --enable-only leaves out every provider but udp, the smallest: configure
-  # stops when none is configured.
-  n ./configure --prefix="$prefix" --enable-only --enable-udp --enable-static --disable-shared \
+  # stops when none is configured. -UNDEBUG keeps assert() on (configure's
+  # release flags put -DNDEBUG first), as in the 1.17.0 build of
+  # conformance/adapters/build.sh, so the two columns judge the same code.
+  n ./configure --prefix="$prefix" CFLAGS="-O2 -g -UNDEBUG" --enable-only --enable-udp --enable-static --disable-shared \
     --disable-debug --without-cuda --without-rocr --without-ze --without-neuron \
     --without-synapseai --without-gdrcopy --disable-kdreg2
   mk
@@ -54,7 +56,6 @@ recipe_libfabric() {
   # The MR cache's declarations live in the private headers.
   mkdir -p "$prefix/src-include"
   cp -r include "$prefix/src-include/"
-  cp -r prov/util/include "$prefix/src-include/util-include"
   cp config.h "$prefix/src-include/"
 }
 recipe_ucx() {
@@ -88,6 +89,9 @@ recipe_ompi() {
   (find opal -name '*.h' -print0 | tar --null -T - -cf - | tar -xf - -C "$prefix/src-include")
 }
 
+# All in a function, read whole before it runs: editing this file while a
+# build runs must not change what the running shell reads next.
+main() {
 failed=0
 for peer in "${all[@]}"; do
   name="${peer%%-*}"
@@ -123,3 +127,5 @@ for peer in "${all[@]}"; do
   fi
 done
 exit $failed
+}
+main

@@ -14,6 +14,9 @@
  * add ours after it: `pause_mem` only with userfaultfd, whose events come
  * after the release. */
 #ifdef LF_FULL_LIBRARY
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* libfabric's headers need it; its config.h does not set it */
+#endif
 /* A whole libfabric (conformance/upstream/build.sh: libfabric.a and its
  * configure's config.h, passed with -include): its own fi_param_get, hmem
  * and monitor start-up (fi_ini) replace lf_stubs.c. */
