@@ -67,7 +67,7 @@ else
 fi
 P="$up/ompi-5.0.10"
 if [ -f "$P/.stamp" ]; then
-  gcc $CF -I"$P/src-include" -I"$P/src-include/opal/include" -o "$out/ompi-5.0.10" "$here/ompi.c" "$here/adapter.c" \
+  gcc $CF -I"$P/src-include" -I"$P/src-include/opal/include" -I"$P/include" -o "$out/ompi-5.0.10" "$here/ompi.c" "$here/adapter.c" \
     -L"$P/lib" -Wl,-rpath,"$P/lib" -lopen-pal -lpthread || skip ompi-5.0.10 "build failed"
 else
   skip ompi-5.0.10 "not built (bash conformance/upstream/build.sh)"

@@ -111,7 +111,7 @@ fi
 P="$up/ompi-5.0.10"
 if [ -f "$P/.stamp" ]; then
   for p in $(programs grdma@5.0.10); do
-    build grdma@5.0.10 "$p" -I"$P/src-include" -I"$P/src-include/opal/include" "$here/grdma/$p.c" \
+    build grdma@5.0.10 "$p" -I"$P/src-include" -I"$P/src-include/opal/include" -I"$P/include" "$here/grdma/$p.c" \
       -L"$P/lib" -Wl,-rpath,"$P/lib" -lopen-pal -lpthread || break
   done
 else

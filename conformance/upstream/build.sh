@@ -13,11 +13,14 @@
 #                    pmix_base_fns.c needs pmix_framework_names, which 4.2.2's
 #                    pmix_frameworks.h lacks); rcache/grdma and the patcher
 #                    memory hooks are built into libopen-pal
-#                    (--disable-dlopen) so no component is looked up at run
-#                    time
+#                    (--disable-mca-dso) so no component is looked up at run
+#                    time (not --disable-dlopen: without dlopen support the
+#                    patcher cannot compile, grdma gets no memory hooks, and
+#                    with no hooks it caches nothing)
 #
 #   conformance/upstream/build.sh [PEER...]   default: all three
 #
+# Runs of this script take turns (a lock on target/upstream/.lock).
 # A peer is rebuilt only when its stamp (target/upstream/<peer>/.stamp: the
 # tarball's sha256 and the recipe below) differs, so a second run is a no-op.
 # Each build's output is in target/upstream/logs/<peer>.log. A peer that
@@ -33,7 +36,6 @@ out="$root/target/upstream"
 jobs="${UPSTREAM_JOBS:-2}"
 nice_n="${UPSTREAM_NICE:-15}"
 mkdir -p "$out/logs" "$out/build"
-: > "$out/failed.txt"
 all=(libfabric-2.6.0 ucx-1.22.0 ompi-5.0.10)
 [ $# -gt 0 ] && all=("$@")
 
@@ -77,10 +79,10 @@ recipe_ompi() {
   n ./autogen.pl --no-3rdparty prrte,libevent,hwloc
   n ./configure --prefix="$prefix" --disable-mpi --disable-oshmem --disable-mpi-fortran \
     --with-hwloc=external --with-libevent=external --with-pmix=internal \
-    --with-prrte=no --disable-dlopen --disable-man-pages --disable-sphinx
+    --with-prrte=no --disable-io-romio --disable-mca-dso --disable-man-pages --disable-sphinx
   mk -C config
-  mk -C 3rd-party
-  mk -C 3rd-party install
+  mk -C 3rd-party/openpmix
+  mk -C 3rd-party/openpmix install
   mk -C opal
   mk -C opal install
   # The rcache/grdma and mpool headers an adapter needs are not installed by
@@ -92,6 +94,10 @@ recipe_ompi() {
 # All in a function, read whole before it runs: editing this file while a
 # build runs must not change what the running shell reads next.
 main() {
+# One build at a time: a second run waits, then finds the stamps.
+exec 9>"$out/.lock"
+flock 9
+: > "$out/failed.txt"
 failed=0
 for peer in "${all[@]}"; do
   name="${peer%%-*}"
