@@ -101,7 +101,9 @@ fn the_conformance_figures_agree_with_the_verdict_table() {
         serde_json::from_str(&std::fs::read_to_string(root().join("docs/data/conformance.json")).unwrap()).unwrap();
     assert!(data.rows.len() >= caches);
     for (col, row) in data.rows.iter().take(caches).enumerate() {
-        let passes = table.iter().filter(|r| r[col + 1] == "pass").count();
+        // A current release's cell may carry a mark after ` — ` (still
+        // failing, fixed in, new in: tests/conformance_peers.rs).
+        let passes = table.iter().filter(|r| r[col + 1].split(" — ").next() == Some("pass")).count();
         let stated: usize = row.figure.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(usize::MAX);
         assert_eq!(stated, passes, "{}: {:?} against {passes} passes in CONFORMANCE.md", row.what, row.figure);
     }

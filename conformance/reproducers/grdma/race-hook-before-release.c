@@ -53,7 +53,11 @@
 #include "opal/mca/base/base.h"
 #include "opal/mca/rcache/rcache.h"
 #include "opal/mca/rcache/base/base.h"
+#if OPAL_MAJOR_VERSION >= 5
+#include "opal/mca/threads/thread_usage.h" /* moved in Open MPI 5 */
+#else
 #include "opal/threads/thread_usage.h"
+#endif
 #include "opal/memoryhooks/memory.h"
 #include "uring_reg.h"
 #include <semaphore.h>
