@@ -19,7 +19,8 @@
 #   upstream     conformance/upstream/build.sh: the peers' current releases
 #                (libfabric 2.6.0, UCX 1.22.0, Open MPI 5.0.10's opal) from
 #                ../shared/peers/upstream into target/upstream/ (cached by a
-#                stamp; the first build takes about an hour on 2 busy cores),
+#                stamp; the first build took about 30 minutes on 2 cores at
+#                load 12-18: Open MPI 18 min, libfabric 4, UCX 5),
 #                for the two steps below
 #   ignored      the tests marked #[ignore = "full tier: ci/full.sh"]:
 #                tests/record.rs (mpirun under `mrcache record`),
