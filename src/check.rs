@@ -133,6 +133,10 @@ pub struct CheckArgs {
     /// (spec.md#A1).
     #[arg(long)]
     pub skip_a1: bool,
+    /// With limits, R1's atomics (the LRU touch, the decrement, the
+    /// over-limit flag's load) are steps of their own (spec.md#R1).
+    #[arg(long)]
+    pub release_steps: bool,
     /// The sync hook runs before the release, as the pair release_begin /
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
@@ -183,6 +187,7 @@ impl CheckArgs {
             lanes: self.lanes,
             lockless: self.lockless,
             skip_a1: self.skip_a1,
+            release_steps: self.release_steps,
             pair: self.pair,
             remove: self.remove,
             caches: self.caches,

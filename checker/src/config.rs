@@ -92,6 +92,13 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::ReleaseFlagBeforeDecrement if !cfg.release_steps || !cfg.has_limits() => {
+                cfg.release_steps = true;
+                if !cfg.has_limits() {
+                    cfg.max_regions = Some(1);
+                }
+                changed.push("--release-steps --max-regions 1".into());
+            }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
                 cfg.max_regions = Some(2);
@@ -284,6 +291,10 @@ pub struct CheckConfig {
     pub lockless: bool,
     /// With limits, an acquire may skip A1 (straight to A2; spec.md#A1).
     pub skip_a1: bool,
+    /// With limits, R1 takes the cache's atomics as steps of their own
+    /// (spec.md#R1): the LRU touch, the decrement, the over-limit flag's
+    /// load; other threads act between them. Without it, R1 is one step.
+    pub release_steps: bool,
     /// The sync hook runs *before* the release, as the pair W1 (before) and
     /// W2 (after) of spec.md#S2.9: every script release event is
     /// `release_begin`, the release, `release_end` (two ops in the history).
@@ -347,6 +358,7 @@ impl Default for CheckConfig {
             lanes: false,
             lockless: false,
             skip_a1: false,
+            release_steps: false,
             pair: false,
             remove: false,
             caches: 1,

@@ -181,7 +181,11 @@
 //! 5. *R1 touches the LRU stamp* of a findable entry (S2.2), *before* its
 //!    decrement: an eviction between a decrement and a later touch sees an
 //!    unleased entry with a stale stamp (`release-no-lru-touch` and `release-touch-after-decrement` break
-//!    linearizability under limits).
+//!    linearizability under limits). With `CheckConfig::release_steps`, the
+//!    touch, the decrement and the flag's load are three steps, as the
+//!    cache's atomics are, and other threads act between them (families
+//!    `2x3+limit+steps`, `lru+steps`; mutant `release-flag-before-decrement`
+//!    loads the flag before the decrement and breaks P5).
 //!
 //! A8 returns `hit: true` and skips A10 (it inserts nothing). The LRU clock is
 //! global; eviction is LRU only.

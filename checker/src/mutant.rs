@@ -245,6 +245,12 @@ mutants! {
     /// (MAX_CLAIMS, or the thread's exit) and taken by another thread, the
     /// old owner's plain store of `held − 1` races the new owner's.
     LaneReleaseByAcquirer: "a release takes itself for the lane's owner because it took the lease (the claim moved since)", [P3];
+    /// With R1's atomics as steps (`CheckConfig::release_steps`): R1 loads
+    /// the over-limit flag before its decrement. A miss over the limit
+    /// between them raises the flag, finds the entry still leased and
+    /// leaves the cache over; the release's count then reaches 0 under a
+    /// flag it read clear, and nothing evicts the entry.
+    ReleaseFlagBeforeDecrement: "R1 loads the over-limit flag before its decrement", [P5];
 }
 
 impl Mutant {

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 36] = [
+const FAMILIES: [&str; 38] = [
     "2x3",
     "2x4",
     "3x2",
@@ -55,6 +55,8 @@ const FAMILIES: [&str; 36] = [
     "lanes-collide",
     "lanes-remote",
     "lanes-claims",
+    "2x3+limit+steps",
+    "lru+steps",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -161,6 +163,17 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
         // An acquire may skip A1 (straight to A2), with a limit.
         "2x3+limit+skip" => CheckConfig { skip_a1: true, max_regions: Some(1), ..base(2, 3) },
+        // R1's atomics as steps (the touch, the decrement, the flag's load),
+        // with a limit: misses over it between them (`release-flag-before-decrement`).
+        "2x3+limit+steps" => CheckConfig { release_steps: true, max_regions: Some(1), ..base(2, 3) },
+        // The same with the LRU scripts: an eviction between the decrement
+        // and a late touch (`release-touch-after-decrement`).
+        "lru+steps" => CheckConfig {
+            release_steps: true,
+            scripts: Some(crate::config::lru_scripts()),
+            max_regions: Some(2),
+            ..base(2, 3)
+        },
         // The cache skips A1 only on a thread with a lane: the same with lanes.
         "lanes+limit+skip" => CheckConfig {
             lanes: true,
@@ -376,6 +389,18 @@ const COUNTS: &[(&str, usize)] = &[
     ("lanes-collide independent sync", 11716),
     ("lanes-remote independent sync", 19551),
     ("lanes-claims independent sync", 860929),
+    ("2x3+limit+steps independent sync", 7837),
+    ("2x3+limit+steps independent async", 10639),
+    ("2x3+limit+steps merge sync", 7699),
+    ("2x3+limit+steps merge async", 10495),
+    ("2x3+limit+steps no-merge-uncache-contained sync", 7022),
+    ("2x3+limit+steps no-merge-uncache-contained async", 9636),
+    ("lru+steps independent sync", 15254),
+    ("lru+steps independent async", 28944),
+    ("lru+steps merge sync", 15254),
+    ("lru+steps merge async", 28944),
+    ("lru+steps no-merge-uncache-contained sync", 15254),
+    ("lru+steps no-merge-uncache-contained async", 28944),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -391,7 +416,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    fam != "lru" && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared") && fam != "lockless+trim";
+                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared") && fam != "lockless+trim";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

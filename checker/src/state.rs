@@ -72,6 +72,14 @@ pub enum Pc {
     A11,
     /// `release-touch-after-decrement`: the LRU touch of a release, after its decrement.
     R1Touch(Handle, bool),
+    /// `CheckConfig::release_steps`: R1 touched the LRU stamp of `h`; next,
+    /// its decrement of the state word (mutant
+    /// `release-flag-before-decrement`: `flag` is the over-limit flag it
+    /// loaded before the decrement).
+    R1Dec { h: Handle, flag: Option<bool> },
+    /// `CheckConfig::release_steps`: R1's decrement took the count to 0
+    /// without INVALID; next, its load of the over-limit flag (R2 if set).
+    R1Flag,
     R2,
     /// Lanes: LN1's store of `held + 1` into the store buffer (the slot of
     /// the thread's lane and the entry its `ptr` held at LN1's first load).

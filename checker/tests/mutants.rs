@@ -117,6 +117,7 @@ mutants! {
     m44_lease_count_saturates => LeaseCountSaturates,
     m45_lane_hit_ignores_key => LaneHitIgnoresKey,
     m46_lane_remote_writes_held => LaneRemoteWritesHeld,
+    m48_release_flag_before_decrement => ReleaseFlagBeforeDecrement,
     ; full tier:
     m47_lane_release_by_acquirer => LaneReleaseByAcquirer,
 }

@@ -89,12 +89,14 @@ family! {
     pinned_lanes_limit_skip => "lanes+limit+skip",
     pinned_lanes_collide => "lanes-collide",
     pinned_lanes_remote => "lanes-remote",
+    pinned_2x3_limit_steps => "2x3+limit+steps",
+    pinned_lru_steps => "lru+steps",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 163);
+    assert_eq!(all.len(), 175);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -113,6 +115,32 @@ fn the_byte_limit_family_catches_the_limit_mutants() {
             check(&cfg, &opts).unwrap().counterexample.is_some()
         });
         assert!(caught, "{mutant:?} is not caught with max_pinned_bytes alone");
+    }
+}
+
+/// R1's atomics as steps: each mutant of R1's order (and those of the
+/// releases that evict) is caught in the steps families, where other threads
+/// act between the touch, the decrement and the flag's load.
+#[test]
+fn the_release_steps_families_catch_the_release_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    for (family, mutants) in [
+        (
+            "2x3+limit+steps ",
+            &[Mutant::ReleaseFlagBeforeDecrement, Mutant::NoReleaseEviction, Mutant::OverLimitFlagLate][..],
+        ),
+        ("lru+steps ", &[Mutant::ReleaseTouchAfterDecrement, Mutant::ReleaseNoLruTouch][..]),
+    ] {
+        let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with(family)).collect();
+        assert!(configs.iter().all(|p| p.cfg.release_steps));
+        for &mutant in mutants {
+            let caught = configs.iter().any(|p| {
+                let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+                check(&cfg, &opts).unwrap().counterexample.is_some_and(|c| c.property == mutant.caught_by()[0])
+            });
+            assert!(caught, "{mutant:?} is not caught in {family}");
+        }
     }
 }
 

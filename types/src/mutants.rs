@@ -11,7 +11,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 49] = [
+pub const MUTANTS: [&str; 50] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -61,6 +61,7 @@ pub const MUTANTS: [&str; 49] = [
     "lane-hit-ignores-key",
     "lane-remote-writes-held",
     "lane-release-by-acquirer",
+    "release-flag-before-decrement",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test

@@ -538,6 +538,8 @@ impl AlgoModel {
                         Pc::LN4Held { lane, slot, .. } => format!("LN4 (read lane {lane} slot {slot}'s held; pin)"),
                         Pc::A1 => "A1 (after the lane undo)".to_string(),
                         Pc::A1Drain(_) => "A1 (unlocked with events queued: try the lock, drain)".to_string(),
+                        Pc::R1Dec { h, .. } => format!("R1 (decrement #{h}'s state word)"),
+                        Pc::R1Flag => "R1 (load the over-limit flag)".to_string(),
                         pc => format!("{pc:?}"),
                     }
                 };
@@ -767,12 +769,18 @@ impl Ctx<'_> {
             Pc::R1Touch(h, r2) => {
                 note!(self, "R1 (mutant `release-touch-after-decrement`): T{t} touches #{h}'s LRU stamp after its decrement");
                 self.touch(h);
-                if r2 {
+                if self.release_steps() {
+                    // `r2` is whether the decrement left the count at 0:
+                    // the flag's load comes next.
+                    self.r1_unleased(t, r2, None);
+                } else if r2 {
                     self.thread_mut(t).pc = Pc::R2;
                 } else {
                     self.finish(t, Ret::Done);
                 }
             }
+            Pc::R1Dec { h, flag } => self.r1_dec(t, h, flag),
+            Pc::R1Flag => self.r1_flag(t),
             Pc::R2 => {
                 self.r2(t);
                 self.finish(t, Ret::Done);

@@ -58,6 +58,9 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         // Touch while our lease still keeps the entry alive.
+        //= spec.md#R1
+        //# The touch, the decrement and the flag's load are three atomic steps, in
+        //# this order, and other threads act between them
         self.touch(leased(lease));
         if let Some(r) = lane {
             self.lane_release(shared, e, r);
