@@ -47,9 +47,9 @@ cargo run -q -p mrcache-citations
 # without a SAFETY comment, Cargo.toml [lints]).
 step "clippy"
 cargo clippy -q --workspace --all-targets -- -D warnings
-# The Rust API's docs: no broken or private links.
+# Every crate's docs: no broken, ambiguous or private links.
 step "cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc -q -p mrcache --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc -q --workspace --no-deps
 # Contention smoke (docs/checking.md; ci/full.sh runs it longer, and the long runs are
 # `bash ci/stress.sh contention`): the unmodified concurrent test, one copy
 # per CPU beside two busy loops on each (where the old P2 oracle failed 3

@@ -3,12 +3,12 @@
 //!
 //! Design: opaque handles and status codes. `mrcache_t` owns the cache (an
 //! `Arc`, shared only with its monitor thread), its monitor and its lease
-//! slab ([`slab`]). A C lease is a generation-checked value naming a slab
+//! slab (`slab`). A C lease is a generation-checked value naming a slab
 //! slot that holds a borrowed-lifetime-erased [`Lease`]: sound because the
 //! handle outlives every lease (`mrcache_destroy` refuses while one is held),
 //! and as cheap as the Rust lease plus the slot bookkeeping (no `Arc` count).
 //!
-//! Every entry point runs in [`status::guard`]: a panic becomes
+//! Every entry point runs in `status::guard`: a panic becomes
 //! `MRCACHE_INTERNAL`, never an unwind into C. Pointers are checked for NULL;
 //! what a pointer points at cannot be checked (a freed `mrcache_t` is the
 //! caller's bug, as with any C library).

@@ -210,7 +210,7 @@
 //! counterexample with its [`timeline`] and [`counterexample_trace`]);
 //! [`pinned_configs`] lists the configurations the tests pin; [`Mutant`]
 //! lists the broken variants and the property each must violate;
-//! [`explore`] serves stateright's Explorer; [`swarm`] runs many seeded,
+//! [`explore`] serves stateright's Explorer; [`swarm()`] runs many seeded,
 //! bounded, randomly ordered searches for configurations past exhaustive
 //! checking. [`waits`] is a separate, small
 //! model of who may wait on whom around the userfaultfd monitor's reader

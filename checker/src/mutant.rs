@@ -227,7 +227,7 @@ mutants! {
     /// held, and A-H then deregisters the entry under that lease. It needs
     /// three threads on one entry and an event after their grants: the
     /// generated 3 x 4 scripts, which no pinned configuration reaches; the
-    /// swarm catches it ([`crate::swarm`], [`Mutant::swarm_only`]).
+    /// swarm catches it ([`mod@crate::swarm`], [`Mutant::swarm_only`]).
     LeaseCountSaturates: "the lease count saturates at 2: a third concurrent lease is not counted", [P3];
     /// LN1 takes the memo of the request's slot without comparing the
     /// slot's key (a direct-mapped lane: another key that hashes to the

@@ -3,9 +3,9 @@
 //! [`Model`] is a sequential state machine over the spec's state (S4): page
 //! generations (the physical truth), registrations, cache entries, leases.
 //! It offers two things:
-//! - [`Model::step`] (and [`SequentialSpec::invoke`]): the model's own
+//! - [`Model::step`] (and [`SequentialSpec::invoke`](stateright::semantics::SequentialSpec::invoke)): the model's own
 //!   canonical outcome for an [`Op`];
-//! - [`Model::judge`] (and [`SequentialSpec::is_valid_step`]): given the
+//! - [`Model::judge`] (and [`SequentialSpec::is_valid_step`](stateright::semantics::SequentialSpec::is_valid_step)): given the
 //!   outcome another implementation returned, say whether the contract allows
 //!   it under the configured policy, name the rule it breaks if not, and
 //!   follow the observed choice if it is allowed.

@@ -8,7 +8,7 @@
 //!
 //! | layer | module | oracle | what it drives |
 //! |---|---|---|---|
-//! | sequential differential | [`env`] | `Model::judge` + registrar effects + stats | one op at a time, any registrar |
+//! | sequential differential | [`mod@env`] | `Model::judge` + registrar effects + stats | one op at a time, any registrar |
 //! | concurrent histories | [`lin`] | stateright's `LinearizabilityTester` over `Model::concurrent()` | 2–4 threads, counting registrar |
 //! | real memory | [`dma`] | the loopback NIC: a `dma_write` through every lease must be visible in the mapping; pagemap PFNs | io_uring registrar, uffd or explicit monitor, churning threads |
 //!

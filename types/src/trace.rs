@@ -113,7 +113,7 @@ impl Record {
 pub struct Trace {
     pub header: Header,
     pub records: Vec<Record>,
-    /// The file line of `records[0]`, for messages (records[i] is on line
+    /// The file line of `records[0]`, for messages (`records[i]` is on line
     /// `first_record_line + i` when the file has no blank lines).
     pub first_record_line: usize,
 }

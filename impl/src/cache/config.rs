@@ -70,7 +70,7 @@ impl Faults {
     ///
     /// # Safety
     ///
-    /// After such an early deregistration [`Lease::handle`] returns a reference
+    /// After such an early deregistration [`Lease::handle`](crate::Lease::handle) returns a reference
     /// to a handle the registrar has already consumed: the caller must not use
     /// a lease's `handle()` after a release event overlapped it, unless the
     /// registrar's handle owns no resources its `deregister` frees (true of

@@ -114,6 +114,8 @@ fn poisoned<R: Registrar>() -> [std::ops::Range<usize>; 2] {
 /// # Safety
 /// `e` is the memory of a freed entry, owned by the caller.
 #[inline]
+// Release builds do not poison, so `R` (the entry layout) goes unused there.
+#[cfg_attr(not(debug_assertions), allow(clippy::extra_unused_type_parameters))]
 unsafe fn poison<R: Registrar>(e: *mut u8) {
     #[cfg(debug_assertions)]
     for r in poisoned::<R>() {
@@ -129,6 +131,8 @@ unsafe fn poison<R: Registrar>(e: *mut u8) {
 /// # Safety
 /// As for [`poison`], and `e` was poisoned when it was freed.
 #[inline]
+// Release builds do not poison, so `R` (the entry layout) goes unused there.
+#[cfg_attr(not(debug_assertions), allow(clippy::extra_unused_type_parameters))]
 unsafe fn check_poison<R: Registrar>(e: *const u8) {
     #[cfg(debug_assertions)]
     for r in poisoned::<R>() {
