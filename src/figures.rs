@@ -150,6 +150,9 @@ pub struct FigureRow {
     pub commit: Option<String>,
     /// The command that measures it again.
     pub reproduce: String,
+    /// Also shown in the README's summary of the table (`figures:NAME` there).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readme: bool,
 }
 
 pub const RATIO_SVG: &str = "docs/figures/peers-ratio.svg";
@@ -387,6 +390,20 @@ pub fn figure_table(t: &FigureTable) -> String {
     s
 }
 
+/// The README's summary of a figure table: its rows marked `readme`, as a
+/// list; the whole table is in docs/checking.md.
+pub fn readme_summary(t: &FigureTable) -> String {
+    let mut s = String::new();
+    for r in t.rows.iter().filter(|r| r.readme) {
+        let when = match &r.commit {
+            Some(c) => format!("{}, `{}`", r.measured, short_commit(c)),
+            None => r.measured.clone(),
+        };
+        let _ = writeln!(s, "- **{}:** {} ({when}; {})", r.what, r.figure, r.reproduce);
+    }
+    s
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -602,7 +619,12 @@ pub fn render(root: &Path) -> Result<Vec<(PathBuf, String)>> {
     let page = |p: &str| -> Result<String> {
         std::fs::read_to_string(root.join(p)).with_context(|| format!("cannot read {p}"))
     };
-    let readme = replace_region(&page("README.md")?, "peers", &readme_region(&run)).context("README.md")?;
+    let mut readme = replace_region(&page("README.md")?, "peers", &readme_region(&run)).context("README.md")?;
+    for (name, t) in &tables {
+        if t.rows.iter().any(|r| r.readme) {
+            readme = replace_region(&readme, name, &readme_summary(t)).context("README.md")?;
+        }
+    }
     let perf =
         replace_region(&page("docs/performance.md")?, "peers", &performance_region(&run)).context("docs/performance.md")?;
     let mut checking = page("docs/checking.md")?;

@@ -108,3 +108,21 @@ fn the_conformance_figures_agree_with_the_verdict_table() {
         assert_eq!(stated, passes, "{}: {:?} against {passes} passes in CONFORMANCE.md", row.what, row.figure);
     }
 }
+
+/// The README's checker summary (docs/data/checker.json) states how many
+/// pinned configurations and mutants there are: those numbers must be the
+/// code's, so a family or mutant added without its figures fails here.
+#[test]
+fn the_checker_figures_state_the_current_counts() {
+    let text = std::fs::read_to_string(root().join("docs/data/checker.json")).unwrap();
+    let table: figures::FigureTable = serde_json::from_str(&text).unwrap();
+    let figure = |what: &str| {
+        table.rows.iter().find(|r| r.what.starts_with(what)).map(|r| r.figure.clone()).unwrap_or_else(|| panic!("no row `{what}`"))
+    };
+    let pinned = mrcache_checker::pinned_configs().len();
+    let f = figure("pinned configurations");
+    assert!(f.starts_with(&format!("{pinned} configurations, ")), "{pinned} pinned configurations, but the figure says: {f}");
+    let mutants = mrcache_checker::Mutant::ALL.len();
+    let f = figure("mutants");
+    assert!(f.starts_with(&format!("{mutants} of {mutants} caught")), "{mutants} mutants, but the figure says: {f}");
+}
