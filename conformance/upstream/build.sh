@@ -77,8 +77,15 @@ recipe_ompi() {
   # same repository (open-mpi/oac); use it.
   if [ -z "$(ls -A 3rd-party/openpmix/config/oac)" ]; then cp -r config/oac/. 3rd-party/openpmix/config/oac/; fi
   n ./autogen.pl --no-3rdparty prrte,libevent,hwloc
+  # --without-ucx: with Debian's libucx-dev installed, configure builds
+  # opal's common/ucx into libopen-pal (--disable-mca-dso), so libucm is
+  # loaded with opal and its relocation hooks take the process's `sbrk`:
+  # UCM's sbrk makes the brk system call itself, past the `brk` that opal's
+  # patcher overwrote, and grdma never hears of a brk shrink (reuse-brk went
+  # stale for that reason alone). Debian's 4.1.4 loads UCX only with its UCX
+  # components, never through opal_init; the two columns must load the same.
   n ./configure --prefix="$prefix" --disable-mpi --disable-oshmem --disable-mpi-fortran \
-    --with-hwloc=external --with-libevent=external --with-pmix=internal \
+    --with-hwloc=external --with-libevent=external --with-pmix=internal --without-ucx \
     --with-prrte=no --disable-io-romio --disable-mca-dso --disable-man-pages --disable-sphinx
   mk -C config
   mk -C 3rd-party/openpmix
