@@ -2,8 +2,8 @@
 //! libfabric's `kdreg2` memory monitor drives it (`MonitorKind::Kdreg2`),
 //! in place of spec.md's hook or userfaultfd. It is not part of spec.md:
 //! it lets the checker judge that design by the properties the contract's
-//! monitors are held to. What it models (docs/conformance-protocol.md,
-//! "kdreg2" says where in the sources each piece is):
+//! monitors are held to. What it models (docs/peers.md §4 says where in the
+//! sources each piece is):
 //!
 //! - A9's insert subscribes the entry (the MONITOR ioctl, under the cache
 //!   lock, waiting for the module's mutex): the module records the range
@@ -113,7 +113,11 @@ impl Ctx<'_> {
                 hit.push(h);
             }
         }
-        note!(self, "kdreg2: {who} holds the module's mutex and destroys the regions overlapping {span}: {hit:?} (generation words changed, one event each queued)");
+        if hit.is_empty() {
+            note!(self, "kdreg2: {who} holds the module's mutex: no monitored region overlaps {span} (no generation word changes, no event)");
+        } else {
+            note!(self, "kdreg2: {who} holds the module's mutex and destroys the regions overlapping {span}: {hit:?} (generation words changed, one event each queued)");
+        }
     }
 
     /// The mmu notifier in thread `t` after its release changed the frames.
