@@ -34,8 +34,12 @@ pub struct CheckArgs {
     /// Overlap policy: independent, merge, no-merge-uncache-contained.
     #[arg(long, value_name = "P")]
     pub policy: Option<OverlapPolicy>,
-    /// Monitor: sync (hook in the releasing thread) or async (userfaultfd).
-    #[arg(long, default_value = "sync", value_name = "sync|async")]
+    /// Monitor: sync (hook in the releasing thread), async (userfaultfd),
+    /// or a model of a peer's: kdreg2 (HPE's kernel module as libfabric
+    /// uses it: generation words, an event queue, a deferred invalidation
+    /// when the module's mutex is busy) or kdreg2-wait (its notifier waits
+    /// for the mutex instead).
+    #[arg(long, default_value = "sync", value_name = "sync|async|kdreg2|kdreg2-wait")]
     pub monitor: MonitorKind,
     /// Check a broken variant of the algorithm (a name; see --list-mutants).
     /// Options the mutant needs (monitor, policy, limits, nested frees) are turned on.

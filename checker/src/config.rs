@@ -19,15 +19,36 @@ pub enum MonitorKind {
     /// userfaultfd: the releasing thread sleeps until the monitor thread *reads*
     /// the event; the monitor applies it (M1, M2; spec.md#S3.8, S7.3).
     Async,
+    /// A model of HPE's kdreg2 kernel module as libfabric drives it (a peer's
+    /// monitor, not one of spec.md's): the notifier runs in the releasing
+    /// thread after the frames changed and only *tries* the module's mutex;
+    /// holding it, it changes the generation word of every monitored range
+    /// the release overlaps and queues one event; finding it busy, it leaves
+    /// the range to a kernel worker and returns. A hit also checks the
+    /// entry's generation word; an evictor thread reads the queue (under
+    /// the module's mutex) and applies each event under the cache lock.
+    Kdreg2,
+    /// [`MonitorKind::Kdreg2`] with a notifier that *waits* for the
+    /// module's mutex instead of deferring (what the module's blocking path,
+    /// `kdreg2_destroy_range_lock`, does): no worker.
+    Kdreg2Wait,
 }
 
 impl MonitorKind {
+    /// spec.md's monitors (the kdreg2 models are a peer's, judged apart).
     pub const ALL: [MonitorKind; 2] = [MonitorKind::Sync, MonitorKind::Async];
     pub fn name(&self) -> &'static str {
         match self {
             MonitorKind::Sync => "sync",
             MonitorKind::Async => "async",
+            MonitorKind::Kdreg2 => "kdreg2",
+            MonitorKind::Kdreg2Wait => "kdreg2-wait",
         }
+    }
+
+    /// One of the kdreg2 models.
+    pub fn is_kdreg2(&self) -> bool {
+        matches!(self, MonitorKind::Kdreg2 | MonitorKind::Kdreg2Wait)
     }
 }
 
@@ -37,7 +58,9 @@ impl std::str::FromStr for MonitorKind {
         match s {
             "sync" | "hook" => Ok(MonitorKind::Sync),
             "async" | "uffd" | "userfaultfd" => Ok(MonitorKind::Async),
-            _ => Err(format!("unknown monitor `{s}` (expected sync or async)")),
+            "kdreg2" => Ok(MonitorKind::Kdreg2),
+            "kdreg2-wait" => Ok(MonitorKind::Kdreg2Wait),
+            _ => Err(format!("unknown monitor `{s}` (expected sync, async, kdreg2 or kdreg2-wait)")),
         }
     }
 }
@@ -222,6 +245,16 @@ impl Mutant {
                 cfg.pair = false;
                 cfg.remove = true;
                 changed.push("--caches 2 --monitor async --remove and the shared REMOVE scripts (T0 on cache 0: madvise A, acquire A; T1 on cache 1: acquire A, release, acquire A)".into());
+            }
+            Mutant::Kdreg2HitSkipsGeneration => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(kdreg2_scripts());
+                    changed.push(format!("the kdreg2 scripts ({})", KDREG2_SCRIPTS));
+                }
+                cfg.monitor = MonitorKind::Kdreg2Wait;
+                cfg.lanes = false;
+                cfg.lockless = false;
+                changed.push("--monitor kdreg2-wait".into());
             }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
@@ -794,6 +827,25 @@ pub fn shared_monitor_scripts() -> Vec<Vec<Op>> {
 /// begun after the madvise returned, hits the frames it dropped.
 pub fn shared_remove_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::MadviseDontneed, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR), rel(11), acq(12, 0, 1, RR)]]
+}
+
+/// [`kdreg2_scripts`] in words.
+pub const KDREG2_SCRIPTS: &str = "T0: acquire A, release, acquire B, release, munmap B, munmap A, acquire A";
+
+/// One application thread for the kdreg2 models: B's munmap gives the
+/// evictor an event to read, and its read holds the module's mutex; A's
+/// munmap may come meanwhile, and the acquire of A after it must not hit
+/// the registration of the frames it released.
+pub fn kdreg2_scripts() -> Vec<Vec<Op>> {
+    vec![vec![
+        acq(1, 0, 1, RR),
+        rel(1),
+        acq(2, 1, 2, RR),
+        rel(2),
+        ev(ReleaseKind::Munmap, 1, 2),
+        ev(ReleaseKind::Munmap, 0, 1),
+        acq(3, 0, 1, RR),
+    ]]
 }
 
 /// The generated scripts: thread `t` runs the first `ops` operations of

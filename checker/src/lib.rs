@@ -234,7 +234,7 @@ pub mod swarm;
 pub mod waits;
 
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
-pub use config::{default_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
+pub use config::{default_scripts, kdreg2_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
 pub use mutant::Mutant;
 pub use pinned::{pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};

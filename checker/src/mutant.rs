@@ -251,6 +251,13 @@ mutants! {
     /// leaves the cache over; the release's count then reaches 0 under a
     /// flag it read clear, and nothing evicts the entry.
     ReleaseFlagBeforeDecrement: "R1 loads the over-limit flag before its decrement", [P5];
+    /// The kdreg2 model's hit does not check the entry's generation word
+    /// (libfabric's `valid` callback skipped): after a munmap whose
+    /// notifier changed the generation, and before the evictor applied the
+    /// event, the releasing thread's next acquire hits the registration of
+    /// the frames it released. Run on `kdreg2-wait`, which otherwise holds
+    /// on the kdreg2 scripts.
+    Kdreg2HitSkipsGeneration: "the kdreg2 model's hit skips the generation check", [P2];
 }
 
 impl Mutant {

@@ -47,6 +47,12 @@ pub struct Reg {
     pub displaced: bool,
     /// LRU stamp (only kept when limits are configured).
     pub last_use: u8,
+    /// kdreg2 models: the module monitors the range (subscribed at A9,
+    /// unsubscribed when deregistered).
+    pub kmon: bool,
+    /// kdreg2 models: the module changed the range's generation word (it
+    /// destroyed its region), so a hit's generation check fails.
+    pub kgen: bool,
 }
 
 /// Program counter of an application thread: the next step it takes.
@@ -130,6 +136,9 @@ pub enum EvPc {
     Enqueue,
     /// uffd: asleep until the monitor (or A2/A6) reads the event.
     Wait,
+    /// kdreg2 models: the mmu notifier (`invalidate_range_end`), in the
+    /// releasing thread after the frames changed.
+    Notify,
     /// notify-before-release: the frames change after the monitor was told.
     BumpLast,
     /// W1 (a hook before the release, `CheckConfig::pair`): open a window on
@@ -431,6 +440,15 @@ pub struct State {
     /// The other caches on the same monitor (cache `c` is `others[c - 1]`
     /// while cache 0's state is in the fields above; see [`CacheSide`]).
     pub others: Vec<CacheSide>,
+    /// kdreg2 models: the module's mutex is held by the evictor's read
+    /// (between its lock and its copy-out).
+    pub klock: bool,
+    /// kdreg2 models: the module's event queue (one event per destroyed
+    /// region: its range), not read yet; `pending_events` is its length.
+    pub kqueue: Vec<Span>,
+    /// kdreg2 (9a31fe2): ranges a notifier found the mutex busy for, left
+    /// to the kernel worker.
+    pub kdeferred: Vec<Span>,
 }
 
 impl State {
@@ -482,6 +500,8 @@ impl State {
             && self.others.iter().all(|o| o.applied as usize == self.ring.len())
             && self.monitor.toctou.is_empty()
             && self.uffd.is_empty()
+            && self.kqueue.is_empty()
+            && self.kdeferred.is_empty()
             && self.remove_windows.is_empty()
             && self.others.iter().all(|o| o.remove_windows.is_empty())
     }
@@ -631,6 +651,17 @@ impl State {
         }
         if self.reading {
             out += " | event clock odd (reading)";
+        }
+        if self.klock {
+            out += " | kdreg2 mutex held by the evictor";
+        }
+        if !self.kqueue.is_empty() {
+            let q: Vec<String> = self.kqueue.iter().map(|s| s.to_string()).collect();
+            out += &format!(" | kdreg2 events pending [{}]", q.join(", "));
+        }
+        if !self.kdeferred.is_empty() {
+            let q: Vec<String> = self.kdeferred.iter().map(|s| s.to_string()).collect();
+            out += &format!(" | kdreg2 worker to run on [{}]", q.join(", "));
         }
         if !self.ring.is_empty() {
             let r: Vec<String> = self
@@ -784,6 +815,11 @@ pub fn reg_line(h: Handle, r: &Reg) -> String {
     };
     if r.invalid {
         s += " INVALID";
+    }
+    if r.kgen {
+        s += " generation changed";
+    } else if r.kmon {
+        s += " monitored";
     }
     if r.leases > 0 {
         s += &format!(" leases={}", r.leases);

@@ -15,6 +15,7 @@ impl AlgoModel {
             .iter()
             .enumerate()
             .filter(|(_, r)| r.findable && r.span.contains(&req) && (any_access || r.access.suffices_for(access)))
+            .filter(|(_, r)| self.generation_valid(r))
             .min_by_key(|(_, r)| r.id)
             .map(|(h, _)| h as Handle)
     }
@@ -419,6 +420,7 @@ impl Ctx<'_> {
 
     pub(super) fn a3(&mut self, t: usize) {
         let (req, access) = (self.acq(t).req, self.acq(t).access);
+        self.kdreg2_purge(t, req);
         let skipped = self.acq(t).skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
         //= spec.md#A3
         if let Some(h) = self.m.lookup(self.s, req, access).filter(|_| !skipped) {
@@ -461,6 +463,8 @@ impl Ctx<'_> {
             invalid: false,
             displaced: false,
             last_use: 0,
+            kmon: false,
+            kgen: false,
         });
         self.acq_mut(t).handle = Some(h);
         self.thread_mut(t).pc = Pc::A6;
@@ -541,6 +545,7 @@ impl Ctx<'_> {
                 r.id = id;
                 r.findable = true;
                 note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
+                self.kdreg2_subscribe(handle);
                 let _ = self.grant(t, handle, false);
                 //= spec.md#W3
                 //# A9 inserts a windowed registration and at once takes it out of

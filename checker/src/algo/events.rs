@@ -34,6 +34,7 @@ impl AlgoModel {
             MonitorKind::Sync => EvPc::H1,
             MonitorKind::Async if self.uffd_watches(span) => EvPc::Enqueue,
             MonitorKind::Async => EvPc::BumpLast,
+            MonitorKind::Kdreg2 | MonitorKind::Kdreg2Wait => EvPc::Bump,
         }
     }
 
@@ -56,6 +57,9 @@ impl AlgoModel {
     }
 
     pub fn monitor_enabled(&self, s: &State) -> bool {
+        if self.cfg.monitor.is_kdreg2() {
+            return self.evictor_enabled(s);
+        }
         if !self.is_async() {
             return false;
         }
@@ -415,6 +419,7 @@ impl Ctx<'_> {
                         self.set_ev_pc(t, EvPc::Wait);
                     }
                     MonitorKind::Async => self.finish_event(t),
+                    MonitorKind::Kdreg2 | MonitorKind::Kdreg2Wait => self.set_ev_pc(t, EvPc::Notify),
                 }
             }
             EvPc::H1 => {
@@ -462,6 +467,7 @@ impl Ctx<'_> {
                 self.bump(t);
                 self.finish_event(t);
             }
+            EvPc::Notify => self.kdreg2_notify(t, ev.span),
         }
     }
 
@@ -521,6 +527,9 @@ impl Ctx<'_> {
         }
         if self.m.ring() {
             return self.reader_step();
+        }
+        if self.m.cfg.monitor.is_kdreg2() {
+            return self.evictor_step();
         }
         let outside = self.mutant(Mutant::AsyncApplyOutsideLock);
         let blocking_read = self.mutant(Mutant::AsyncBlockingReadOutsideLock);

@@ -36,6 +36,9 @@ pub enum Action {
     /// Lanes (`CheckConfig::give_backs`): thread `t`, between operations,
     /// gives its lane's claim back (a store through its store buffer).
     GiveClaim { t: u8 },
+    /// kdreg2 model: the kernel worker takes the module's mutex (waiting
+    /// for it) and invalidates the oldest deferred range.
+    Worker,
 }
 
 /// What a step did, recorded only when rebuilding a counterexample.
@@ -99,6 +102,7 @@ mod dereg;
 mod events;
 mod evict;
 mod fork;
+mod kdreg2;
 mod lanes;
 mod properties;
 mod release;
@@ -117,6 +121,11 @@ impl AlgoModel {
         }
         if cfg.remove && cfg.lanes {
             return Err("the REMOVE windows (M3, M4) are not modelled with the lanes".into());
+        }
+        if cfg.monitor.is_kdreg2()
+            && (cfg.lanes || cfg.lockless || cfg.registrar_frees.is_some() || cfg.cache_frees.is_some())
+        {
+            return Err("the kdreg2 models run without lanes, A0, and registrar and cache frees".into());
         }
         if cfg.caches == 0 || cfg.caches > 2 {
             return Err("--caches is 1 or 2".into());
@@ -205,6 +214,9 @@ impl AlgoModel {
             windowed_served: false,
             remove_windows: Vec::new(),
             uffd: Vec::new(),
+            kqueue: Vec::new(),
+            kdeferred: Vec::new(),
+            klock: false,
             ring: Vec::new(),
             reading: false,
             applied: 0,
@@ -310,6 +322,8 @@ impl AlgoModel {
                 // Mutant `blocking-hook`: the hook waits for the lock instead of trying it.
                 EvPc::H2 if self.mutant(Mutant::BlockingHook) => s.lock == Lock::Free,
                 EvPc::Wait => !th.waiting,
+                // kdreg2-wait: the notifier blocks on the module's mutex.
+                EvPc::Notify => self.cfg.monitor != MonitorKind::Kdreg2Wait || !s.klock,
                 _ => true,
             };
         }
@@ -334,6 +348,9 @@ impl AlgoModel {
             // LN4 takes the lanes mutex, which a revoke (LN5), or an LN4
             // between its count reads, holds across steps.
             Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
+            // kdreg2: A9's subscribe (the MONITOR ioctl) waits for the
+            // module's mutex, under the cache lock.
+            Pc::A7 if self.cfg.monitor.is_kdreg2() && s.klock => !matches!(self.a7_outcome(s, t), A7::Insert),
             Pc::Done | Pc::Event => false,
             _ => true,
         }
@@ -449,6 +466,7 @@ impl AlgoModel {
             Action::Flush { a } => cx.flush_one(a),
             Action::CloseWindow => cx.m4_close(),
             Action::GiveClaim { t } => cx.give_claim(t as usize),
+            Action::Worker => cx.worker_step(),
         }
         s.swap_cache(c);
         if self.ring() {
@@ -472,6 +490,15 @@ impl AlgoModel {
                 "T{t} gives lane {}'s claim back (its claim list overflowed, or it exits)",
                 s.threads[t as usize].lane.map_or("?".to_string(), |l| l.to_string())
             ),
+            Action::Worker => {
+                let span = s.kdeferred.first().map(|x| x.to_string()).unwrap_or_default();
+                format!("kdreg2 worker (lock the module's mutex, invalidate the deferred range {span})")
+            }
+            Action::Monitor if self.cfg.monitor.is_kdreg2() => match s.monitor.pc {
+                MonPc::Idle => "evictor (pending_events > 0: read(), which locks the module's mutex)".to_string(),
+                MonPc::Read => "evictor (read() copies one event out and unlocks the mutex)".to_string(),
+                _ => "evictor (lock the cache, apply the event, unlock)".to_string(),
+            },
             Action::CloseWindow if self.ring() => "service thread M4 (the madvise returned: close its window)".to_string(),
             Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
             Action::Service => {
@@ -515,6 +542,8 @@ impl AlgoModel {
                         EvPc::Wait => "wakes up",
                         EvPc::Begin => "W1 (open the window)",
                         EvPc::End => "W2 (close the window)",
+                        EvPc::Notify if self.cfg.monitor == MonitorKind::Kdreg2 => "kdreg2 notifier (trylock the module's mutex)",
+                        EvPc::Notify => "kdreg2 notifier (lock the module's mutex)",
                     };
                     format!("{step} ({what})")
                 } else if th.pc == Pc::Idle {
@@ -695,6 +724,9 @@ impl Ctx<'_> {
     pub(super) fn deregister(&mut self, h: Handle) {
         let r = &mut self.s.regs[h as usize];
         r.deregs += 1;
+        // kdreg2: the UNMONITOR ioctl (a no-op once the module destroyed
+        // the region). Its wait for the module's mutex is not modelled.
+        r.kmon = false;
         note!(self, "registrar: deregister #{h} ({})", reg_line(h, &self.s.regs[h as usize]));
     }
 
@@ -876,6 +908,9 @@ impl Model for AlgoModel {
         if self.m4_window(s).is_some() {
             actions.push(Action::CloseWindow);
         }
+        if self.worker_enabled(s) {
+            actions.push(Action::Worker);
+        }
         for t in 0..s.threads.len() {
             if self.registrar_may_fail(&s.seen_from_cache(self.cache_of(t)), t) {
                 actions.push(Action::RegistrarFails { t: t as u8 });
@@ -919,6 +954,7 @@ impl Model for AlgoModel {
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
             Action::CloseWindow => "monitor (M4)".into(),
             Action::GiveClaim { t } => format!("T{t} (gives its lane claim back)"),
+            Action::Worker => "kdreg2 worker".into(),
         }
     }
 

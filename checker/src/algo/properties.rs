@@ -135,6 +135,9 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         MonitorKind::Sync => v.push(Property::sometimes(S_HOOK_DEFERRED, |_: &AlgoModel, s: &State| {
             !s.queue.is_empty() && !s.threads.iter().any(|t| t.ev.as_ref().is_some_and(|e| e.pc == EvPc::H2))
         })),
+        // The kdreg2 models' deferral is shown reached by their verdicts
+        // (checker/tests/findings.rs): kdreg2 fails where kdreg2-wait holds.
+        MonitorKind::Kdreg2 | MonitorKind::Kdreg2Wait => {}
     }
     v
 }
@@ -183,7 +186,10 @@ impl AlgoModel {
     //= spec.md#H2 type=test
     pub fn deadlock(&self, s: &State) -> Option<String> {
         if let Lock::Exclusive(a) = s.lock {
-            let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) };
+            // kdreg2: A9's subscribe waits for the module's mutex, which the
+            // evictor releases without the cache lock (its read's second step).
+            let on_klock = a != MONITOR && s.klock && s.monitor.pc == MonPc::Read;
+            let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) && !on_klock };
             let busy = a == MONITOR && s.monitor.pc != MonPc::Idle
                 || a != MONITOR && s.threads[a as usize].pc != crate::state::Pc::Done;
             if stuck && busy {
