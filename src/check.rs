@@ -137,6 +137,11 @@ pub struct CheckArgs {
     /// over-limit flag's load) are steps of their own (spec.md#R1).
     #[arg(long)]
     pub release_steps: bool,
+    /// A11's post-unlock drain as steps of its own (spec.md#A11): unlock,
+    /// then at most 4 rounds of a queue check and a try of the lock (a
+    /// failed try hands the drain to the holder). Not with --lanes.
+    #[arg(long)]
+    pub drain_rounds: bool,
     /// The sync hook runs before the release, as the pair release_begin /
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
@@ -188,6 +193,7 @@ impl CheckArgs {
             lockless: self.lockless,
             skip_a1: self.skip_a1,
             release_steps: self.release_steps,
+            drain_rounds: self.drain_rounds,
             pair: self.pair,
             remove: self.remove,
             caches: self.caches,

@@ -99,6 +99,15 @@ impl Mutant {
                 }
                 changed.push("--release-steps --max-regions 1".into());
             }
+            Mutant::DrainOneRound if !cfg.drain_rounds || cfg.lanes || cfg.cache_frees.is_none() => {
+                cfg.drain_rounds = true;
+                cfg.lanes = false;
+                cfg.monitor = MonitorKind::Sync;
+                if cfg.cache_frees.is_none() {
+                    cfg.cache_frees = Some(CacheFrees::Private);
+                }
+                changed.push("--drain-rounds --monitor sync --cache-frees private".into());
+            }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
                 cfg.max_regions = Some(2);
@@ -295,6 +304,15 @@ pub struct CheckConfig {
     /// (spec.md#R1): the LRU touch, the decrement, the over-limit flag's
     /// load; other threads act between them. Without it, R1 is one step.
     pub release_steps: bool,
+    /// A11's post-unlock drain as the cache runs it (spec.md#A11, H2, A1):
+    /// after an operation's last exclusive section (or its A1 hit) the
+    /// thread unlocks, and only then, in steps of its own, checks the
+    /// queue and tries the lock exclusive to drain it, at most 4 rounds; a
+    /// failed try hands the drain to the holder. Without it, an exclusive
+    /// holder drains the queue as it unlocks (one step), and A4's, A7's
+    /// retry and the trim's unlocks drain too. Not with lanes (their A1
+    /// reader's drain is `Pc::A1Drain`, one round).
+    pub drain_rounds: bool,
     /// The sync hook runs *before* the release, as the pair W1 (before) and
     /// W2 (after) of spec.md#S2.9: every script release event is
     /// `release_begin`, the release, `release_end` (two ops in the history).
@@ -359,6 +377,7 @@ impl Default for CheckConfig {
             lockless: false,
             skip_a1: false,
             release_steps: false,
+            drain_rounds: false,
             pair: false,
             remove: false,
             caches: 1,
@@ -431,6 +450,9 @@ impl CheckConfig {
             if self.give_backs > 0 {
                 s += &format!(", {} lane claim(s) given back", self.give_backs);
             }
+        }
+        if self.drain_rounds && !self.lanes {
+            s += ", A11's post-unlock drain in rounds";
         }
         if self.pair {
             s += ", hook before the release (W1/W2 pair)";

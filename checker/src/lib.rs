@@ -48,7 +48,7 @@
 //! | A5 | `a5` | register: pin the current generations (optionally the registrar then frees a page) |
 //! | A7, A8, A9 | `a7` | stale → throw away, unlock, retry (E6 after `max_retries`); covered → lease that entry (A8); merge plan changed → as stale; else insert with the next id and displace what the policy gives now |
 //! | A10 | `a10`, `a10b` | two steps (raise the flag, then scan), so R1 can interleave |
-//! | A11 | `a11`, `unlock_exclusive` | drain what was queued meanwhile, unlock, perform the dereg list |
+//! | A11 | `a11`, `unlock_exclusive`; with [`CheckConfig::drain_rounds`] `end_section`, `post_drain_step` | drain what was queued meanwhile, unlock, perform the dereg list. With `drain_rounds` (sync, no lanes): unlock and perform the dereg list; then each round of the post-unlock drain is two steps: check the queue, try the lock exclusive (a failure hands the drain to the holder) and drain; then unlock; at most 4 rounds (mutant `drain-one-round`: one) |
 //! | R1 | `r1` | one atomic step: touch, decrement (seeing INVALID), read the over-limit flag |
 //! | R2 | `thread_step` | lock, drain, evict, unlock |
 //! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
@@ -173,6 +173,10 @@
 //! 2. *The last fast-path reader drains*: a reader that unlocks with events
 //!    queued tries the lock exclusive and drains, as H2 would (mutant `reader-skips-drain`
 //!    breaks L1 without it). Together: the queue is empty in every terminal state.
+//!    With `CheckConfig::drain_rounds` both are the cache's post-unlock
+//!    drain (A11): after the unlock, rounds of a queue check and a try of
+//!    the lock; a failed try is sound because the holder's own check comes
+//!    after its unlock, which comes after the failed try.
 //! 3. *A9 re-plans under the lock* (merge): if the policy's plan differs from
 //!    A4's, the registration is treated as stale (retry); displaced entries are
 //!    recomputed at A9 (mutant `stale-merge-plan` breaks linearizability without it).

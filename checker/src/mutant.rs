@@ -251,6 +251,11 @@ mutants! {
     /// leaves the cache over; the release's count then reaches 0 under a
     /// flag it read clear, and nothing evicts the entry.
     ReleaseFlagBeforeDecrement: "R1 loads the over-limit flag before its decrement", [P5];
+    /// With A11's post-unlock drain in rounds (`CheckConfig::drain_rounds`):
+    /// one round only. A hook whose try-lock failed against that round's
+    /// lock left its event to the holder, which returns without checking
+    /// the queue again: the event stays queued.
+    DrainOneRound: "A11's post-unlock drain runs one round: a hook's event queued during it stays queued", [L1];
 }
 
 impl Mutant {

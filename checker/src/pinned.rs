@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 38] = [
+const FAMILIES: [&str; 40] = [
     "2x3",
     "2x4",
     "3x2",
@@ -57,6 +57,8 @@ const FAMILIES: [&str; 38] = [
     "lanes-claims",
     "2x3+limit+steps",
     "lru+steps",
+    "2x3+drain-rounds",
+    "lockless+drain-rounds",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -219,6 +221,18 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         }
         "lockless-drain" => {
             CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
+        }
+        // A11's post-unlock drain as the cache runs it (unlock, then rounds
+        // of a queue check and a try of the lock), with the cache freeing
+        // its own page under the lock: a hook's event queued while a round
+        // holds the lock is left to that round's holder (`drain-one-round`).
+        // Only the sync hook queues events: sync only.
+        "2x3+drain-rounds" | "lockless+drain-rounds" if monitor != MonitorKind::Sync => return None,
+        "2x3+drain-rounds" => CheckConfig { drain_rounds: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
+        // And A0 beside the rounds: its hits check the queue a drain round
+        // has not emptied yet.
+        "lockless+drain-rounds" => {
+            CheckConfig { drain_rounds: true, lockless: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) }
         }
         _ => return None,
     })
@@ -401,6 +415,12 @@ const COUNTS: &[(&str, usize)] = &[
     ("lru+steps merge async", 28944),
     ("lru+steps no-merge-uncache-contained sync", 15254),
     ("lru+steps no-merge-uncache-contained async", 28944),
+    ("2x3+drain-rounds independent sync", 24348),
+    ("2x3+drain-rounds merge sync", 32978),
+    ("2x3+drain-rounds no-merge-uncache-contained sync", 30262),
+    ("lockless+drain-rounds independent sync", 28534),
+    ("lockless+drain-rounds merge sync", 38663),
+    ("lockless+drain-rounds no-merge-uncache-contained sync", 35312),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when

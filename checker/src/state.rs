@@ -291,7 +291,26 @@ pub struct Thread {
     pub lane: Option<u8>,
     /// Lanes: the registrar failed (A5); its trim waits for its LN5.
     pub failing: bool,
+    /// `CheckConfig::drain_rounds`: the post-unlock drain of A11 this
+    /// thread runs (after its exclusive section, or its A1 hit), before it
+    /// goes on; `None` when it runs none.
+    pub post: Option<PostDrain>,
 }
+
+/// A11's post-unlock drain (`CheckConfig::drain_rounds`), as the cache runs
+/// it: at most [`POST_DRAIN_ROUNDS`] rounds, each a check of the queue and
+/// a try of the lock exclusive (a failure hands the drain to the holder,
+/// which runs its own after its unlock), the drain, and the unlock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PostDrain {
+    /// Rounds already run (0 before the first check).
+    pub round: u8,
+    /// The round holds the lock exclusive and has drained; next, its unlock.
+    pub locked: bool,
+}
+
+/// Rounds of A11's post-unlock drain (the cache's `POST_UNLOCK_DRAINS`).
+pub const POST_DRAIN_ROUNDS: u8 = 4;
 
 /// Program counter of the uffd monitor thread (with several caches, of the
 /// process monitor's reader, M6: `Idle`, then `Apply` once it has read,
@@ -469,12 +488,12 @@ impl State {
     pub fn quiescent(&self) -> bool {
         self.threads
             .iter()
-            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty())
+            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
     }
 
     /// Every script finished and nothing is left to do for anyone.
     pub fn all_finished(&self) -> bool {
-        self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty())
+        self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
             && self.monitor.pc == MonPc::Idle
             && self.monitor.buf.is_empty()
             && self.monitor.svc.is_none()

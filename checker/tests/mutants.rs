@@ -118,6 +118,7 @@ mutants! {
     m45_lane_hit_ignores_key => LaneHitIgnoresKey,
     m46_lane_remote_writes_held => LaneRemoteWritesHeld,
     m48_release_flag_before_decrement => ReleaseFlagBeforeDecrement,
+    m49_drain_one_round => DrainOneRound,
     ; full tier:
     m47_lane_release_by_acquirer => LaneReleaseByAcquirer,
 }

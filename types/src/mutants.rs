@@ -11,7 +11,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 50] = [
+pub const MUTANTS: [&str; 51] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -62,6 +62,7 @@ pub const MUTANTS: [&str; 50] = [
     "lane-remote-writes-held",
     "lane-release-by-acquirer",
     "release-flag-before-decrement",
+    "drain-one-round",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test

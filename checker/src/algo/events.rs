@@ -430,7 +430,7 @@ impl Ctx<'_> {
                     note!(self, "H2: T{t} gets the lock: drains and unlocks");
                     self.lock_exclusive(t as Actor);
                     self.drain_queue(t as Actor);
-                    self.unlock_exclusive(t as Actor);
+                    self.end_section(t);
                 } else {
                     note!(self, "H2: the lock is busy: T{t} returns, leaving the event queued");
                 }

@@ -231,6 +231,7 @@ impl AlgoModel {
                     lane_leases: Vec::new(),
                     lane: None,
                     failing: false,
+                    post: None,
                 })
                 .collect(),
             monitor: Monitor {
@@ -305,6 +306,10 @@ impl AlgoModel {
         if !th.toctou.is_empty() {
             return true;
         }
+        // A11's post-unlock drain only tries the lock.
+        if th.post.is_some() {
+            return true;
+        }
         if let Some(ev) = &th.ev {
             return match ev.pc {
                 // Mutant `blocking-hook`: the hook waits for the lock instead of trying it.
@@ -368,7 +373,7 @@ impl AlgoModel {
     /// Whether thread `t`'s next step has a second branch.
     pub fn thread_alt(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
-        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() {
+        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() || th.post.is_some() {
             return false;
         }
         match th.pc {
@@ -501,6 +506,12 @@ impl AlgoModel {
                     revoke_label(th.revoke.as_ref())
                 } else if !th.toctou.is_empty() {
                     "A-H (read lease counts)".to_string()
+                } else if let Some(p) = th.post {
+                    if p.locked {
+                        format!("A11 (unlock after the post-unlock drain's round {})", p.round + 1)
+                    } else {
+                        format!("A11 (post-unlock drain, round {}: check the queue, try the lock, drain)", p.round + 1)
+                    }
                 } else if let Some(ev) = &th.ev {
                     let what = match ev.origin {
                         Origin::Script => format!("{:?} {}", ev.kind, ev.span),
@@ -748,6 +759,9 @@ impl Ctx<'_> {
     pub(super) fn thread_body(&mut self, t: usize, alt: bool) {
         if !self.s.threads[t].toctou.is_empty() {
             return self.read_counts_late(t as Actor);
+        }
+        if self.s.threads[t].post.is_some() {
+            return self.post_drain_step(t);
         }
         if self.s.threads[t].ev.is_some() {
             return self.ev_step(t);
