@@ -150,6 +150,11 @@ pub struct CheckArgs {
     /// before the frames change (spec.md#S7.4, M3, M4). Async monitor only.
     #[arg(long)]
     pub remove: bool,
+    /// With --remove and one cache: M4 as the proof's own steps (spec.md#S7.5):
+    /// scan the threads, signal those that may be inside the madvise, close
+    /// once each acknowledged, was seen elsewhere, or exited.
+    #[arg(long)]
+    pub proof_steps: bool,
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1 or
     /// 2; thread `T<i>` uses cache `i mod 2`. With 2, the monitor is the
     /// process's (a reader that takes no lock, the event ring, each cache's
@@ -196,6 +201,7 @@ impl CheckArgs {
             drain_rounds: self.drain_rounds,
             pair: self.pair,
             remove: self.remove,
+            proof_steps: self.proof_steps,
             caches: self.caches,
             lane_slots: self.lane_slots,
             give_backs: self.give_backs,

@@ -199,6 +199,14 @@ impl Mutant {
                 cfg.scripts = Some(window_closed_scripts());
                 changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
             }
+            Mutant::ProofWithoutAck | Mutant::ProofKernelOutside => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(remove_scripts());
+                }
+                cfg.caches = 1;
+                cfg.proof_steps = true;
+                changed.push("--proof-steps and the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
+            }
             Mutant::RemoveWithoutWindow if cfg.scripts.is_none() => {
                 cfg.scripts = Some(remove_scripts());
                 changed.push("the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
@@ -325,6 +333,14 @@ pub struct CheckConfig {
     /// monitor closes once the madvise has returned (M4). Async monitor only;
     /// nested events (registrar, cache) stay unmaps.
     pub remove: bool,
+    /// With `remove` and one cache: M4 as the monitor's algorithm (S7.5)
+    /// instead of an exact oracle: it lists the threads and looks at each,
+    /// sends the proof signal to those that may be inside the madvise,
+    /// and closes a window once each has acknowledged (its handler runs at
+    /// a return to user mode, a step of the thread's own), been seen
+    /// blocked elsewhere, or exited. The madvise's zap and its return are
+    /// then two steps.
+    pub proof_steps: bool,
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1,
     /// or 2 with thread `t` on cache `t % 2`. With 1, the async monitor is
     /// the single-cache source (M2: reads under the cache lock). With 2,
@@ -380,6 +396,7 @@ impl Default for CheckConfig {
             drain_rounds: false,
             pair: false,
             remove: false,
+            proof_steps: false,
             caches: 1,
             lane_slots: 1,
             give_backs: 0,
@@ -459,6 +476,9 @@ impl CheckConfig {
         }
         if self.remove {
             s += ", script releases are madvise REMOVEs (M3/M4 windows)";
+            if self.proof_steps && self.caches == 1 {
+                s += ", M4 as the proof's steps (scan, signal, acknowledgements)";
+            }
         }
         if self.caches > 1 {
             s += &format!(", {} caches on the process's uffd monitor (M5, M6; T<i> on cache i mod {})", self.caches, self.caches);

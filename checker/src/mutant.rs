@@ -256,6 +256,16 @@ mutants! {
     /// lock left its event to the holder, which returns without checking
     /// the queue again: the event stays queued.
     DrainOneRound: "A11's post-unlock drain runs one round: a hook's event queued during it stays queued", [L1];
+    /// With M4 as the proof's steps (`CheckConfig::proof_steps`): a thread
+    /// that may be inside the madvise counts as out once it was signalled,
+    /// without its acknowledgement: the window closes while the madvising
+    /// thread is still inside, before its zap.
+    ProofWithoutAck: "M4 closes a REMOVE window once it signalled every thread that may be inside, without their acknowledgements", [P2];
+    /// With M4 as the proof's steps: a thread inside a system call (asleep
+    /// or running in the kernel) is judged blocked elsewhere, as an
+    /// io_uring worker inside madvise once was: the madvising thread is
+    /// never waited for.
+    ProofKernelOutside: "M4 judges a thread inside the kernel (in the madvise) as outside it", [P2];
 }
 
 impl Mutant {
@@ -279,7 +289,10 @@ impl Mutant {
 
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
-        matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache)
+        matches!(
+            self,
+            Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache | Mutant::ProofWithoutAck | Mutant::ProofKernelOutside
+        )
     }
 
     /// The mutant needs a configuration past exhaustive checking (3 threads x

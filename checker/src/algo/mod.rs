@@ -36,6 +36,13 @@ pub enum Action {
     /// Lanes (`CheckConfig::give_backs`): thread `t`, between operations,
     /// gives its lane's claim back (a store through its store buffer).
     GiveClaim { t: u8 },
+    /// `CheckConfig::proof_steps`: the monitor's next step of S7.5's proof
+    /// (M4): scan the threads for the windows opened since, or one pass
+    /// (collect acknowledgements, look again, signal, close).
+    Prove,
+    /// `CheckConfig::proof_steps`: the proof signal's handler runs on
+    /// thread `t` (a return to user mode) and stores its token.
+    Ack { t: u8 },
 }
 
 /// What a step did, recorded only when rebuilding a counterexample.
@@ -100,6 +107,7 @@ mod events;
 mod evict;
 mod fork;
 mod lanes;
+mod proof;
 mod properties;
 mod release;
 mod tso;
@@ -204,6 +212,7 @@ impl AlgoModel {
             windows: Vec::new(),
             windowed_served: false,
             remove_windows: Vec::new(),
+            proofs: Vec::new(),
             uffd: Vec::new(),
             ring: Vec::new(),
             reading: false,
@@ -232,6 +241,7 @@ impl AlgoModel {
                     lane: None,
                     failing: false,
                     post: None,
+                    sig: Sig::None,
                 })
                 .collect(),
             monitor: Monitor {
@@ -454,6 +464,8 @@ impl AlgoModel {
             Action::Flush { a } => cx.flush_one(a),
             Action::CloseWindow => cx.m4_close(),
             Action::GiveClaim { t } => cx.give_claim(t as usize),
+            Action::Prove => cx.m4_prove(),
+            Action::Ack { t } => cx.proof_ack(t as usize),
         }
         s.swap_cache(c);
         if self.ring() {
@@ -479,6 +491,11 @@ impl AlgoModel {
             ),
             Action::CloseWindow if self.ring() => "service thread M4 (the madvise returned: close its window)".to_string(),
             Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
+            Action::Prove if s.proofs.iter().any(|p| !p.scanned) => {
+                "monitor M4 (list the threads, look at each: which may be inside the madvise)".to_string()
+            }
+            Action::Prove => "monitor M4 (a pass: collect acknowledgements, look again, signal, close what is proven)".to_string(),
+            Action::Ack { t } => format!("T{t} runs the proof signal's handler (a return to user mode): it stores its token"),
             Action::Service => {
                 let c = s.monitor.svc.unwrap_or(0);
                 format!("service thread M5 (lock cache {c}, drain the ring into it (M6), unlock, perform its dereg list)")
@@ -526,6 +543,7 @@ impl AlgoModel {
                         EvPc::Wait => "wakes up",
                         EvPc::Begin => "W1 (open the window)",
                         EvPc::End => "W2 (close the window)",
+                        EvPc::Return => "returns from madvise",
                     };
                     format!("{step} ({what})")
                 } else if th.pc == Pc::Idle {
@@ -890,6 +908,14 @@ impl Model for AlgoModel {
         if self.m4_window(s).is_some() {
             actions.push(Action::CloseWindow);
         }
+        if self.prove_enabled(s) {
+            actions.push(Action::Prove);
+        }
+        for t in 0..s.threads.len() {
+            if self.ack_enabled(s, t) {
+                actions.push(Action::Ack { t: t as u8 });
+            }
+        }
         for t in 0..s.threads.len() {
             if self.registrar_may_fail(&s.seen_from_cache(self.cache_of(t)), t) {
                 actions.push(Action::RegistrarFails { t: t as u8 });
@@ -932,6 +958,8 @@ impl Model for AlgoModel {
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
             Action::CloseWindow => "monitor (M4)".into(),
+            Action::Prove => "monitor (M4, the proof)".into(),
+            Action::Ack { t } => format!("T{t} (proof signal handler)"),
             Action::GiveClaim { t } => format!("T{t} (gives its lane claim back)"),
         }
     }
