@@ -141,6 +141,11 @@ pub struct CheckArgs {
     /// over-limit flag's load) are steps of their own (spec.md#R1).
     #[arg(long)]
     pub release_steps: bool,
+    /// A11's post-unlock drain as steps of its own (spec.md#A11): unlock,
+    /// then at most 4 rounds of a queue check and a try of the lock (a
+    /// failed try hands the drain to the holder). Not with --lanes.
+    #[arg(long)]
+    pub drain_rounds: bool,
     /// The sync hook runs before the release, as the pair release_begin /
     /// release_end (spec.md#S2.9, W1-W3). Sync monitor only.
     #[arg(long)]
@@ -149,6 +154,11 @@ pub struct CheckArgs {
     /// before the frames change (spec.md#S7.4, M3, M4). Async monitor only.
     #[arg(long)]
     pub remove: bool,
+    /// With --remove and one cache: M4 as the proof's own steps (spec.md#S7.5):
+    /// scan the threads, signal those that may be inside the madvise, close
+    /// once each acknowledged, was seen elsewhere, or exited.
+    #[arg(long)]
+    pub proof_steps: bool,
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1 or
     /// 2; thread `T<i>` uses cache `i mod 2`. With 2, the monitor is the
     /// process's (a reader that takes no lock, the event ring, each cache's
@@ -192,8 +202,10 @@ impl CheckArgs {
             lockless: self.lockless,
             skip_a1: self.skip_a1,
             release_steps: self.release_steps,
+            drain_rounds: self.drain_rounds,
             pair: self.pair,
             remove: self.remove,
+            proof_steps: self.proof_steps,
             caches: self.caches,
             lane_slots: self.lane_slots,
             give_backs: self.give_backs,

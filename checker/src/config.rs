@@ -122,6 +122,15 @@ impl Mutant {
                 }
                 changed.push("--release-steps --max-regions 1".into());
             }
+            Mutant::DrainOneRound if !cfg.drain_rounds || cfg.lanes || cfg.cache_frees.is_none() => {
+                cfg.drain_rounds = true;
+                cfg.lanes = false;
+                cfg.monitor = MonitorKind::Sync;
+                if cfg.cache_frees.is_none() {
+                    cfg.cache_frees = Some(CacheFrees::Private);
+                }
+                changed.push("--drain-rounds --monitor sync --cache-frees private".into());
+            }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
                 cfg.max_regions = Some(2);
@@ -212,6 +221,14 @@ impl Mutant {
             Mutant::WindowedServedAfterEnd if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_closed_scripts());
                 changed.push("the closed-window scripts (T0: munmap A, acquire B, acquire A; T1: acquire A)".into());
+            }
+            Mutant::ProofWithoutAck | Mutant::ProofKernelOutside => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(remove_scripts());
+                }
+                cfg.caches = 1;
+                cfg.proof_steps = true;
+                changed.push("--proof-steps and the REMOVE scripts (T0: madvise A, acquire A; T1: acquire A)".into());
             }
             Mutant::RemoveWithoutWindow if cfg.scripts.is_none() => {
                 cfg.scripts = Some(remove_scripts());
@@ -328,6 +345,15 @@ pub struct CheckConfig {
     /// (spec.md#R1): the LRU touch, the decrement, the over-limit flag's
     /// load; other threads act between them. Without it, R1 is one step.
     pub release_steps: bool,
+    /// A11's post-unlock drain as the cache runs it (spec.md#A11, H2, A1):
+    /// after an operation's last exclusive section (or its A1 hit) the
+    /// thread unlocks, and only then, in steps of its own, checks the
+    /// queue and tries the lock exclusive to drain it, at most 4 rounds; a
+    /// failed try hands the drain to the holder. Without it, an exclusive
+    /// holder drains the queue as it unlocks (one step), and A4's, A7's
+    /// retry and the trim's unlocks drain too. Not with lanes (their A1
+    /// reader's drain is `Pc::A1Drain`, one round).
+    pub drain_rounds: bool,
     /// The sync hook runs *before* the release, as the pair W1 (before) and
     /// W2 (after) of spec.md#S2.9: every script release event is
     /// `release_begin`, the release, `release_end` (two ops in the history).
@@ -340,6 +366,14 @@ pub struct CheckConfig {
     /// monitor closes once the madvise has returned (M4). Async monitor only;
     /// nested events (registrar, cache) stay unmaps.
     pub remove: bool,
+    /// With `remove` and one cache: M4 as the monitor's algorithm (S7.5)
+    /// instead of an exact oracle: it lists the threads and looks at each,
+    /// sends the proof signal to those that may be inside the madvise,
+    /// and closes a window once each has acknowledged (its handler runs at
+    /// a return to user mode, a step of the thread's own), been seen
+    /// blocked elsewhere, or exited. The madvise's zap and its return are
+    /// then two steps.
+    pub proof_steps: bool,
     /// Caches sharing one userfaultfd monitor (spec.md#S7.6, M5, M6): 1,
     /// or 2 with thread `t` on cache `t % 2`. With 1, the async monitor is
     /// the single-cache source (M2: reads under the cache lock). With 2,
@@ -392,8 +426,10 @@ impl Default for CheckConfig {
             lockless: false,
             skip_a1: false,
             release_steps: false,
+            drain_rounds: false,
             pair: false,
             remove: false,
+            proof_steps: false,
             caches: 1,
             lane_slots: 1,
             give_backs: 0,
@@ -465,11 +501,17 @@ impl CheckConfig {
                 s += &format!(", {} lane claim(s) given back", self.give_backs);
             }
         }
+        if self.drain_rounds && !self.lanes {
+            s += ", A11's post-unlock drain in rounds";
+        }
         if self.pair {
             s += ", hook before the release (W1/W2 pair)";
         }
         if self.remove {
             s += ", script releases are madvise REMOVEs (M3/M4 windows)";
+            if self.proof_steps && self.caches == 1 {
+                s += ", M4 as the proof's steps (scan, signal, acknowledgements)";
+            }
         }
         if self.caches > 1 {
             s += &format!(", {} caches on the process's uffd monitor (M5, M6; T<i> on cache i mod {})", self.caches, self.caches);

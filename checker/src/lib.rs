@@ -48,13 +48,13 @@
 //! | A5 | `a5` | register: pin the current generations (optionally the registrar then frees a page) |
 //! | A7, A8, A9 | `a7` | stale → throw away, unlock, retry (E6 after `max_retries`); covered → lease that entry (A8); merge plan changed → as stale; else insert with the next id and displace what the policy gives now |
 //! | A10 | `a10`, `a10b` | two steps (raise the flag, then scan), so R1 can interleave |
-//! | A11 | `a11`, `unlock_exclusive` | drain what was queued meanwhile, unlock, perform the dereg list |
+//! | A11 | `a11`, `unlock_exclusive`; with [`CheckConfig::drain_rounds`] `end_section`, `post_drain_step` | drain what was queued meanwhile, unlock, perform the dereg list. With `drain_rounds` (sync, no lanes): unlock and perform the dereg list; then each round of the post-unlock drain is two steps: check the queue, try the lock exclusive (a failure hands the drain to the holder) and drain; then unlock; at most 4 rounds (mutant `drain-one-round`: one) |
 //! | R1 | `r1` | one atomic step: touch, decrement (seeing INVALID), read the over-limit flag |
 //! | R2 | `thread_step` | lock, drain, evict, unlock |
 //! | H1, H2 | `ev_step` | push; then try the lock (drain + unlock if acquired) |
 //! | M1, M2 | `monitor_step` (one cache) | poll; lock; read (wakes the releasing threads); apply + unlock: read and apply are separate steps of one critical section |
 //! | M3 | `open_remove_window` ([`CheckConfig::remove`]) | in the step that applies a REMOVE read by M2, A2 or A6: open a window on its pages, handed to the monitor; logged as the monitor's `release_begin` |
-//! | M4 | `m4_close` (action `CloseWindow`) | the monitor, between rounds, closes a REMOVE window once its madvise has returned (S7.5's proof taken as exact); logged as its `release_end` |
+//! | M4 | `m4_close` (action `CloseWindow`); with [`CheckConfig::proof_steps`] `m4_prove` (action `Prove`) and `proof_ack` (action `Ack`) | the monitor, between rounds, closes a REMOVE window once its madvise has returned (S7.5's proof taken as exact); logged as its `release_end`. With `proof_steps` (one cache): the prover's scan, then passes (collect acknowledgements, look again, signal, close), each a monitor step; each signalled thread's handler a step of its own, in user mode only; the madvise's zap and return two steps |
 //! | M5 | `service_step` (action `Service`; [`CheckConfig::caches`] 2) | the process monitor's service thread, each thread on cache `t mod 2` (`State::swap_cache` swaps that cache's fields in for its steps): a round starts once some cache is behind the ring and visits each cache in attach order, one step each: lock, drain the ring into it (M6), unlock, perform its dereg list (enabled when that lock is free and the clock even: a lock taken earlier, waiting there, only holds off that cache's threads); M4 runs between rounds and closes a REMOVE's window in every cache that opened it |
 //! | M6 | `reader_step` (action `Monitor`), `drain_ring`, `gate_passes` (in `start_op`), `drain_may_finish` | the reader, two steps, no lock: store the clock odd and read (each releasing thread wakes), then publish in the ring and store the clock even; the ring is `State::ring` (a prefix every cache applied is dropped), the clock's odd bit `State::reading`, each cache's gate its `applied` count; A0 and A1 start only with the gate current (clock even, every published event applied), else A2; A2's and A6's drains (and the service's) apply the ring from `applied` (A-D, M3), wait out an odd clock, then set `applied` |
 //! | A-D | `apply_event` | one event: entries leave the index, in-flight records go stale |
@@ -173,6 +173,10 @@
 //! 2. *The last fast-path reader drains*: a reader that unlocks with events
 //!    queued tries the lock exclusive and drains, as H2 would (mutant `reader-skips-drain`
 //!    breaks L1 without it). Together: the queue is empty in every terminal state.
+//!    With `CheckConfig::drain_rounds` both are the cache's post-unlock
+//!    drain (A11): after the unlock, rounds of a queue check and a try of
+//!    the lock; a failed try is sound because the holder's own check comes
+//!    after its unlock, which comes after the failed try.
 //! 3. *A9 re-plans under the lock* (merge): if the policy's plan differs from
 //!    A4's, the registration is treated as stale (retry); displaced entries are
 //!    recomputed at A9 (mutant `stale-merge-plan` breaks linearizability without it).

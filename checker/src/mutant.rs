@@ -258,6 +258,21 @@ mutants! {
     /// the frames it released. Run on `kdreg2-wait`, which otherwise holds
     /// on the kdreg2 scripts.
     Kdreg2HitSkipsGeneration: "the kdreg2 model's hit skips the generation check", [P2];
+    /// With A11's post-unlock drain in rounds (`CheckConfig::drain_rounds`):
+    /// one round only. A hook whose try-lock failed against that round's
+    /// lock left its event to the holder, which returns without checking
+    /// the queue again: the event stays queued.
+    DrainOneRound: "A11's post-unlock drain runs one round: a hook's event queued during it stays queued", [L1];
+    /// With M4 as the proof's steps (`CheckConfig::proof_steps`): a thread
+    /// that may be inside the madvise counts as out once it was signalled,
+    /// without its acknowledgement: the window closes while the madvising
+    /// thread is still inside, before its zap.
+    ProofWithoutAck: "M4 closes a REMOVE window once it signalled every thread that may be inside, without their acknowledgements", [P2];
+    /// With M4 as the proof's steps: a thread inside a system call (asleep
+    /// or running in the kernel) is judged blocked elsewhere, as an
+    /// io_uring worker inside madvise once was: the madvising thread is
+    /// never waited for.
+    ProofKernelOutside: "M4 judges a thread inside the kernel (in the madvise) as outside it", [P2];
 }
 
 impl Mutant {
@@ -281,7 +296,10 @@ impl Mutant {
 
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
-        matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache)
+        matches!(
+            self,
+            Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache | Mutant::ProofWithoutAck | Mutant::ProofKernelOutside
+        )
     }
 
     /// The mutant needs a configuration past exhaustive checking (3 threads x

@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 38] = [
+const FAMILIES: [&str; 42] = [
     "2x3",
     "2x4",
     "3x2",
@@ -57,6 +57,10 @@ const FAMILIES: [&str; 38] = [
     "lanes-claims",
     "2x3+limit+steps",
     "lru+steps",
+    "2x3+drain-rounds",
+    "lockless+drain-rounds",
+    "remove+proof",
+    "2x3+remove+proof",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -219,6 +223,30 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         }
         "lockless-drain" => {
             CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
+        }
+        // M4 as the prover's steps (S7.5): the scan, the signals, each
+        // thread's acknowledgement at a return to user mode, the close; the
+        // madvise's zap and its return two steps (`proof-without-ack`,
+        // `proof-kernel-outside`). Async only, one cache.
+        "remove+proof" | "2x3+remove+proof" if monitor != MonitorKind::Async => return None,
+        "2x3+remove+proof" => CheckConfig { remove: true, proof_steps: true, ..base(2, 3) },
+        "remove+proof" => CheckConfig {
+            remove: true,
+            proof_steps: true,
+            scripts: Some(crate::config::remove_scripts()),
+            ..base(2, 3)
+        },
+        // A11's post-unlock drain as the cache runs it (unlock, then rounds
+        // of a queue check and a try of the lock), with the cache freeing
+        // its own page under the lock: a hook's event queued while a round
+        // holds the lock is left to that round's holder (`drain-one-round`).
+        // Only the sync hook queues events: sync only.
+        "2x3+drain-rounds" | "lockless+drain-rounds" if monitor != MonitorKind::Sync => return None,
+        "2x3+drain-rounds" => CheckConfig { drain_rounds: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
+        // And A0 beside the rounds: its hits check the queue a drain round
+        // has not emptied yet.
+        "lockless+drain-rounds" => {
+            CheckConfig { drain_rounds: true, lockless: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) }
         }
         _ => return None,
     })
@@ -401,6 +429,18 @@ const COUNTS: &[(&str, usize)] = &[
     ("lru+steps merge async", 28944),
     ("lru+steps no-merge-uncache-contained sync", 15254),
     ("lru+steps no-merge-uncache-contained async", 28944),
+    ("2x3+drain-rounds independent sync", 24348),
+    ("2x3+drain-rounds merge sync", 32978),
+    ("2x3+drain-rounds no-merge-uncache-contained sync", 30262),
+    ("lockless+drain-rounds independent sync", 28534),
+    ("lockless+drain-rounds merge sync", 38663),
+    ("lockless+drain-rounds no-merge-uncache-contained sync", 35312),
+    ("remove+proof independent async", 15314),
+    ("remove+proof merge async", 15314),
+    ("remove+proof no-merge-uncache-contained async", 15314),
+    ("2x3+remove+proof independent async", 36859),
+    ("2x3+remove+proof merge async", 49996),
+    ("2x3+remove+proof no-merge-uncache-contained async", 47373),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -416,7 +456,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && !fam.contains("shared") && fam != "lockless+trim";
+                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "remove+proof" && !fam.contains("shared") && fam != "lockless+trim";
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

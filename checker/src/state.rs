@@ -146,6 +146,10 @@ pub enum EvPc {
     Begin,
     /// W2 (after the release): close one window on the span.
     End,
+    /// `CheckConfig::proof_steps`: a madvise REMOVE has zapped its frames
+    /// (`BumpLast`); next, it returns to user mode (until then it is inside
+    /// the kernel call, and the proof signal's handler cannot run on it).
+    Return,
 }
 
 /// Where a release event comes from.
@@ -300,7 +304,56 @@ pub struct Thread {
     pub lane: Option<u8>,
     /// Lanes: the registrar failed (A5); its trim waits for its LN5.
     pub failing: bool,
+    /// `CheckConfig::drain_rounds`: the post-unlock drain of A11 this
+    /// thread runs (after its exclusive section, or its A1 hit), before it
+    /// goes on; `None` when it runs none.
+    pub post: Option<PostDrain>,
+    /// `CheckConfig::proof_steps`: the monitor's proof signal to this thread
+    /// (S7.5): at most one outstanding per thread.
+    pub sig: Sig,
 }
+
+/// A thread's proof signal (spec.md#S7.5, `CheckConfig::proof_steps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Sig {
+    /// None outstanding.
+    #[default]
+    None,
+    /// Sent; its handler has not run yet (it runs at the thread's next
+    /// return to user mode).
+    Pending,
+    /// Its handler ran after the send (the acknowledgement slot holds its
+    /// token); the prover's next pass collects it.
+    Acked,
+}
+
+/// One REMOVE window the monitor is proving (spec.md#S7.5, M4;
+/// `CheckConfig::proof_steps`): the threads that may still be inside its
+/// madvise, each with whether it waits on a signal.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Proof {
+    pub span: Span,
+    pub m: Madvise,
+    /// The prover has listed the threads and looked at each (its `begin`).
+    pub scanned: bool,
+    /// (thread, a signal sent or adopted for it).
+    pub waiting: Vec<(u8, bool)>,
+}
+
+/// A11's post-unlock drain (`CheckConfig::drain_rounds`), as the cache runs
+/// it: at most [`POST_DRAIN_ROUNDS`] rounds, each a check of the queue and
+/// a try of the lock exclusive (a failure hands the drain to the holder,
+/// which runs its own after its unlock), the drain, and the unlock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PostDrain {
+    /// Rounds already run (0 before the first check).
+    pub round: u8,
+    /// The round holds the lock exclusive and has drained; next, its unlock.
+    pub locked: bool,
+}
+
+/// Rounds of A11's post-unlock drain (the cache's `POST_UNLOCK_DRAINS`).
+pub const POST_DRAIN_ROUNDS: u8 = 4;
 
 /// Program counter of the uffd monitor thread (with several caches, of the
 /// process monitor's reader, M6: `Idle`, then `Apply` once it has read,
@@ -402,6 +455,9 @@ pub struct State {
     /// madvise that raised it: the monitor closes one once its madvise has
     /// returned (M4).
     pub remove_windows: Vec<(Span, Madvise)>,
+    /// `CheckConfig::proof_steps`: the windows of `remove_windows` the
+    /// monitor is proving, in opening order (one cache only).
+    pub proofs: Vec<Proof>,
     /// uffd events queued by the kernel and not read yet, with the sleeping thread.
     pub uffd: Vec<(Span, Actor)>,
     /// The process's monitor (`CheckConfig::caches` 2, M6): the event ring,
@@ -487,12 +543,12 @@ impl State {
     pub fn quiescent(&self) -> bool {
         self.threads
             .iter()
-            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty())
+            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
     }
 
     /// Every script finished and nothing is left to do for anyone.
     pub fn all_finished(&self) -> bool {
-        self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty())
+        self.threads.iter().all(|t| t.pc == Pc::Done && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
             && self.monitor.pc == MonPc::Idle
             && self.monitor.buf.is_empty()
             && self.monitor.svc.is_none()
@@ -604,6 +660,24 @@ impl State {
             let w: Vec<String> =
                 self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
             rest += &format!(" | REMOVE windows for M4 {}", w.join(", "));
+        }
+        for p in &self.proofs {
+            let w: Vec<String> = p.waiting.iter().map(|(t, sent)| format!("T{t}{}", if *sent { " (signalled)" } else { "" })).collect();
+            if p.scanned {
+                rest += &format!(" | M4 proving {}: waits on [{}]", p.span, w.join(", "));
+            } else {
+                rest += &format!(" | M4 proving {}: not scanned yet", p.span);
+            }
+        }
+        let sigs: Vec<String> = self
+            .threads
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.sig != Sig::None)
+            .map(|(i, t)| format!("T{i} {:?}", t.sig))
+            .collect();
+        if !sigs.is_empty() {
+            rest += &format!(" | proof signals {}", sigs.join(", "));
         }
         if self.over_limit {
             rest += " | over-limit flag";

@@ -37,7 +37,7 @@ fn check_family(family: &str) {
         }
         // A registration planned inside a REMOVE's window (M3) must be
         // served uncached there (W3): the case the window exists for.
-        if (family == "remove" || family == "shared+remove") && out.unreached().contains(&props::S_WINDOWED) {
+        if (family == "remove" || family == "remove+proof" || family == "shared+remove") && out.unreached().contains(&props::S_WINDOWED) {
             failures.push(format!("{}: no registration was served inside a REMOVE window", p.name));
         }
         if out.unique_states != p.unique_states {
@@ -91,12 +91,16 @@ family! {
     pinned_lanes_remote => "lanes-remote",
     pinned_2x3_limit_steps => "2x3+limit+steps",
     pinned_lru_steps => "lru+steps",
+    pinned_2x3_drain_rounds => "2x3+drain-rounds",
+    pinned_lockless_drain_rounds => "lockless+drain-rounds",
+    pinned_remove_proof => "remove+proof",
+    pinned_2x3_remove_proof => "2x3+remove+proof",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 175);
+    assert_eq!(all.len(), 187);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -138,6 +142,45 @@ fn the_release_steps_families_catch_the_release_mutants() {
             let caught = configs.iter().any(|p| {
                 let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
                 check(&cfg, &opts).unwrap().counterexample.is_some_and(|c| c.property == mutant.caught_by()[0])
+            });
+            assert!(caught, "{mutant:?} is not caught in {family}");
+        }
+    }
+}
+
+/// A11's post-unlock drain in rounds: its mutant, and the older mutants of
+/// the holder's and the reader's drains, are caught in both families (by
+/// L1: an event left queued after every script finished).
+#[test]
+fn the_drain_rounds_families_catch_the_drain_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    for family in ["2x3+drain-rounds ", "lockless+drain-rounds "] {
+        let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with(family)).collect();
+        assert!(!configs.is_empty() && configs.iter().all(|p| p.cfg.drain_rounds));
+        for mutant in [Mutant::DrainOneRound, Mutant::HolderSkipsDrain, Mutant::ReaderSkipsDrain, Mutant::QueueNeverDrained] {
+            let caught = configs.iter().any(|p| {
+                let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+                check(&cfg, &opts).unwrap().counterexample.is_some_and(|c| c.property == props::L1)
+            });
+            assert!(caught, "{mutant:?} is not caught in {family}");
+        }
+    }
+}
+
+/// M4 as the prover's steps: its mutants are caught by P2 in both
+/// families (and `remove-without-window`, with no window to prove).
+#[test]
+fn the_proof_families_catch_the_proof_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    for family in ["remove+proof ", "2x3+remove+proof "] {
+        let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with(family)).collect();
+        assert!(!configs.is_empty() && configs.iter().all(|p| p.cfg.proof_steps));
+        for mutant in [Mutant::ProofWithoutAck, Mutant::ProofKernelOutside, Mutant::RemoveWithoutWindow] {
+            let caught = configs.iter().any(|p| {
+                let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+                check(&cfg, &opts).unwrap().counterexample.is_some_and(|c| c.property == props::P2)
             });
             assert!(caught, "{mutant:?} is not caught in {family}");
         }
@@ -207,4 +250,38 @@ fn lanes_remote_reaches_a_remote_release_and_a_split_count() {
         s.threads.iter().filter_map(|t| t.revoke.as_ref()).any(|r| matches!(r.phase, RevokePhase::Held(_, n) if n > 0))
     });
     assert!(split, "no LN5 read a remote count above 0 before its read of held");
+}
+
+/// `remove+proof` reaches what it is for, and the proof is sound in every
+/// reachable state: a madvising thread woken by the read (still inside the
+/// call: asleep no more, zapping, or not yet returned) always has its
+/// window open (or its event read and not yet applied, in M2's critical
+/// section); the prover signals it while it is inside (its handler can
+/// run only after its return); and windows do close.
+#[test]
+fn remove_proof_waits_for_the_madvise_to_return() {
+    use mrcache_checker::state::{EvPc, Madvise, Origin, Sig};
+    let states = reachable("remove+proof");
+    let mut signalled_inside = false;
+    for s in &states {
+        for (t, th) in s.threads.iter().enumerate() {
+            let Some(ev) = th.ev.as_ref().filter(|e| e.origin == Origin::Script) else { continue };
+            let read = match ev.pc {
+                EvPc::Wait => !th.waiting,
+                EvPc::BumpLast | EvPc::Return => true,
+                _ => false,
+            };
+            if read {
+                let m = Madvise { thread: t as u8, op: th.next_op };
+                // M2 reads (waking the thread) and applies in two steps of
+                // one critical section: the window opens at the apply.
+                let open = s.remove_windows.contains(&(ev.span, m)) || s.monitor.buf.iter().any(|(sp, w)| *sp == ev.span && *w == Some(m));
+                assert!(open, "T{t}'s window closed while its madvise is inside:\n{}", s.summary());
+                signalled_inside |= th.sig == Sig::Pending;
+            }
+        }
+    }
+    assert!(signalled_inside, "the prover never signals a thread inside its madvise");
+    let closed = states.iter().any(|s| s.threads[0].next_op > 0 && s.remove_windows.is_empty() && s.threads[1].pc != mrcache_checker::state::Pc::Done);
+    assert!(closed, "no window closes while a script still runs");
 }

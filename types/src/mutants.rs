@@ -11,7 +11,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 51] = [
+pub const MUTANTS: [&str; 54] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -63,6 +63,9 @@ pub const MUTANTS: [&str; 51] = [
     "lane-release-by-acquirer",
     "release-flag-before-decrement",
     "kdreg2-hit-skips-generation",
+    "drain-one-round",
+    "proof-without-ack",
+    "proof-kernel-outside",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test

@@ -184,10 +184,10 @@ impl Ctx<'_> {
         if let Some(h) = self.m.lookup(self.s, req, access) {
             note!(self, "A5: #{h} now covers the request: a hit");
             let ret = self.grant(t, h, true);
-            self.unlock_exclusive(a);
+            self.end_section(t);
             return self.finish(t, ret);
         }
-        self.unlock_exclusive(a);
+        self.end_section(t);
         let error = OpError::Registrar { failure: mrcache_types::RegistrarFailure::Other, pressure: true };
         self.finish(t, Ret::Failed { error });
     }
@@ -392,6 +392,10 @@ impl Ctx<'_> {
                 // The reader's part of "the holder drains": a hook that found the
                 // lock held shared left its event queued; the last reader out
                 // tries the lock and drains, as H2 would.
+                if self.drain_rounds() {
+                    self.start_post_drain(t, true);
+                    return self.finish(t, ret);
+                }
                 let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::ReaderSkipsDrain);
                 if !skip && !self.s.queue.is_empty() && self.s.lock == Lock::Free {
                     note!(self, "A1: T{t} unlocked with events queued: it tries the lock exclusive and drains");
@@ -426,7 +430,7 @@ impl Ctx<'_> {
         if let Some(h) = self.m.lookup(self.s, req, access).filter(|_| !skipped) {
             note!(self, "A3: hit #{h}");
             let ret = self.grant(t, h, true);
-            self.unlock_exclusive(t as Actor);
+            self.end_section(t);
             return self.finish(t, ret);
         }
         //= spec.md#A4
@@ -512,6 +516,7 @@ impl Ctx<'_> {
                 self.settle_over_limit();
                 self.unlock_exclusive(t as Actor);
                 if exhausted {
+                    self.start_post_drain(t, false);
                     self.finish(t, Ret::Failed { error: OpError::RetriesExhausted });
                 } else {
                     self.thread_mut(t).pc = Pc::A2;
@@ -526,7 +531,7 @@ impl Ctx<'_> {
                 let ret = self.grant(t, h, true);
                 self.thread_mut(t).noted.clear();
                 self.settle_over_limit();
-                self.unlock_exclusive(t as Actor);
+                self.end_section(t);
                 self.finish(t, ret);
             }
             A7::Insert => {
@@ -587,7 +592,7 @@ impl Ctx<'_> {
     //= spec.md#A11
     pub(super) fn a11(&mut self, t: usize) {
         let h = self.acq(t).handle.expect("A9 inserted");
-        self.unlock_exclusive(t as Actor);
+        self.end_section(t);
         let reg = self.m.view(self.s, h);
         let pressure = self.acq(t).trimmed;
         self.finish(t, Ret::Granted { reg, hit: false, pressure });

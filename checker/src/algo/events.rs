@@ -49,6 +49,10 @@ impl AlgoModel {
         if busy || !s.monitor.toctou.is_empty() || s.monitor.revoke.is_some() {
             return None;
         }
+        if self.proof_steps() {
+            // The proof's own steps close the windows (`m4_prove`).
+            return None;
+        }
         s.remove_windows
             .iter()
             .chain(s.others.iter().flat_map(|o| o.remove_windows.iter()))
@@ -301,6 +305,9 @@ impl Ctx<'_> {
         note!(self, "M3: {} opens a window on {span} for T{}'s REMOVE (closed by M4 once its madvise returned)", actor_name(a), m.thread);
         self.s.windows.push(span);
         self.s.remove_windows.push((span, m));
+        if self.m.proof_steps() {
+            self.s.proofs.push(Proof { span, m, scanned: false, waiting: Vec::new() });
+        }
         // The history: the window is the contract's W1/W2 pair (S2.9), run
         // by the monitor as a hook would: `release_begin` now (the event's
         // effect again, and the window), `release_end` at M4. Without it a
@@ -322,6 +329,12 @@ impl Ctx<'_> {
     pub(super) fn m4_close(&mut self) {
         let (span, m) = self.m.m4_window(self.s).expect("M4 enabled");
         note!(self, "M4: T{}'s madvise of {span} has returned: the monitor closes its window", m.thread);
+        self.close_remove_window(span, m);
+    }
+
+    /// Closes the REMOVE window (`span`, `m`) in every cache that opened
+    /// it; logged as the monitor's `release_end`.
+    pub(super) fn close_remove_window(&mut self, span: Span, m: Madvise) {
         for c in 0..self.m.cfg.caches as usize {
             self.s.swap_cache(c);
             if let Some(i) = self.s.remove_windows.iter().position(|x| *x == (span, m)) {
@@ -435,7 +448,7 @@ impl Ctx<'_> {
                     note!(self, "H2: T{t} gets the lock: drains and unlocks");
                     self.lock_exclusive(t as Actor);
                     self.drain_queue(t as Actor);
-                    self.unlock_exclusive(t as Actor);
+                    self.end_section(t);
                 } else {
                     note!(self, "H2: the lock is busy: T{t} returns, leaving the event queued");
                 }
@@ -465,6 +478,15 @@ impl Ctx<'_> {
             }
             EvPc::BumpLast => {
                 self.bump(t);
+                if self.m.proof_steps() && self.madvise_of(t as Actor).is_some() {
+                    note!(self, "kernel: T{t}'s madvise has zapped {}; it is still inside the call", ev.span);
+                    self.set_ev_pc(t, EvPc::Return);
+                } else {
+                    self.finish_event(t);
+                }
+            }
+            EvPc::Return => {
+                note!(self, "T{t}'s madvise of {} returns to user mode", ev.span);
                 self.finish_event(t);
             }
             EvPc::Notify => self.kdreg2_notify(t, ev.span),

@@ -39,6 +39,13 @@ pub enum Action {
     /// kdreg2 model: the kernel worker takes the module's mutex (waiting
     /// for it) and invalidates the oldest deferred range.
     Worker,
+    /// `CheckConfig::proof_steps`: the monitor's next step of S7.5's proof
+    /// (M4): scan the threads for the windows opened since, or one pass
+    /// (collect acknowledgements, look again, signal, close).
+    Prove,
+    /// `CheckConfig::proof_steps`: the proof signal's handler runs on
+    /// thread `t` (a return to user mode) and stores its token.
+    Ack { t: u8 },
 }
 
 /// What a step did, recorded only when rebuilding a counterexample.
@@ -104,6 +111,7 @@ mod evict;
 mod fork;
 mod kdreg2;
 mod lanes;
+mod proof;
 mod properties;
 mod release;
 mod tso;
@@ -213,6 +221,7 @@ impl AlgoModel {
             windows: Vec::new(),
             windowed_served: false,
             remove_windows: Vec::new(),
+            proofs: Vec::new(),
             uffd: Vec::new(),
             kqueue: Vec::new(),
             kdeferred: Vec::new(),
@@ -243,6 +252,8 @@ impl AlgoModel {
                     lane_leases: Vec::new(),
                     lane: None,
                     failing: false,
+                    post: None,
+                    sig: Sig::None,
                 })
                 .collect(),
             monitor: Monitor {
@@ -317,6 +328,10 @@ impl AlgoModel {
         if !th.toctou.is_empty() {
             return true;
         }
+        // A11's post-unlock drain only tries the lock.
+        if th.post.is_some() {
+            return true;
+        }
         if let Some(ev) = &th.ev {
             return match ev.pc {
                 // Mutant `blocking-hook`: the hook waits for the lock instead of trying it.
@@ -385,7 +400,7 @@ impl AlgoModel {
     /// Whether thread `t`'s next step has a second branch.
     pub fn thread_alt(&self, s: &State, t: usize) -> bool {
         let th = &s.threads[t];
-        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() {
+        if !th.toctou.is_empty() || th.ev.is_some() || th.revoke.is_some() || th.post.is_some() {
             return false;
         }
         match th.pc {
@@ -467,6 +482,8 @@ impl AlgoModel {
             Action::CloseWindow => cx.m4_close(),
             Action::GiveClaim { t } => cx.give_claim(t as usize),
             Action::Worker => cx.worker_step(),
+            Action::Prove => cx.m4_prove(),
+            Action::Ack { t } => cx.proof_ack(t as usize),
         }
         s.swap_cache(c);
         if self.ring() {
@@ -501,6 +518,11 @@ impl AlgoModel {
             },
             Action::CloseWindow if self.ring() => "service thread M4 (the madvise returned: close its window)".to_string(),
             Action::CloseWindow => "monitor M4 (the madvise returned: close its window)".to_string(),
+            Action::Prove if s.proofs.iter().any(|p| !p.scanned) => {
+                "monitor M4 (list the threads, look at each: which may be inside the madvise)".to_string()
+            }
+            Action::Prove => "monitor M4 (a pass: collect acknowledgements, look again, signal, close what is proven)".to_string(),
+            Action::Ack { t } => format!("T{t} runs the proof signal's handler (a return to user mode): it stores its token"),
             Action::Service => {
                 let c = s.monitor.svc.unwrap_or(0);
                 format!("service thread M5 (lock cache {c}, drain the ring into it (M6), unlock, perform its dereg list)")
@@ -528,6 +550,12 @@ impl AlgoModel {
                     revoke_label(th.revoke.as_ref())
                 } else if !th.toctou.is_empty() {
                     "A-H (read lease counts)".to_string()
+                } else if let Some(p) = th.post {
+                    if p.locked {
+                        format!("A11 (unlock after the post-unlock drain's round {})", p.round + 1)
+                    } else {
+                        format!("A11 (post-unlock drain, round {}: check the queue, try the lock, drain)", p.round + 1)
+                    }
                 } else if let Some(ev) = &th.ev {
                     let what = match ev.origin {
                         Origin::Script => format!("{:?} {}", ev.kind, ev.span),
@@ -544,6 +572,7 @@ impl AlgoModel {
                         EvPc::End => "W2 (close the window)",
                         EvPc::Notify if self.cfg.monitor == MonitorKind::Kdreg2 => "kdreg2 notifier (trylock the module's mutex)",
                         EvPc::Notify => "kdreg2 notifier (lock the module's mutex)",
+                        EvPc::Return => "returns from madvise",
                     };
                     format!("{step} ({what})")
                 } else if th.pc == Pc::Idle {
@@ -781,6 +810,9 @@ impl Ctx<'_> {
         if !self.s.threads[t].toctou.is_empty() {
             return self.read_counts_late(t as Actor);
         }
+        if self.s.threads[t].post.is_some() {
+            return self.post_drain_step(t);
+        }
         if self.s.threads[t].ev.is_some() {
             return self.ev_step(t);
         }
@@ -911,6 +943,14 @@ impl Model for AlgoModel {
         if self.worker_enabled(s) {
             actions.push(Action::Worker);
         }
+        if self.prove_enabled(s) {
+            actions.push(Action::Prove);
+        }
+        for t in 0..s.threads.len() {
+            if self.ack_enabled(s, t) {
+                actions.push(Action::Ack { t: t as u8 });
+            }
+        }
         for t in 0..s.threads.len() {
             if self.registrar_may_fail(&s.seen_from_cache(self.cache_of(t)), t) {
                 actions.push(Action::RegistrarFails { t: t as u8 });
@@ -953,6 +993,8 @@ impl Model for AlgoModel {
             Action::RegistrarFails { t } => format!("T{t} (registrar fails)"),
             Action::Flush { a } => format!("{} (flush its oldest buffered store)", actor_name(*a)),
             Action::CloseWindow => "monitor (M4)".into(),
+            Action::Prove => "monitor (M4, the proof)".into(),
+            Action::Ack { t } => format!("T{t} (proof signal handler)"),
             Action::GiveClaim { t } => format!("T{t} (gives its lane claim back)"),
             Action::Worker => "kdreg2 worker".into(),
         }

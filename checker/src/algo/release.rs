@@ -141,6 +141,6 @@ impl Ctx<'_> {
         self.drain_queue(t as Actor);
         self.evict_passes(t);
         self.settle_over_limit();
-        self.unlock_exclusive(t as Actor);
+        self.end_section(t);
     }
 }
