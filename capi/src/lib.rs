@@ -37,6 +37,7 @@ use slab::LeaseSlab;
 use threads::ThreadBucket;
 use status::*;
 use std::ffi::{c_char, c_int, c_void};
+use mrcache_impl::sync::AtomicWord;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -186,6 +187,22 @@ pub struct mrcache_t {
 }
 
 static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The next cache id from `next` ([`NEXT_CACHE_ID`] in the library; a loom
+/// word in its model, `slab::models`): unique in the process while fewer
+/// than 2^64 caches were made, so that two caches alive at once have
+/// different slab handle tags (a handle given to the wrong cache is
+/// refused unless 65535 caches were made between them) and registrar
+/// marks. A `fetch_add`: two caches created at once take two ids.
+#[inline(always)]
+pub(crate) fn take_cache_id<W: AtomicWord>(next: &W, mutant: Option<sync::LoomMutant>) -> u64 {
+    if sync::broken(mutant, sync::LoomMutant::CacheIdNotAtomic) {
+        let id = next.load(Ordering::Relaxed);
+        next.store(id + 1, Ordering::Relaxed);
+        return id;
+    }
+    next.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The handle behind `cache`, or NULL_ARGUMENT.
 ///
@@ -343,7 +360,7 @@ pub unsafe extern "C-unwind" fn mrcache_create(
         }
         // SAFETY: as above, and `size` says the whole struct is there.
         let (config, monitor) = cache_config(&unsafe { config.read() })?;
-        let id = NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed);
+        let id = take_cache_id(&NEXT_CACHE_ID, None);
         // SAFETY: non-null; the caller passes an initialised registrar.
         let r = unsafe { registrar.read() };
         let r = CRegistrar::new(&r, id).ok_or_else(|| invalid_config("registrar.reg and registrar.dereg are required"))?;

@@ -43,8 +43,8 @@
 
 use crate::thread_token::{bucket, thread_token};
 use mrcache_impl::cache::{fork_generation, forking_thread};
-use crate::sync;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{self, LoomMutant};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Free slots a thread keeps for itself, per cache (the bucket's last
 /// word holds `len` and the callback scope; loom: two, so that a model
@@ -54,7 +54,7 @@ pub(crate) const LOCAL_FREE_MAX: usize = 29;
 #[cfg(loom)]
 pub(crate) const LOCAL_FREE_MAX: usize = 2;
 /// Threads per cache that get a bucket (others take the shared paths).
-const BUCKETS: usize = 32;
+pub(crate) const BUCKETS: usize = 32;
 
 /// Callback nesting a bucket's mark can count; deeper callbacks of the
 /// same cache take the thread-local marks.
@@ -67,7 +67,7 @@ pub(crate) struct ThreadBucket {
     /// The owner's token, plus its depth inside this cache's registrar
     /// callbacks, however nested (a callback of this cache may call another
     /// cache whose callback calls this one); 0 before the claim.
-    mark: AtomicUsize,
+    mark: sync::AtomicUsize,
     /// The fork generation (its low 32 bits) when the owner entered its
     /// outermost callback of this cache now running.
     entered_in: AtomicU32,
@@ -90,7 +90,7 @@ impl ThreadBucket {
     /// An unclaimed bucket with an empty free list.
     pub(crate) fn new() -> ThreadBucket {
         ThreadBucket {
-            mark: AtomicUsize::new(0),
+            mark: sync::AtomicUsize::new(0),
             entered_in: AtomicU32::new(0),
             len: sync::AtomicU32::new(0),
             scope: AtomicU32::new(0),
@@ -197,13 +197,33 @@ pub(crate) enum Mine<'a> {
 /// bounds check).
 pub(crate) struct ThreadBuckets {
     buckets: Box<[ThreadBucket; BUCKETS]>,
+    /// The breakage these buckets run with (loom builds only).
+    #[cfg(loom)]
+    mutant: Option<LoomMutant>,
 }
 
 impl ThreadBuckets {
     pub(crate) fn new() -> ThreadBuckets {
         ThreadBuckets {
             buckets: Box::new(std::array::from_fn(|_| ThreadBucket::new())),
+            #[cfg(loom)]
+            mutant: None,
         }
+    }
+
+    /// Buckets that run with the breakage `m`.
+    #[cfg(loom)]
+    pub(crate) fn with_mutant(m: LoomMutant) -> ThreadBuckets {
+        ThreadBuckets { mutant: Some(m), ..ThreadBuckets::new() }
+    }
+
+    /// The breakage these buckets run with (none in the library).
+    #[inline(always)]
+    fn mutant(&self) -> Option<LoomMutant> {
+        #[cfg(loom)]
+        return self.mutant;
+        #[cfg(not(loom))]
+        None
     }
 
     /// The calling thread's bucket, claiming it on first use. The usual
@@ -214,6 +234,15 @@ impl ThreadBuckets {
         if me == 0 {
             return Mine::None;
         }
+        self.mine_as(me)
+    }
+
+    /// [`ThreadBuckets::mine`] for the thread whose token is `me` (non-zero,
+    /// its low six bits clear): the library passes the caller's, the loom
+    /// models their threads' (loom's threads share one OS thread and so one
+    /// real token).
+    #[inline(always)]
+    pub(crate) fn mine_as(&self, me: usize) -> Mine<'_> {
         let b = &self.buckets[bucket(me, BUCKETS)];
         // Relaxed: a thread reads its own claim and marks (or a
         // predecessor's, which exited before it began: ordered by the
@@ -224,6 +253,10 @@ impl ThreadBuckets {
         }
         if mark & !MAX_DEPTH == me {
             return b.marked(me);
+        }
+        if mark == 0 && sync::broken(self.mutant(), LoomMutant::BucketClaimWithoutCas) {
+            b.mark.store(me, Ordering::Relaxed);
+            return Mine::Idle(b);
         }
         if mark == 0 && b.mark.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
             return Mine::Idle(b);

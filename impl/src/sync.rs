@@ -41,6 +41,57 @@ pub mod plain {
     };
 }
 
+/// A 64-bit atomic word: std's, or loom's under `--cfg loom`. The
+/// mechanisms whose word is a plain `std` atomic in the library (the hit
+/// counters' slots, kept out of the cache's models; the C API's cache ids,
+/// a `static`) are written once, generic over it: the library runs them on
+/// [`plain::AtomicU64`], and their own loom models on loom's, so the models
+/// explore the very code the library runs. Every method is the inherent
+/// one of the same name, inlined: no cost in the library.
+pub trait AtomicWord: Send + Sync {
+    /// A word holding `v`.
+    fn new(v: u64) -> Self;
+    /// `load`.
+    fn load(&self, o: Ordering) -> u64;
+    /// `store`.
+    fn store(&self, v: u64, o: Ordering);
+    /// `fetch_add`.
+    fn fetch_add(&self, v: u64, o: Ordering) -> u64;
+    /// `compare_exchange`.
+    fn compare_exchange(&self, current: u64, new: u64, success: Ordering, failure: Ordering) -> Result<u64, u64>;
+}
+
+macro_rules! atomic_word {
+    ($t:ty) => {
+        impl AtomicWord for $t {
+            #[inline(always)]
+            fn new(v: u64) -> Self {
+                <$t>::new(v)
+            }
+            #[inline(always)]
+            fn load(&self, o: Ordering) -> u64 {
+                <$t>::load(self, o)
+            }
+            #[inline(always)]
+            fn store(&self, v: u64, o: Ordering) {
+                <$t>::store(self, v, o)
+            }
+            #[inline(always)]
+            fn fetch_add(&self, v: u64, o: Ordering) -> u64 {
+                <$t>::fetch_add(self, v, o)
+            }
+            #[inline(always)]
+            fn compare_exchange(&self, current: u64, new: u64, success: Ordering, failure: Ordering) -> Result<u64, u64> {
+                <$t>::compare_exchange(self, current, new, success, failure)
+            }
+        }
+    };
+}
+
+atomic_word!(plain::AtomicU64);
+#[cfg(loom)]
+atomic_word!(loom::sync::atomic::AtomicU64);
+
 #[cfg(loom)]
 pub(crate) use loom::thread_local;
 #[cfg(not(loom))]

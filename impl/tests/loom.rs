@@ -671,3 +671,84 @@ fn lockless_hit_vs_a_drain_in_progress() {
         all_deregistered_once(&cache);
     });
 }
+
+// ---------------------------------------------------------------------------
+// 8. The hit counters' slots (spec.md#S8)
+
+/// The counters' model: loom's threads share one OS thread and so one real
+/// thread token, so each thread here is given one (`bump_each_as`).
+#[cfg(loom)]
+mod counters {
+    use super::*;
+    use mrcache::cache::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
+    use mrcache::thread_token::bucket;
+
+    /// Two tokens, aligned as thread control blocks are, that hash to the
+    /// same slot.
+    fn two_tokens_of_one_slot() -> (usize, usize) {
+        let a = 1 << 12;
+        let slot = bucket(a, TOKEN_SLOTS);
+        let b = (2usize..).map(|i| i << 12).find(|&t| bucket(t, TOKEN_SLOTS) == slot).expect("a second token");
+        (a, b)
+    }
+
+    /// Threads `a` and `b` run at once with tokens of one slot: one owns it
+    /// (plain load + store bumps), the other takes the overflow
+    /// (`fetch_add`). The main thread sums meanwhile: its snapshots never go
+    /// down and never exceed the bumps made. Then `a` exits and a thread
+    /// with its token (the token reused, as a thread control block is)
+    /// inherits `a`'s slot or overflow. Once all are joined the sum is
+    /// exact: no bump lost.
+    pub(super) fn two_tokens_one_slot_and_an_heir(mutant: Option<CounterMutant>) {
+        model(move || {
+            let (a, b) = two_tokens_of_one_slot();
+            let c = Arc::new(match mutant {
+                Some(m) => HotCounters::<AtomicU64>::with_mutant(TOKEN_SLOTS, m),
+                None => HotCounters::<AtomicU64>::with_slots(TOKEN_SLOTS),
+            });
+            let first = {
+                let c = c.clone();
+                thread::spawn(move || {
+                    c.bump_each_as(a, &[Hot::Acquires]);
+                    c.bump_each_as(a, &[Hot::Acquires]);
+                })
+            };
+            let other = {
+                let c = c.clone();
+                thread::spawn(move || c.bump_each_as(b, &[Hot::Acquires]))
+            };
+            let s1 = c.sum(Hot::Acquires);
+            let s2 = c.sum(Hot::Acquires);
+            assert!(s1 <= s2 && s2 <= 3, "snapshots {s1} then {s2} of 3 bumps");
+            first.join().unwrap();
+            let heir = {
+                let c = c.clone();
+                thread::spawn(move || c.bump_each_as(a, &[Hot::Acquires]))
+            };
+            other.join().unwrap();
+            heir.join().unwrap();
+            assert_eq!(c.sum(Hot::Acquires), 4, "a count lost");
+        });
+    }
+
+    #[test]
+    fn counters_two_tokens_one_slot_and_an_heir() {
+        two_tokens_one_slot_and_an_heir(None);
+    }
+
+    /// Loom finds both threads past the slot's free owner, both owning it,
+    /// and one plain bump overwriting the other's.
+    #[test]
+    #[should_panic(expected = "a count lost")]
+    fn catches_counter_claim_without_cas() {
+        two_tokens_one_slot_and_an_heir(Some(CounterMutant::ClaimWithoutCas));
+    }
+
+    /// The names are those of `mrcache_types::mutants::LOOM_MUTANTS`.
+    #[test]
+    fn counter_mutants_are_listed() {
+        for m in CounterMutant::ALL {
+            assert!(mrcache::types::mutants::LOOM_MUTANTS.contains(&m.name()), "{}", m.name());
+        }
+    }
+}

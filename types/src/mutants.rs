@@ -4,10 +4,11 @@
 //! one per entry of [`MUTANTS`], in this order), the cache's fault switches
 //! (`mrcache::Faults`, one per entry of [`FAULT_SWITCHES`]) and the runners
 //! that select them by name (`mrcache check --mutant NAME`, `mrcache fuzz
-//! --mutant NAME`); and the C API lease slab's mutants ([`SLAB_MUTANTS`]),
-//! which its loom models select. A mutant is always referred to by its name
-//! (spec.md's coverage table names them; `mrcache-citations` checks that
-//! each name is here).
+//! --mutant NAME`); the C API lease slab's mutants ([`SLAB_MUTANTS`]),
+//! which its loom models select; and the other loom models' mutants
+//! ([`LOOM_MUTANTS`]). A mutant is always referred to by its name (spec.md's
+//! coverage table names them; `mrcache-citations` checks that each name is
+//! here).
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
@@ -80,6 +81,20 @@ pub const SLAB_MUTANTS: [&str; 4] = [
     "slab-local-list-keeps-generation",
 ];
 
+/// The mutants of the other loom models (loom builds only, each a variant
+/// its code runs with when a model selects it), by name: each breaks one
+/// mechanism and is caught by the loom model named for it in spec.md's
+/// coverage table (`catches_<name>`, run by ci/full.sh's `loom` step):
+/// the cache's hit counters (`impl/src/cache/counters.rs`, caught in
+/// `impl/tests/loom.rs`), the C API's cache ids and thread buckets
+/// (`capi/src/lib.rs`, `capi/src/threads.rs`, caught in
+/// `capi/src/slab/models.rs`).
+pub const LOOM_MUTANTS: [&str; 3] = [
+    "counter-claim-without-cas",
+    "cache-id-not-atomic",
+    "bucket-claim-without-cas",
+];
+
 /// One fault switch of the real cache (`mrcache::Faults`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultSwitch {
@@ -119,10 +134,10 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_mirrors_exist() {
-        let mut all: Vec<&str> = MUTANTS.iter().chain(&SLAB_MUTANTS).copied().collect();
+        let mut all: Vec<&str> = MUTANTS.iter().chain(&SLAB_MUTANTS).chain(&LOOM_MUTANTS).copied().collect();
         all.sort_unstable();
         all.dedup();
-        assert_eq!(all.len(), MUTANTS.len() + SLAB_MUTANTS.len(), "a mutant name twice");
+        assert_eq!(all.len(), MUTANTS.len() + SLAB_MUTANTS.len() + LOOM_MUTANTS.len(), "a mutant name twice");
         for f in FAULT_SWITCHES {
             assert_eq!(f.field, f.name.replace('-', "_"));
             if let Some(m) = f.mirrors {

@@ -17,6 +17,19 @@
 //!    list) while a third thread uses the exited thread's stale handles and
 //!    the shared list: the stale handles stay dead.
 //!
+//! 4. cache ids (`cache_ids_of_caches_made_at_once`): two caches made at
+//!    once take their ids from one word (`take_cache_id`, the code
+//!    `mrcache_create` runs, on a loom word instead of its `static`): the
+//!    ids differ, and so do the tags of their slabs' handles, so a handle
+//!    of one cache is refused by the other;
+//! 5. thread buckets (`bucket_claimed_by_one_of_two_threads`): two running
+//!    threads whose tokens hash to one bucket (`ThreadBuckets::mine_as`,
+//!    each given its token) claim it at once: exactly one owns it, finds
+//!    itself inside its callback while its depth mark says so (the
+//!    registrar's re-entry check, `MRCACHE_BUSY`) and idle after, and the
+//!    other has no bucket and is never found inside; a later thread with
+//!    the owner's token inherits the bucket at depth 0.
+//!
 //! Every model takes the mutant to run with; `catches_slab_*` show each
 //! [`SlabMutant`] caught by the model named for it (the races only under
 //! loom; the two that break a model without any race also as plain tests).
@@ -26,7 +39,10 @@
 //! another lease returned for a handle, shows.
 
 use super::{mrcache_lease_t, Held, LeaseSlab, SlabMutant};
-use crate::threads::ThreadBucket;
+use crate::sync::LoomMutant;
+use crate::take_cache_id;
+use crate::thread_token::bucket;
+use crate::threads::{Mine, ThreadBucket, ThreadBuckets, BUCKETS, MAX_DEPTH};
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::sync::{model, thread, Arc};
 use mrcache_types::{Access, RegView};
@@ -260,18 +276,125 @@ fn local_list_inherited_across_a_thread_exit() {
 }
 
 // ---------------------------------------------------------------------------
+// 4. Cache ids, the source of the handles' tags
+
+pub(super) fn cache_ids_of_caches_made_at_once(mutant: Option<LoomMutant>) {
+    model(move || {
+        let drops = drops();
+        // The library's `NEXT_CACHE_ID`, as a word loom explores.
+        let next = Arc::new(crate::sync::AtomicU64::new(1));
+        let create = |n: u32| {
+            let (next, drops) = (next.clone(), drops.clone());
+            thread::spawn(move || {
+                let id = take_cache_id(&*next, mutant);
+                let slab = LeaseSlab::new(id);
+                let h = put(&slab, None, token(n, &drops));
+                (id, slab, h)
+            })
+        };
+        let (a, b) = (create(1), create(2));
+        let (id_a, slab_a, h_a) = joined(a);
+        let (id_b, slab_b, h_b) = joined(b);
+        assert_ne!(id_a, id_b, "two caches made at once got one id");
+        assert!(slab_b.read(h_a).is_err() && slab_a.read(h_b).is_err(), "a handle of one cache reads in the other");
+        assert!(!slab_b.release(None, h_a), "a handle of one cache releases in the other");
+        assert!(slab_a.release(None, h_a) && slab_b.release(None, h_b));
+        assert_eq!(take_cache_id(&*next, None), 3, "an id lost");
+    });
+}
+
+#[test]
+fn cache_ids_of_two_caches_made_at_once() {
+    cache_ids_of_caches_made_at_once(None);
+}
+
+// ---------------------------------------------------------------------------
+// 5. Thread buckets: the claim and the callback-depth mark
+
+fn buckets(mutant: Option<LoomMutant>) -> ThreadBuckets {
+    #[cfg(loom)]
+    if let Some(m) = mutant {
+        return ThreadBuckets::with_mutant(m);
+    }
+    assert!(mutant.is_none(), "the buckets' mutants are loom builds' only");
+    ThreadBuckets::new()
+}
+
+/// Two tokens, aligned as thread control blocks are (so their low six
+/// bits, the depth's, are clear), that hash to the same bucket.
+fn two_tokens_of_one_bucket() -> (usize, usize) {
+    let a = 1 << 12;
+    let b = (2usize..).map(|i| i << 12).find(|&t| bucket(t, BUCKETS) == bucket(a, BUCKETS)).expect("a second token");
+    assert!(a & MAX_DEPTH == 0 && b & MAX_DEPTH == 0);
+    (a, b)
+}
+
+/// The thread with token `me`: claims its bucket or finds none; if it
+/// owns it, enters a callback, is found inside, leaves, is found idle.
+/// Whether it owned the bucket.
+fn claim_and_enter(buckets: &ThreadBuckets, me: usize) -> bool {
+    match buckets.mine_as(me) {
+        Mine::Idle(b) => {
+            assert_eq!(b.depth(), 0, "a claimed bucket is at depth {}", b.depth());
+            b.enter_callback();
+            assert!(matches!(buckets.mine_as(me), Mine::InCallback(_)), "the owner inside its callback is not found inside");
+            b.leave_callback();
+            assert!(matches!(buckets.mine_as(me), Mine::Idle(_)), "the owner out of its callback is not idle");
+            true
+        }
+        Mine::InCallback(_) => panic!("a thread found inside a callback it never entered"),
+        Mine::None => {
+            assert!(matches!(buckets.mine_as(me), Mine::None), "a thread without a bucket found one");
+            false
+        }
+    }
+}
+
+pub(super) fn bucket_claimed_by_one_of_two(mutant: Option<LoomMutant>) {
+    model(move || {
+        let buckets = Arc::new(buckets(mutant));
+        let (a, b) = two_tokens_of_one_bucket();
+        let spawn = |me: usize| {
+            let buckets = buckets.clone();
+            thread::spawn(move || claim_and_enter(&buckets, me))
+        };
+        let (ta, tb) = (spawn(a), spawn(b));
+        let (owns_a, owns_b) = (joined(ta), joined(tb));
+        assert!(!(owns_a && owns_b), "two threads own one bucket");
+        assert!(owns_a || owns_b, "neither thread owns the free bucket");
+        // The owner exited: a thread with its token inherits the bucket.
+        let owner = if owns_a { a } else { b };
+        let heir = {
+            let buckets = buckets.clone();
+            thread::spawn(move || matches!(buckets.mine_as(owner), Mine::Idle(b) if b.depth() == 0))
+        };
+        assert!(joined(heir), "the owner's token does not find its bucket idle after the owner exited");
+    });
+}
+
+#[test]
+fn bucket_claimed_by_one_of_two_threads() {
+    bucket_claimed_by_one_of_two(None);
+}
+
+// ---------------------------------------------------------------------------
 // The mutants, each caught by its model
 
 /// Runs `model` with mutant `m` and requires it to fail with one of
 /// `expected` (a model failing for another reason proves nothing).
 fn caught(m: SlabMutant, model: fn(Option<SlabMutant>), expected: &[&str]) {
-    let err = std::panic::catch_unwind(|| model(Some(m))).expect_err(m.name());
+    fails_with(m.name(), || model(Some(m)), expected);
+}
+
+/// Requires `run` (mutant `name`'s model) to panic with one of `expected`.
+fn fails_with(name: &str, run: impl FnOnce() + std::panic::UnwindSafe, expected: &[&str]) {
+    let err = std::panic::catch_unwind(run).expect_err(name);
     let msg = err
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| err.downcast_ref::<&str>().copied())
         .unwrap_or("");
-    assert!(expected.iter().any(|e| msg.contains(e)), "mutant {} failed otherwise: {msg}", m.name());
+    assert!(expected.iter().any(|e| msg.contains(e)), "mutant {name} failed otherwise: {msg}");
 }
 
 /// Loom finds the pop preempted across the other thread's pop, pop, push.
@@ -317,4 +440,37 @@ fn catches_slab_local_list_keeps_generation() {
 fn mutant_names_are_listed() {
     let names: Vec<&str> = SlabMutant::ALL.iter().map(|m| m.name()).collect();
     assert_eq!(names, mrcache_types::mutants::SLAB_MUTANTS);
+}
+
+/// Runs `model` with mutant `m` and requires it to fail with one of
+/// `expected`.
+#[cfg(loom)]
+fn caught_loom(m: LoomMutant, model: fn(Option<LoomMutant>), expected: &[&str]) {
+    fails_with(m.name(), || model(Some(m)), expected);
+}
+
+/// Loom finds both creations past the load before either stores.
+#[cfg(loom)]
+#[test]
+fn catches_cache_id_not_atomic() {
+    caught_loom(LoomMutant::CacheIdNotAtomic, cache_ids_of_caches_made_at_once, &["two caches made at once got one id"]);
+}
+
+/// Loom finds both threads past the free mark's load before either stores.
+#[cfg(loom)]
+#[test]
+fn catches_bucket_claim_without_cas() {
+    caught_loom(
+        LoomMutant::BucketClaimWithoutCas,
+        bucket_claimed_by_one_of_two,
+        &["two threads own one bucket", "the owner inside its callback", "the owner out of its callback", "a claimed bucket is at depth"],
+    );
+}
+
+/// The names are in `mrcache_types::mutants::LOOM_MUTANTS`.
+#[test]
+fn loom_mutant_names_are_listed() {
+    for m in LoomMutant::ALL {
+        assert!(mrcache_types::mutants::LOOM_MUTANTS.contains(&m.name()), "{}", m.name());
+    }
 }

@@ -19,21 +19,30 @@
 //! slots; it is exact when no operation is in flight (always, in sequential
 //! use).
 //!
-//! These are plain `std` atomics even under loom (see [`crate::sync`]).
+//! These are plain `std` atomics even under loom (see [`crate::sync`]): the
+//! cache's loom models do not explore them. The striped counters are
+//! generic over their word ([`crate::sync::AtomicWord`]), so that their own
+//! loom model (`counters_two_tokens_one_slot_and_an_heir`,
+//! `impl/tests/loom.rs`) runs this code on loom's atomics, with the tokens
+//! its threads are given: two running threads whose tokens share a slot
+//! (one owns it, one takes the overflow), a reader summing meanwhile, and a
+//! later thread with an exited thread's token that inherits its slot.
 
-use crate::sync::plain;
 use crate::sync::Ordering::Relaxed;
+use crate::sync::{plain, AtomicWord};
 use crate::thread_token::{bucket, thread_token};
 use std::cell::Cell;
 
 /// Per-thread slots per cache.
 pub const SLOTS: usize = 64;
-/// The slots a thread token may hash to: all, but two in unit tests, so
-/// that threads running at once share slots (and the owner check matters).
-#[cfg(not(test))]
-const TOKEN_SLOTS: usize = SLOTS;
-#[cfg(test)]
-const TOKEN_SLOTS: usize = 2;
+/// The slots a thread token may hash to: all, but two in unit tests and
+/// under loom, so that threads running at once share slots (and the owner
+/// check matters).
+#[cfg(not(any(test, loom)))]
+pub const TOKEN_SLOTS: usize = SLOTS;
+/// The slots a thread token may hash to (see the library's value).
+#[cfg(any(test, loom))]
+pub const TOKEN_SLOTS: usize = 2;
 
 static NEXT_SLOT: plain::AtomicUsize = plain::AtomicUsize::new(0);
 
@@ -58,24 +67,26 @@ fn slot_index() -> usize {
     .unwrap_or(usize::MAX)
 }
 
-#[derive(Debug, Default)]
+/// One thread's stripe of the hit counters. `W`: the word, `std`'s in the
+/// library, loom's in the counters' loom model (`impl/tests/loom.rs`).
+#[derive(Debug)]
 #[repr(align(128))]
-pub(crate) struct HotSlot {
+pub struct HotSlot<W = plain::AtomicU64> {
     /// The thread token that owns the slot (0: none yet).
-    owner: plain::AtomicUsize,
-    pub acquires: plain::AtomicU64,
-    pub hits: plain::AtomicU64,
-    pub releases: plain::AtomicU64,
-    pub deregistrations: plain::AtomicU64,
+    owner: W,
+    acquires: W,
+    hits: W,
+    releases: W,
+    deregistrations: W,
     /// Hits A0 served without the lock (spec.md#A0), also in `hits`.
-    pub lockless_hits: plain::AtomicU64,
+    lockless_hits: W,
     /// Acquires that skipped A1 (spec.md#A1: a streak of A1 misses).
-    pub a1_skips: plain::AtomicU64,
+    a1_skips: W,
 }
 
 /// Which striped counter to bump.
-#[derive(Clone, Copy)]
-pub(crate) enum Hot {
+#[derive(Clone, Copy, Debug)]
+pub enum Hot {
     Acquires,
     Hits,
     Releases,
@@ -89,9 +100,21 @@ pub(crate) enum Hot {
     Deregistrations,
 }
 
-impl HotSlot {
+impl<W: AtomicWord> HotSlot<W> {
+    fn new() -> Self {
+        HotSlot {
+            owner: W::new(0),
+            acquires: W::new(0),
+            hits: W::new(0),
+            releases: W::new(0),
+            deregistrations: W::new(0),
+            lockless_hits: W::new(0),
+            a1_skips: W::new(0),
+        }
+    }
+
     #[inline]
-    fn get(&self, which: Hot) -> &plain::AtomicU64 {
+    fn get(&self, which: Hot) -> &W {
         match which {
             Hot::Acquires => &self.acquires,
             Hot::Hits => &self.hits,
@@ -103,37 +126,109 @@ impl HotSlot {
     }
 }
 
+/// The counters' deliberate breakage, by its
+/// name in `mrcache_types::mutants::LOOM_MUTANTS`; the counters' loom
+/// model catches it. Only loom builds can select it: the library's
+/// counters have no field for it, and `broken` is `false`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterMutant {
+    /// A free slot is claimed with a load and a store instead of the
+    /// compare-exchange: two running threads whose tokens share a slot can
+    /// both own it, and their plain load + store bumps lose counts.
+    ClaimWithoutCas,
+}
+
+#[cfg(loom)]
+impl CounterMutant {
+    /// Every counter mutant, in the order of `LOOM_MUTANTS`.
+    pub const ALL: [CounterMutant; 1] = [CounterMutant::ClaimWithoutCas];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterMutant::ClaimWithoutCas => "counter-claim-without-cas",
+        }
+    }
+}
+
+/// The striped hit counters of one cache.
 #[derive(Debug)]
-pub(crate) struct HotCounters {
-    slots: Box<[HotSlot]>,
-    overflow: HotSlot,
+pub struct HotCounters<W = plain::AtomicU64> {
+    slots: Box<[HotSlot<W>]>,
+    overflow: HotSlot<W>,
+    /// The breakage these counters run with (loom builds only).
+    #[cfg(loom)]
+    mutant: Option<CounterMutant>,
 }
 
 impl HotCounters {
-    pub fn new() -> Self {
-        HotCounters { slots: (0..SLOTS).map(|_| HotSlot::default()).collect(), overflow: HotSlot::default() }
+    pub(crate) fn new() -> Self {
+        Self::with_slots(SLOTS)
     }
 
     #[inline]
-    pub fn bump(&self, which: Hot) {
+    pub(crate) fn bump(&self, which: Hot) {
         self.bump_each(&[which]);
     }
 
     /// Bumps each counter of `which` by one, finding this thread's slot
     /// once (an A1 hit counts an acquire and a hit).
     #[inline(always)]
-    pub fn bump_each(&self, which: &[Hot]) {
+    pub(crate) fn bump_each(&self, which: &[Hot]) {
         let token = thread_token();
-        let own = if token != 0 {
-            let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
-            let owner = slot.owner.load(Relaxed);
-            // Relaxed: a thread reads its own token here only if its own
-            // compare-exchange put it there (module docs).
-            (owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()))
-                .then_some(slot)
-        } else {
-            self.slots.get(slot_index())
-        };
+        let own = if token != 0 { self.owned(token) } else { self.slots.get(slot_index()) };
+        Self::bump_in(&self.overflow, own, which);
+    }
+}
+
+impl<W: AtomicWord> HotCounters<W> {
+    /// Counters with `slots` per-thread slots (the library: [`SLOTS`]; the
+    /// loom model: [`TOKEN_SLOTS`], the ones a token can hash to).
+    pub fn with_slots(slots: usize) -> Self {
+        HotCounters {
+            slots: (0..slots.max(TOKEN_SLOTS)).map(|_| HotSlot::new()).collect(),
+            overflow: HotSlot::new(),
+            #[cfg(loom)]
+            mutant: None,
+        }
+    }
+
+    /// [`HotCounters::with_slots`], running with the breakage `m`.
+    #[cfg(loom)]
+    pub fn with_mutant(slots: usize, m: CounterMutant) -> Self {
+        HotCounters { mutant: Some(m), ..Self::with_slots(slots) }
+    }
+
+    /// Whether these counters run with the breakage `m` (always `false` in
+    /// the library).
+    #[inline(always)]
+    #[allow(unused_variables)]
+    fn broken(&self, m: CounterMutant) -> bool {
+        #[cfg(loom)]
+        return self.mutant == Some(m);
+        #[cfg(not(loom))]
+        false
+    }
+
+    /// The slot of the thread whose token is `token` (non-zero), if it owns
+    /// it: it does if its token is there, or if it claims the free slot.
+    #[inline(always)]
+    fn owned(&self, token: usize) -> Option<&HotSlot<W>> {
+        let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
+        let owner = slot.owner.load(Relaxed);
+        let token = token as u64;
+        if owner == 0 && self.broken(CounterMutant::ClaimWithoutCas) {
+            slot.owner.store(token, Relaxed);
+            return Some(slot);
+        }
+        // Relaxed: a thread reads its own token here only if its own
+        // compare-exchange put it there (module docs).
+        (owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()))
+            .then_some(slot)
+    }
+
+    #[inline(always)]
+    fn bump_in(overflow: &HotSlot<W>, own: Option<&HotSlot<W>>, which: &[Hot]) {
         for &w in which {
             match own {
                 // Only the owning thread writes this slot: no RMW needed.
@@ -142,12 +237,22 @@ impl HotCounters {
                     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
                 }
                 None => {
-                    self.overflow.get(w).fetch_add(1, Relaxed);
+                    overflow.get(w).fetch_add(1, Relaxed);
                 }
             }
         }
     }
 
+    /// [`HotCounters::bump_each`] by the thread whose token is `token`
+    /// (non-zero): the loom model names its threads' tokens, since loom's
+    /// threads share one OS thread and so one real token.
+    #[cfg(loom)]
+    pub fn bump_each_as(&self, token: usize, which: &[Hot]) {
+        assert_ne!(token, 0, "a token is non-zero");
+        Self::bump_in(&self.overflow, self.owned(token), which);
+    }
+
+    /// The sum of one counter over the slots.
     pub fn sum(&self, which: Hot) -> u64 {
         self.slots.iter().chain(std::iter::once(&self.overflow)).map(|s| s.get(which).load(Relaxed)).sum()
     }

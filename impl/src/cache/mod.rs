@@ -173,6 +173,9 @@ pub use lease::{Lease, OwnedLease, SharedCache};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
 pub use entry_state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;
+/// The hit counters, for their loom model (`impl/tests/loom.rs`).
+#[cfg(loom)]
+pub use counters::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
 pub(crate) use generation::Generation;
 
 use self::counters::{Counters, HotCounters};
