@@ -572,7 +572,7 @@ pub fn coverage_rows(spec: &str) -> Result<Vec<CoverageRow>, String> {
             line: n + 1,
             mechanism: mechanism.to_string(),
             code: backticked(code),
-            steps: if tests_only.is_some() { Vec::new() } else { backticked(steps) },
+            steps: if tests_only.is_some() || none(steps) { Vec::new() } else { backticked(steps) },
             tests_only,
             loom: if none(loom) { Vec::new() } else { backticked(loom) },
             mutants: if none(mutants) { Vec::new() } else { backticked(mutants) },
