@@ -12,8 +12,9 @@
 #   verbs        the verbs registrar builds (feature `verbs`) and its
 #                device-free tests run
 #   loom         loom: the lease handoff, the invalidation queue, the
-#                sequence retry (impl/tests/loom.rs); the C API's lease slab
-#                and its mutants (capi/src/slab/models.rs)
+#                sequence retry, the hit counters' slots (impl/tests/loom.rs);
+#                the C API's lease slab, cache ids and thread buckets, and
+#                their mutants (capi/src/slab/models.rs)
 #   valgrind     ci/c-tests.sh: the C examples and tests natively and under
 #                valgrind (memory errors and leaks fail)
 #   upstream     conformance/upstream/build.sh: the peers' current releases

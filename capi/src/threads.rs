@@ -23,10 +23,12 @@
 //! - only the owner reads or writes `len`, `scope` and `slots` (relaxed atomics, for
 //!   `Sync`): a thread asks only about itself, so no ordering with any
 //!   other thread is needed. An inheriting thread reads what its exited
-//!   predecessor wrote, ordered by that exit and its own creation. `len`
-//!   and `slots` go through [`crate::sync`], so the slab's loom models check that order
-//!   (`slab::models`, a thread's exit); the models hand each thread its
-//!   bucket, since loom's threads share one thread token.
+//!   predecessor wrote, ordered by that exit and its own creation. `len`,
+//!   `slots` and `mark` go through [`crate::sync`], so the loom models of
+//!   `slab::models` check that order (a thread's exit) and the claim (two
+//!   threads whose tokens share a bucket); they hand each thread its
+//!   bucket, or its token ([`ThreadBuckets::mine_as`]), since loom's
+//!   threads share one thread token.
 //! - the depth is 0 while the owner is outside every registrar callback of
 //!   this cache: each callback adds one for its duration (its guard's drop
 //!   takes it back, also when unwinding). A thread cannot end inside a

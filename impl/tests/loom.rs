@@ -680,7 +680,7 @@ fn lockless_hit_vs_a_drain_in_progress() {
 #[cfg(loom)]
 mod counters {
     use super::*;
-    use mrcache::cache::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
+    use mrcache::cache::hot_counters::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
     use mrcache::thread_token::bucket;
 
     /// Two tokens, aligned as thread control blocks are, that hash to the

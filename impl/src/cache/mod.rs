@@ -175,7 +175,9 @@ pub use entry_state::{EntryState, Invalidated, Released};
 pub use stats::Diagnostics;
 /// The hit counters, for their loom model (`impl/tests/loom.rs`).
 #[cfg(loom)]
-pub use counters::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
+pub mod hot_counters {
+    pub use super::counters::{CounterMutant, Hot, HotCounters, TOKEN_SLOTS};
+}
 pub(crate) use generation::Generation;
 
 use self::counters::{Counters, HotCounters};
