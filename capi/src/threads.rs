@@ -219,6 +219,16 @@ impl ThreadBuckets {
         ThreadBuckets { mutant: Some(m), ..ThreadBuckets::new() }
     }
 
+    /// Claims the free bucket `b` for `me`: whether it now owns it.
+    #[inline(always)]
+    fn claim(&self, b: &ThreadBucket, me: usize) -> bool {
+        if sync::broken(self.mutant(), LoomMutant::BucketClaimWithoutCas) {
+            b.mark.store(me, Ordering::Relaxed);
+            return true;
+        }
+        b.mark.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
     /// The breakage these buckets run with (none in the library).
     #[inline(always)]
     fn mutant(&self) -> Option<LoomMutant> {
@@ -256,11 +266,7 @@ impl ThreadBuckets {
         if mark & !MAX_DEPTH == me {
             return b.marked(me);
         }
-        if mark == 0 && sync::broken(self.mutant(), LoomMutant::BucketClaimWithoutCas) {
-            b.mark.store(me, Ordering::Relaxed);
-            return Mine::Idle(b);
-        }
-        if mark == 0 && b.mark.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if mark == 0 && self.claim(b, me) {
             return Mine::Idle(b);
         }
         Mine::None

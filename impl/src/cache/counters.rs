@@ -217,14 +217,19 @@ impl<W: AtomicWord> HotCounters<W> {
         let slot = &self.slots[bucket(token, TOKEN_SLOTS)];
         let owner = slot.owner.load(Relaxed);
         let token = token as u64;
-        if owner == 0 && self.broken(CounterMutant::ClaimWithoutCas) {
-            slot.owner.store(token, Relaxed);
-            return Some(slot);
-        }
         // Relaxed: a thread reads its own token here only if its own
         // compare-exchange put it there (module docs).
-        (owner == token || (owner == 0 && slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()))
-            .then_some(slot)
+        (owner == token || (owner == 0 && self.claim(slot, token))).then_some(slot)
+    }
+
+    /// Claims the free `slot` for `token`: whether it now owns it.
+    #[inline(always)]
+    fn claim(&self, slot: &HotSlot<W>, token: u64) -> bool {
+        if self.broken(CounterMutant::ClaimWithoutCas) {
+            slot.owner.store(token, Relaxed);
+            return true;
+        }
+        slot.owner.compare_exchange(0, token, Relaxed, Relaxed).is_ok()
     }
 
     #[inline(always)]
