@@ -157,7 +157,9 @@ fn run<G: Guards>(guards: Jumped<G>, call: impl FnOnce(*mut RawEscape) -> c_int)
             if !mrcache_impl::monitor::process::on_service_thread() {
                 // Ordering: read back by this thread only (program order);
                 // other threads only see "maybe some" and read their own flag.
-                EXITS_PENDING.fetch_add(1, Ordering::Relaxed);
+                if !exit_not_counted() {
+                    EXITS_PENDING.fetch_add(1, Ordering::Relaxed);
+                }
                 EXIT_PENDING.with(|p| p.set(true));
             }
             Ended::Exit
@@ -206,5 +208,66 @@ fn resume_exit_if_mine() {
         // (the body returned); the unwind is glibc's forced unwind of an
         // exit already under way, which the entry point (C-unwind) passes.
         unsafe { mrcache_escape_resume_exit() }
+    }
+}
+
+// The mutant's switch, after every spec citation of this file (the
+// citation check counts what follows a `#[cfg(test)]` as tests).
+#[cfg(test)]
+thread_local! {
+    /// This thread runs with mutant `escape-exit-not-counted` (test builds
+    /// only): a callback's exit is flagged but not counted in
+    /// [`EXITS_PENDING`], so the entry point's filter never reads the flag
+    /// and the thread goes on past its `pthread_exit`.
+    static EXIT_NOT_COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread runs with mutant `escape-exit-not-counted` (always
+/// `false` in the library).
+#[inline(always)]
+fn exit_not_counted() -> bool {
+    #[cfg(test)]
+    return EXIT_NOT_COUNTED.with(Cell::get);
+    #[cfg(not(test))]
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoGuards;
+    impl Guards for NoGuards {}
+
+    /// A callback that ended by its thread's exit, as the trampoline reports
+    /// it, on a thread of its own (with mutant `escape-exit-not-counted` if
+    /// `mutant`): whether the entry point's filter, [`resume_exit_if_pending`],
+    /// would reach the thread's flag and resume the exit. The flag is then
+    /// cleared as the resume would, without exiting.
+    fn exit_reaches_the_entry_point(mutant: bool) -> bool {
+        std::thread::spawn(move || {
+            EXIT_NOT_COUNTED.with(|m| m.set(mutant));
+            // SAFETY: `escape` is `run`'s record, alive for the call.
+            let ended = run(Jumped { guards: NoGuards, then: None }, |escape| unsafe {
+                (*escape).kind = ESCAPE_EXIT;
+                0
+            });
+            assert!(matches!(ended, Ended::Exit), "{ended:?}");
+            let reached = EXITS_PENDING.load(Ordering::Relaxed) != 0 && EXIT_PENDING.with(Cell::get);
+            if EXIT_PENDING.with(|p| p.replace(false)) && !mutant {
+                EXITS_PENDING.fetch_sub(1, Ordering::Relaxed);
+            }
+            reached
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// One test, in sequence: [`EXITS_PENDING`] is the process's, so a
+    /// correct run beside the mutant's would hide it.
+    #[test]
+    fn a_callback_exit_reaches_the_entry_point_and_the_mutant_is_caught() {
+        assert!(exit_reaches_the_entry_point(false), "a callback's exit is not resumed at its entry point");
+        assert!(!exit_reaches_the_entry_point(true), "mutant escape-exit-not-counted not caught");
     }
 }
