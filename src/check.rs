@@ -137,6 +137,20 @@ pub struct CheckArgs {
     /// (spec.md#A1).
     #[arg(long)]
     pub skip_a1: bool,
+    /// A3 and A8 skip their lookups while the index's insert counter is
+    /// unchanged since the acquire's last lookup missed (spec.md#A3, A8).
+    #[arg(long)]
+    pub lookup_skips: bool,
+    /// With --lockless: A0 reads the hit memo's slot racily, the state word
+    /// (PENDING, INVALID, incarnation) of the entry memory it names, and
+    /// checks the key again after its compare-exchange; A9 reuses entry
+    /// memory (spec.md#A0).
+    #[arg(long)]
+    pub memo: bool,
+    /// With limits, a use leaves the LRU stamp of an entry whose stamp is
+    /// the clock's (the most recent use) as it is (spec.md#S6.3).
+    #[arg(long)]
+    pub restamp_skip: bool,
     /// With limits, R1's atomics (the LRU touch, the decrement, the
     /// over-limit flag's load) are steps of their own (spec.md#R1).
     #[arg(long)]
@@ -201,6 +215,9 @@ impl CheckArgs {
             lanes: self.lanes,
             lockless: self.lockless,
             skip_a1: self.skip_a1,
+            lookup_skips: self.lookup_skips,
+            memo: self.memo,
+            restamp_skip: self.restamp_skip,
             release_steps: self.release_steps,
             drain_rounds: self.drain_rounds,
             pair: self.pair,

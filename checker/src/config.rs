@@ -131,6 +131,15 @@ impl Mutant {
                 }
                 changed.push("--drain-rounds --monitor sync --cache-frees private".into());
             }
+            Mutant::LruSkipsRestamp | Mutant::RestampSkipWhenRecent if cfg.scripts.is_none() => {
+                cfg.restamp_skip = true;
+                cfg.scripts = Some(lru_scripts());
+                cfg.max_regions = Some(2);
+                changed.push(
+                    "--restamp-skip, the LRU scripts (T0: acquire A, acquire B, release B, release A; T1: acquire C, acquire A, munmap A) and --max-regions 2"
+                        .into(),
+                );
+            }
             Mutant::ReleaseNoLruTouch | Mutant::ReleaseTouchAfterDecrement if cfg.scripts.is_none() => {
                 cfg.scripts = Some(lru_scripts());
                 cfg.max_regions = Some(2);
@@ -208,6 +217,36 @@ impl Mutant {
                     cfg.max_regions = Some(1);
                     changed.push("--max-regions 1".into());
                 }
+            }
+            Mutant::A1CountAfterUnlock | Mutant::A4CountAfterUnlock if cfg.scripts.is_none() => {
+                cfg.lookup_skips = true;
+                cfg.scripts = Some(lookup_scripts());
+                changed.push("--lookup-skips and the lookup scripts (T0: munmap A, acquire A; T1: acquire A)".into());
+            }
+            Mutant::LocklessTakesPending if cfg.scripts.is_none() => {
+                cfg.lockless = true;
+                cfg.memo = true;
+                cfg.pair = true;
+                cfg.monitor = MonitorKind::Sync;
+                cfg.max_regions = None;
+                cfg.max_pinned_bytes = None;
+                cfg.scripts = Some(memo_pending_scripts());
+                changed.push("--lockless --memo --pair --monitor sync, no limits and the PENDING scripts (T0: acquire A, release, acquire A; T1: acquire A, release, munmap A, acquire A)".into());
+            }
+            Mutant::LocklessIgnoresKey if !cfg.memo => {
+                cfg.lockless = true;
+                cfg.memo = true;
+                cfg.max_regions = None;
+                cfg.max_pinned_bytes = None;
+                changed.push("--lockless --memo, no limits".into());
+            }
+            Mutant::LocklessNoKeyRecheck if cfg.scripts.is_none() => {
+                cfg.lockless = true;
+                cfg.memo = true;
+                cfg.max_regions = None;
+                cfg.max_pinned_bytes = None;
+                cfg.scripts = Some(memo_reuse_scripts());
+                changed.push("--lockless --memo, no limits and the reuse scripts (T0: acquire A, release, acquire A, release, acquire A; T1: munmap A, acquire C, release, munmap C, acquire B; B is A's first page)".into());
             }
             Mutant::LocklessSkipsDraining if cfg.scripts.is_none() => {
                 cfg.lockless = true;
@@ -341,6 +380,22 @@ pub struct CheckConfig {
     pub lockless: bool,
     /// With limits, an acquire may skip A1 (straight to A2; spec.md#A1).
     pub skip_a1: bool,
+    /// With limits, a use does not restamp an entry whose LRU stamp is the
+    /// clock's (the most recent use), as the cache's touch skips it
+    /// (spec.md#S6.3). Without it, every use takes a new stamp.
+    pub restamp_skip: bool,
+    /// With `lockless`: A0 reads the hit memo's slot for the request (the
+    /// entry memory A1's last hit for a request on that first page named),
+    /// the state word of whatever entry that memory holds now (PENDING,
+    /// INVALID, a one-bit incarnation), the key, then compare-exchanges and
+    /// checks the key again; A9 takes entry memory freed earlier, and
+    /// publishes a new entry (clears PENDING) a step after its insert.
+    /// Without it, A0's read is the canonical lookup.
+    pub memo: bool,
+    /// A3 and A8 skip their lookups while the index's insert counter is the
+    /// one read when the acquire's last lookup missed (A1's, or A3's at A4),
+    /// as the cache does (spec.md#A3, A8). Without it, both always look up.
+    pub lookup_skips: bool,
     /// With limits, R1 takes the cache's atomics as steps of their own
     /// (spec.md#R1): the LRU touch, the decrement, the over-limit flag's
     /// load; other threads act between them. Without it, R1 is one step.
@@ -425,6 +480,9 @@ impl Default for CheckConfig {
             lanes: false,
             lockless: false,
             skip_a1: false,
+            memo: false,
+            restamp_skip: false,
+            lookup_skips: false,
             release_steps: false,
             drain_rounds: false,
             pair: false,
@@ -842,6 +900,37 @@ pub fn window_scripts() -> Vec<Vec<Op>> {
 /// hit it, misses.
 pub fn window_closed_scripts() -> Vec<Vec<Op>> {
     vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
+}
+
+/// Scripts for A0's PENDING check (with `memo` and `pair`): T1's A1 hit
+/// memoizes T0's entry of A; T1's munmap of A (W1) takes it out and frees
+/// its memory; T0's acquire of A, planned inside the window, gets that
+/// memory for its windowed entry, which A9 inserts (PENDING) and takes out
+/// at once (W3); T1's acquire of A after its munmap returned reads the
+/// memo between the two.
+pub fn memo_pending_scripts() -> Vec<Vec<Op>> {
+    vec![vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), acq(12, 0, 1, RR)]]
+}
+
+/// Scripts for A0's key recheck (with `memo`): T0's A1 hit memoizes its
+/// entry of A, and its A0 reads it; meanwhile T1 frees that memory twice
+/// (munmap A, then C after C took it) and B, a request on A's first page
+/// that does not cover A, takes it: the incarnation (one bit) is back to
+/// the one T0 read.
+pub fn memo_reuse_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 2, RR), rel(1), acq(2, 0, 2, RR), rel(2), acq(3, 0, 2, RR)],
+        vec![ev(ReleaseKind::Munmap, 0, 2), acq(11, 2, 3, RR), rel(11), ev(ReleaseKind::Munmap, 2, 3), acq(12, 0, 1, RR)],
+    ]
+}
+
+/// Scripts where T0 inserts A while T1's acquire of A is between lookups:
+/// after its A1 missed (A3 must see the insert: `a1-count-after-unlock`),
+/// or after its A4 (A8 must: `a4-count-after-unlock`); and, if T0's munmap
+/// is drained after T1's A4, T1's record is stale when T0's entry covers
+/// its request (A7 runs A8's test first: the acquire hits).
+pub fn lookup_scripts() -> Vec<Vec<Op>> {
+    vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 0, 1, RR)], vec![acq(11, 0, 1, RR)]]
 }
 
 /// Scripts where T1's acquire of A may be planned after T0's madvise REMOVE

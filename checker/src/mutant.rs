@@ -273,6 +273,45 @@ mutants! {
     /// io_uring worker inside madvise once was: the madvising thread is
     /// never waited for.
     ProofKernelOutside: "M4 judges a thread inside the kernel (in the madvise) as outside it", [P2];
+    /// With A3's skip (`CheckConfig::lookup_skips`): A1 reads the index's
+    /// insert counter after it unlocks, not under the lock its lookup
+    /// missed under. An entry inserted between the unlock and the read is
+    /// counted as seen, A3 skips its lookup, and the request is registered
+    /// and cached a second time.
+    A1CountAfterUnlock: "A1 reads the insert counter after its unlock: A3 skips a lookup that would hit", [LINEARIZABLE];
+    /// With A8's skip: A4 reads the insert counter after it unlocks. An
+    /// entry inserted between the unlock and the read is counted as seen,
+    /// A8 skips its lookup, and A9 caches the request a second time.
+    A4CountAfterUnlock: "A4 reads the insert counter after its unlock: A8 skips a lookup that would hit", [LINEARIZABLE];
+    /// With the memo (`CheckConfig::memo`): A0 takes a word with PENDING
+    /// set for a findable one. The memo names memory freed and reused by a
+    /// windowed miss for an entry of the same key, which A9 inserts and
+    /// takes out at once (W3); A0's compare-exchange between the two leases
+    /// that registration, planned inside a release window, after the
+    /// release returned (spec.md#A0, A9).
+    LocklessTakesPending: "A0 ignores PENDING: it leases an entry A9 inserts and takes out at once (W3)", [P2];
+    /// With the memo: A0 compares no key, before or after its
+    /// compare-exchange: the slot of the request's first page names the
+    /// entry of another request there (another span or access).
+    LocklessIgnoresKey: "A0 compares no key: it leases the entry the memo's slot names for another request", [P1, LINEARIZABLE];
+    /// With the memo: A0 does not check the key again after its
+    /// compare-exchange. The memory it read was reused twice since (the
+    /// model's incarnation is one bit: it stands for 2^21 reuses), now for
+    /// another key, and the compare-exchange leases that entry.
+    LocklessNoKeyRecheck: "A0 does not check the key after its compare-exchange (the incarnation wrapped)", [P1, LINEARIZABLE];
+    /// W1 stores the windows' open count after its event is queued and
+    /// drained (not with the window, under the mutex): a registration
+    /// planned between reads the count 0, skips the mutex, is not windowed,
+    /// pins the frames about to go and is cached (spec.md#W3).
+    WindowCountAfterQueue: "W1 stores the open-window count after its event is queued: A4 reads 0 and skips the windows", [P2];
+    /// No use restamps an entry, only its creation stamps it (the cache's
+    /// fault switch of the same name): evictions follow creation order,
+    /// not the contract's least recent use.
+    LruSkipsRestamp: "no use restamps an entry's LRU stamp, only its creation stamps it", [LINEARIZABLE];
+    /// With `CheckConfig::restamp_skip`: the skip also takes a stamp one use
+    /// older than the clock for the most recent: another entry was used
+    /// since, and the skipped restamp was needed to order this use after it.
+    RestampSkipWhenRecent: "the restamp skip also skips a stamp one use older than the clock", [LINEARIZABLE];
 }
 
 impl Mutant {
@@ -291,6 +330,7 @@ impl Mutant {
                 | Mutant::EndClosesOldest
                 | Mutant::WindowedServedAfterEnd
                 | Mutant::WindowAfterQueue
+                | Mutant::WindowCountAfterQueue
         )
     }
 

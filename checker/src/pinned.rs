@@ -18,7 +18,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 42] = [
+const FAMILIES: [&str; 48] = [
     "2x3",
     "2x4",
     "3x2",
@@ -61,6 +61,12 @@ const FAMILIES: [&str; 42] = [
     "lockless+drain-rounds",
     "remove+proof",
     "2x3+remove+proof",
+    "2x3+lookup-skips",
+    "lookup-skips",
+    "lockless+memo",
+    "memo-pending",
+    "memo-reuse",
+    "lru+restamp",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -165,6 +171,34 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // scripts (a drain that took a munmap's event off the queue and
         // revokes before it applies it: A0's draining count).
         "lockless" => CheckConfig { lockless: true, ..base(2, 3) },
+        // A3 and A8 skip their lookups while the index's insert counter is
+        // unchanged (`a1-count-after-unlock`, `a4-count-after-unlock`).
+        "2x3+lookup-skips" => CheckConfig { lookup_skips: true, ..base(2, 3) },
+        // A0 through the hit memo: a racy slot naming entry memory that A9
+        // reuses, the state word's PENDING and incarnation, the key checked
+        // before and after the compare-exchange (`lockless-ignores-key`).
+        "lockless+memo" => CheckConfig { lockless: true, memo: true, ..base(2, 3) },
+        // A0 between a windowed entry's insert and its take-out
+        // (`lockless-takes-pending`): with the pair, sync only; one policy.
+        "memo-pending" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
+        "memo-pending" => CheckConfig {
+            lockless: true,
+            memo: true,
+            pair: true,
+            scripts: Some(crate::config::memo_pending_scripts()),
+            ..base(2, 3)
+        },
+        // Entry memory reused twice between A0's read and its
+        // compare-exchange (`lockless-no-key-recheck`): one policy, one
+        // monitor (the async one adds nothing to A0's reads).
+        "memo-reuse" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
+        "memo-reuse" => {
+            CheckConfig { lockless: true, memo: true, scripts: Some(crate::config::memo_reuse_scripts()), ..base(2, 3) }
+        }
+        // T0 inserts A between T1's lookups of A (after its A1, after its
+        // A4). Its scripts have no overlaps of different keys: one policy.
+        "lookup-skips" if policy != OverlapPolicy::Independent => return None,
+        "lookup-skips" => CheckConfig { lookup_skips: true, scripts: Some(crate::config::lookup_scripts()), ..base(2, 3) },
         // An acquire may skip A1 (straight to A2), with a limit.
         "2x3+limit+skip" => CheckConfig { skip_a1: true, max_regions: Some(1), ..base(2, 3) },
         // R1's atomics as steps (the touch, the decrement, the flag's load),
@@ -198,6 +232,15 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lockless+trim" => {
             CheckConfig { lockless: true, registrar_failures: 1, scripts: Some(crate::config::trim_scripts()), ..base(2, 3) }
         }
+        // The LRU scripts with the restamp skip (`restamp-skip-when-recent`,
+        // `lru-skips-restamp`). Their scripts have no overlaps: one policy.
+        "lru+restamp" if policy != OverlapPolicy::Independent => return None,
+        "lru+restamp" => CheckConfig {
+            restamp_skip: true,
+            scripts: Some(crate::config::lru_scripts()),
+            max_regions: Some(2),
+            ..base(2, 3)
+        },
         // The lanes as built: two slots per lane, direct-mapped, with A and C
         // in one slot (`lane-hit-ignores-key`). Their scripts have no
         // overlapping ranges: one policy.
@@ -441,6 +484,24 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x3+remove+proof independent async", 36859),
     ("2x3+remove+proof merge async", 49996),
     ("2x3+remove+proof no-merge-uncache-contained async", 47373),
+    ("2x3+lookup-skips independent sync", 2245),
+    ("2x3+lookup-skips independent async", 3004),
+    ("2x3+lookup-skips merge sync", 3148),
+    ("2x3+lookup-skips merge async", 4113),
+    ("2x3+lookup-skips no-merge-uncache-contained sync", 2918),
+    ("2x3+lookup-skips no-merge-uncache-contained async", 3814),
+    ("lookup-skips independent sync", 422),
+    ("lookup-skips independent async", 644),
+    ("lockless+memo independent sync", 3081),
+    ("lockless+memo independent async", 4144),
+    ("lockless+memo merge sync", 4357),
+    ("lockless+memo merge async", 5744),
+    ("lockless+memo no-merge-uncache-contained sync", 3999),
+    ("lockless+memo no-merge-uncache-contained async", 5278),
+    ("memo-pending independent sync", 100032),
+    ("memo-reuse independent sync", 267916),
+    ("lru+restamp independent sync", 9882),
+    ("lru+restamp independent async", 17772),
 ];
 
 /// Every pinned configuration with its recorded unique-state count (0 when
@@ -456,7 +517,7 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 // The lru and lane families run their own scripts, which do not
                 // reach the generic goals (the lane goals are checked apart).
                 let goals_required =
-                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "remove+proof" && !fam.contains("shared") && fam != "lockless+trim";
+                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "remove+proof" && !fam.contains("shared") && fam != "lockless+trim" && fam != "lookup-skips" && !fam.starts_with("memo-");
                 out.push(Pinned { name, cfg, unique_states, goals_required });
             }
         }

@@ -53,6 +53,13 @@ pub struct Reg {
     /// kdreg2 models: the module changed the range's generation word (it
     /// destroyed its region), so a hit's generation check fails.
     pub kgen: bool,
+    /// `CheckConfig::memo`: the entry memory A9 gave it (a cell of
+    /// [`State::cells`]) and the incarnation that memory then got.
+    pub cell: Option<(u8, u8)>,
+    /// `CheckConfig::memo`: the state word's PENDING bit, set from A9's
+    /// insert until it publishes the entry (never cleared on an entry A9
+    /// takes out at once).
+    pub pending: bool,
 }
 
 /// Program counter of an application thread: the next step it takes.
@@ -119,6 +126,11 @@ pub enum Pc {
     /// Mutant `trim-reads-then-ors`: the trim read `h`'s lease count as 0;
     /// next, it ORs INVALID in, whatever the count is by then.
     TrimOr(Handle),
+    /// `CheckConfig::memo`: A9 inserted the entry (PENDING) and displaced;
+    /// next, still under the lock, it takes the entry out at once (W3) or
+    /// publishes it (clears PENDING), then A10/A11 (`alt`: the cache frees
+    /// its own memory there; `windowed`: the record was, W3).
+    A9Pub { alt: bool, windowed: bool },
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
     Done,
@@ -200,6 +212,28 @@ pub struct Acq {
     pub trimmed: bool,
     /// This acquire skipped A1 (went straight to A2; `CheckConfig::skip_a1`).
     pub skipped_a1: bool,
+    /// `CheckConfig::lookup_skips`: what the index's insert counter says
+    /// about this acquire's next lookup (A3's, A8's).
+    pub inserts: InsertCount,
+}
+
+/// The index's insert counter as an acquire last read it, relative to now:
+/// the model keeps only whether an insert came since (the cache compares
+/// two counts; states that differ only in the count's value would be
+/// distinct for nothing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum InsertCount {
+    /// Not read, or an insert came since: the next lookup runs.
+    #[default]
+    Changed,
+    /// Read when a lookup missed (A1's, under its shared lock; A4's, after
+    /// A3's), and nothing was inserted since: the next lookup would miss
+    /// again (the drains only remove entries), and is skipped.
+    Unchanged,
+    /// Mutants `a1-count-after-unlock` and `a4-count-after-unlock`: the
+    /// lookup missed, and the counter is read in the acquire's next step,
+    /// after the unlock; inserts before that read are not seen.
+    Unread,
 }
 
 /// One memo slot of a thread's lane (LN1–LN6). `held` is written only by the
@@ -449,6 +483,22 @@ pub struct State {
     pub queue: Vec<Span>,
     /// Open release windows (W1–W3), in opening order (a multiset).
     pub windows: Vec<Span>,
+    /// `CheckConfig::memo`: the hit memo's slots, one per first page of a
+    /// request (page, cell): the entry memory A1's last hit for a request
+    /// starting there named. Never cleared (A0 reads them racily: the memory
+    /// may hold another entry, or none, by then).
+    pub memo: Vec<(u8, u8)>,
+    /// `CheckConfig::memo`: the entry memory, one cell per entry that ever
+    /// lived at once: the registration it holds now (the last A9 that took
+    /// it) and its incarnation, one bit (the cache's has 21: a cell reused
+    /// twice between A0's read and its compare-exchange stands for 2^21
+    /// reuses, which only A0's key recheck covers).
+    pub cells: Vec<(Handle, u8)>,
+    /// Mutant `window-count-after-queue`: windows in `windows` whose W1 has
+    /// not stored the open count yet (the count A4 and A7 load first is
+    /// `windows.len()` minus this; 0 in the correct algorithm, where W1
+    /// stores it with the window, under the windows' mutex).
+    pub uncounted_windows: u8,
     /// Some registration planned inside a window was served uncached (W3).
     pub windowed_served: bool,
     /// The windows REMOVEs opened (M3), each also in `windows`, with the

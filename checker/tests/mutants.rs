@@ -122,8 +122,16 @@ mutants! {
     m49_drain_one_round => DrainOneRound,
     m50_proof_without_ack => ProofWithoutAck,
     m51_proof_kernel_outside => ProofKernelOutside,
+    m52_a1_count_after_unlock => A1CountAfterUnlock,
+    m53_a4_count_after_unlock => A4CountAfterUnlock,
+    m54_lockless_takes_pending => LocklessTakesPending,
+    m55_lockless_ignores_key => LocklessIgnoresKey,
+    m57_window_count_after_queue => WindowCountAfterQueue,
+    m58_lru_skips_restamp => LruSkipsRestamp,
+    m59_restamp_skip_when_recent => RestampSkipWhenRecent,
     ; full tier:
     m47_lane_release_by_acquirer => LaneReleaseByAcquirer,
+    m56_lockless_no_key_recheck => LocklessNoKeyRecheck,
 }
 
 /// A lane claim given back and taken by the other thread: the violation
@@ -133,6 +141,15 @@ mutants! {
 #[ignore = "full tier: ci/full.sh"]
 fn m47_lane_release_by_acquirer() {
     caught(Mutant::LaneReleaseByAcquirer);
+}
+
+/// Entry memory reused twice between A0's read and its compare-exchange:
+/// the violation lies deep in `memo-reuse` (267,916 states), and the BFS
+/// that reaches it, with its counterexample, takes about 13 s.
+#[test]
+#[ignore = "full tier: ci/full.sh"]
+fn m56_lockless_no_key_recheck() {
+    caught(Mutant::LocklessNoKeyRecheck);
 }
 
 /// The lane mutants break only the lanes: under the async monitor too they

@@ -95,12 +95,18 @@ family! {
     pinned_lockless_drain_rounds => "lockless+drain-rounds",
     pinned_remove_proof => "remove+proof",
     pinned_2x3_remove_proof => "2x3+remove+proof",
+    pinned_2x3_lookup_skips => "2x3+lookup-skips",
+    pinned_lookup_skips => "lookup-skips",
+    pinned_lockless_memo => "lockless+memo",
+    pinned_memo_pending => "memo-pending",
+    pinned_memo_reuse => "memo-reuse",
+    pinned_lru_restamp => "lru+restamp",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 187);
+    assert_eq!(all.len(), 205);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -284,4 +290,31 @@ fn remove_proof_waits_for_the_madvise_to_return() {
     assert!(signalled_inside, "the prover never signals a thread inside its madvise");
     let closed = states.iter().any(|s| s.threads[0].next_op > 0 && s.remove_windows.is_empty() && s.threads[1].pc != mrcache_checker::state::Pc::Done);
     assert!(closed, "no window closes while a script still runs");
+}
+
+/// A7 runs A8's test first, as spec.md's A7 says and the cache does: in
+/// `lookup-skips`, T1's record goes stale (T0's munmap drained after T1's
+/// A4) while T0's entry of A, planned after that drain, covers T1's
+/// request; T1's A7 must then hit it (with `max_retries` 1, a stale test
+/// first would return E6 where the cache hits).
+#[test]
+fn a7_tests_a8_before_the_stale_record() {
+    use mrcache_checker::algo::A7;
+    use mrcache_checker::state::Pc;
+    let p = pinned_configs().into_iter().find(|p| p.name.starts_with("lookup-skips ")).expect("the family");
+    let m = mrcache_checker::AlgoModel::new(p.cfg).unwrap();
+    let states = reachable("lookup-skips");
+    let mut cases = 0;
+    for s in &states {
+        let th = &s.threads[1];
+        let Some(acq) = th.acq.as_ref() else { continue };
+        if th.pc != Pc::A7 || !th.inflight.is_some_and(|i| i.stale) {
+            continue;
+        }
+        if let Some(h) = m.lookup(s, acq.req, acq.access) {
+            cases += 1;
+            assert_eq!(m.a7_outcome(s, 1), A7::Hit(h), "a stale record with a covering entry #{h}");
+        }
+    }
+    assert!(cases > 0, "no state has T1's stale record beside a covering entry");
 }

@@ -86,6 +86,50 @@ fn invalidation_inside_register_makes_the_acquire_retry() {
     assert_eq!(cache.registrar().live(), 0);
 }
 
+//= spec.md#A7 type=test
+//= spec.md#A8 type=test
+/// A7 runs A8's test first: a registration that went stale while another
+/// thread inserted an entry covering its request returns that entry as a
+/// hit. Inside the first registrar call, the request's range is released
+/// (the record goes stale) and another thread then acquires it (a miss,
+/// planned after the release: cached). With `max_retries` 1 a stale test
+/// first would give up (E6). The checker pins the model's side
+/// (`a7_tests_a8_before_the_stale_record`).
+#[test]
+fn a_stale_registration_beside_a_covering_entry_is_a_hit() {
+    let pages = Arc::new(Pages::new(64, P));
+    let slot: Arc<OnceLock<Weak<GenCache>>> = Arc::new(OnceLock::new());
+    let first = Arc::new(AtomicU32::new(1));
+    let mut reg = GenRegistrar::new(pages.clone());
+    {
+        let (slot, pages) = (slot.clone(), pages.clone());
+        reg.on_register = Some(Box::new(move |range| {
+            if first.swap(0, Ordering::SeqCst) == 0 {
+                return;
+            }
+            let cache = slot.get().and_then(Weak::upgrade).expect("the cache is set");
+            let bumped = pages.bump(range.addr, range.len);
+            cache.invalidate(range.addr, range.len, ReleaseKind::Munmap).unwrap();
+            pages.complete(&bumped);
+            let other = cache.clone();
+            let inner = std::thread::spawn(move || other.acquire(range.addr, range.len, RR).map(|l| (l.hit(), l.view().id)));
+            assert_eq!(inner.join().unwrap().unwrap(), (false, 1), "the other thread's acquire misses and caches R1");
+        }));
+    }
+    let cache = Arc::new(Cache::new(reg, CacheConfig { max_retries: 1, ..CacheConfig::explicit() }));
+    slot.set(Arc::downgrade(&cache)).unwrap();
+    let lease = cache.acquire(0, P, RR).unwrap();
+    assert!(lease.hit(), "A8's test comes first: the covering entry is a hit");
+    assert_eq!(lease.view().id, 1);
+    assert!(lease.handle().is_fresh_for(&pages.completed_snapshot(0, P)));
+    let d = cache.diagnostics();
+    assert_eq!((d.stale_retries, d.discarded_registrations), (0, 1), "no retry; the stale registration dropped");
+    assert_eq!(cache.registrar().registered.load(Ordering::SeqCst), 2);
+    drop(lease);
+    cache.flush();
+    assert_eq!(cache.registrar().live(), 0);
+}
+
 #[test]
 fn invalidated_on_every_attempt_is_e6() {
     let (cache, _) = reentrant_cache(CacheConfig::explicit(), u32::MAX, same);

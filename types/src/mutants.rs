@@ -12,7 +12,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 54] = [
+pub const MUTANTS: [&str; 62] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -67,6 +67,14 @@ pub const MUTANTS: [&str; 54] = [
     "drain-one-round",
     "proof-without-ack",
     "proof-kernel-outside",
+    "a1-count-after-unlock",
+    "a4-count-after-unlock",
+    "lockless-takes-pending",
+    "lockless-ignores-key",
+    "lockless-no-key-recheck",
+    "window-count-after-queue",
+    "lru-skips-restamp",
+    "restamp-skip-when-recent",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test
@@ -121,7 +129,7 @@ pub const FAULT_SWITCHES: [FaultSwitch; 9] = [
     FaultSwitch { name: "note-skips-revoke", field: "note_skips_revoke", mirrors: Some("note-skips-revoke") },
     FaultSwitch { name: "over-limit-flag-late", field: "over_limit_flag_late", mirrors: Some("over-limit-flag-late") },
     FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: Some("remove-without-window") },
-    FaultSwitch { name: "lru-skips-restamp", field: "lru_skips_restamp", mirrors: None },
+    FaultSwitch { name: "lru-skips-restamp", field: "lru_skips_restamp", mirrors: Some("lru-skips-restamp") },
     FaultSwitch {
         name: "dereg-leased-on-invalidate",
         field: "dereg_leased_on_invalidate",

@@ -58,6 +58,21 @@ impl AlgoModel {
         }
     }
 
+    //= spec.md#W3
+    //# A4 and A7 may skip the windows' mutex when the count of open windows,
+    //# stored under it after each change, reads 0
+    /// Whether an open window overlaps `span`, as A4 and A7 read it (W3):
+    /// first the open count, without the mutex, then, if it is not 0, the
+    /// windows under the mutex. The windows stay as read across the step
+    /// (A4 and A7 hold the cache lock; only W1 and W2 change them, and they
+    /// touch nothing else A4 and A7 read), so the two reads are one step.
+    pub fn windows_overlap(&self, s: &State, span: Span) -> bool {
+        if s.windows.len() <= s.uncounted_windows as usize {
+            return false;
+        }
+        s.windows.iter().any(|w| w.overlaps(&span))
+    }
+
     pub fn a7_outcome(&self, s: &State, t: usize) -> A7 {
         let th = &s.threads[t];
         let acq = th.acq.as_ref().expect("A7 runs inside an acquire");
@@ -68,7 +83,11 @@ impl AlgoModel {
         // itself for a miss with nothing inserted since, as the cache's A3
         // and A8 may skip their lookups then.
         let skipped = acq.skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
-        if let Some(h) = self.lookup(s, acq.req, acq.access).filter(|_| !skipped) {
+        //= spec.md#A8
+        //# A8 may skip its lookup while the index's insert counter is still the
+        //# one A4 read before it unlocked
+        let unchanged = acq.inserts == InsertCount::Unchanged;
+        if let Some(h) = self.lookup(s, acq.req, acq.access).filter(|_| !skipped && !unchanged) {
             return A7::Hit(h);
         }
         if th.inflight.is_some_and(|i| i.stale) && !self.mutant(Mutant::NoSeqRecheck) {
@@ -77,7 +96,7 @@ impl AlgoModel {
         //= spec.md#W3
         //# A7 treats a windowed record as stale if no open window overlaps it
         //# any more
-        if th.inflight.is_some_and(|i| i.windowed && !s.windows.iter().any(|w| w.overlaps(&i.span)))
+        if th.inflight.is_some_and(|i| i.windowed && !self.windows_overlap(s, i.span))
             && !self.mutant(Mutant::WindowedCached)
             && !self.mutant(Mutant::WindowedServedAfterEnd)
         {
@@ -310,6 +329,9 @@ impl Ctx<'_> {
             self.thread_mut(t).pc = Pc::A1;
             return;
         }
+        if self.m.cfg.memo {
+            return self.a0_read_memo(t);
+        }
         match self.m.lookup(self.s, req, access) {
             Some(h) if self.s.regs[h as usize].span == req && self.s.regs[h as usize].access == access => {
                 note!(self, "A0: the memo names #{h}, findable with T{t}'s key (no lock)");
@@ -329,6 +351,9 @@ impl Ctx<'_> {
     /// so only if `h` is still findable (mutant `lockless-takes-removed`:
     /// whatever the word now is); then the hit. Else A1.
     pub(super) fn a0_cas(&mut self, t: usize, h: Handle) {
+        if self.m.cfg.memo {
+            return self.a0_cas_memo(t, h);
+        }
         if self.s.regs[h as usize].findable || self.mutant(Mutant::LocklessTakesRemoved) {
             note!(self, "A0: T{t}'s compare-exchange on #{h}'s state word succeeds: a hit without the lock");
             let ret = self.grant(t, h, true);
@@ -336,6 +361,107 @@ impl Ctx<'_> {
         }
         note!(self, "A0: #{h} left the index: T{t}'s compare-exchange fails; A1");
         self.thread_mut(t).pc = Pc::A1;
+    }
+
+    /// A1's hit memoized (`CheckConfig::memo`): the slot of the request's
+    /// first page names the hit's entry memory (under the lock shared).
+    fn put_memo(&mut self, t: usize, h: Handle) {
+        let Some((cell, _)) = self.s.regs[h as usize].cell.filter(|_| self.m.cfg.memo) else { return };
+        let page = self.acq(t).req.first;
+        self.s.memo.retain(|&(p, _)| p != page);
+        self.s.memo.push((page, cell));
+        self.s.memo.sort_unstable();
+    }
+
+    //= spec.md#A0
+    //# read the hit memo's slot for the request without the lock; read the
+    //# entry's state word; if it is findable (neither INVALID nor PENDING)
+    //# and the entry's key is the request's
+    /// A0's read with the memo (`CheckConfig::memo`): the slot names entry
+    /// memory, which may hold another entry than the one memoized (freed
+    /// and reused since), an entry A9 has not published (PENDING) or one
+    /// taken out (INVALID). The word and the key are read in this step; the
+    /// compare-exchange is the next.
+    fn a0_read_memo(&mut self, t: usize) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        let Some(&(_, cell)) = self.s.memo.iter().find(|(p, _)| *p == req.first) else {
+            note!(self, "A0: the memo's slot for page {} is empty: A1", req.first);
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        };
+        let (h, _) = self.s.cells[cell as usize];
+        let r = &self.s.regs[h as usize];
+        // Mutant `lockless-takes-pending`: PENDING ignored.
+        let pending = r.pending && !self.mutant(Mutant::LocklessTakesPending);
+        if !r.findable || pending {
+            let why = if r.findable { "PENDING" } else { "INVALID" };
+            note!(self, "A0: the memo names cell {cell}, #{h}'s state word is {why}: T{t} goes to A1");
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        }
+        // Mutant `lockless-ignores-key`: no key compared, before or after.
+        if (r.span != req || r.access != access) && !self.mutant(Mutant::LocklessIgnoresKey) {
+            note!(self, "A0: the memo names cell {cell}, #{h} of another key: T{t} goes to A1");
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        }
+        note!(self, "A0: the memo names cell {cell}: #{h}, leasable{}, with T{t}'s key (no lock)", if r.pending { " (PENDING: mutant)" } else { "" });
+        self.thread_mut(t).pc = Pc::A0Cas(h);
+    }
+
+    //= spec.md#A0
+    //# compare-exchange its state word from the word read to the same word
+    //# with one more lease; on success, check the key again (the lease now
+    //# keeps the entry alive) and return the hit
+    /// A0's compare-exchange with the memo: it succeeds if the word of `h`'s
+    /// memory is still the one read (the same incarnation, findable, not
+    /// PENDING; the lease count is not compared: a changed count fails the
+    /// cache's compare-exchange, which then goes to A1, as the model's does
+    /// on every other failure). The incarnation is one bit here, so a cell
+    /// reused twice since the read has the word of another entry: the key
+    /// check under the lease gives that lease back (R1: the word was
+    /// leasable, so no handoff) and goes to A1.
+    fn a0_cas_memo(&mut self, t: usize, h: Handle) {
+        let (req, access) = (self.acq(t).req, self.acq(t).access);
+        let (cell, inc) = self.s.regs[h as usize].cell.expect("A0 read an entry A9 made");
+        let (now, now_inc) = self.s.cells[cell as usize];
+        let r = &self.s.regs[now as usize];
+        let pending = r.pending && !self.mutant(Mutant::LocklessTakesPending);
+        let same_word = r.findable && !pending && now_inc == inc;
+        if !same_word && !self.mutant(Mutant::LocklessTakesRemoved) {
+            note!(self, "A0: cell {cell}'s state word changed since T{t} read it: the compare-exchange fails; A1");
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        }
+        if now != h {
+            note!(self, "A0: cell {cell} was reused twice: its incarnation bit is the one read, and T{t}'s compare-exchange leases #{now}");
+        }
+        let recheck = !self.mutant(Mutant::LocklessNoKeyRecheck) && !self.mutant(Mutant::LocklessIgnoresKey);
+        if recheck && (r.span != req || r.access != access) {
+            note!(self, "A0: #{now} is not T{t}'s key: T{t} gives the lease back (R1) and goes to A1");
+            self.thread_mut(t).pc = Pc::A1;
+            return;
+        }
+        note!(self, "A0: T{t}'s compare-exchange on #{now}'s state word succeeds: a hit without the lock");
+        let ret = self.grant(t, now, true);
+        self.finish(t, ret)
+    }
+
+    /// A9's entry memory (`CheckConfig::memo`): the first cell whose entry
+    /// is freed (out of the index, unleased), with a new incarnation; else
+    /// a new cell.
+    fn alloc_cell(&mut self, h: Handle) -> (u8, u8) {
+        let regs = &self.s.regs;
+        let free = self.s.cells.iter().position(|&(o, _)| !regs[o as usize].findable && regs[o as usize].leases == 0);
+        let (cell, inc) = match free {
+            Some(c) => (c, self.s.cells[c].1 ^ 1),
+            None => {
+                self.s.cells.push((h, 0));
+                (self.s.cells.len() - 1, 0)
+            }
+        };
+        self.s.cells[cell] = (h, inc);
+        (cell as u8, inc)
     }
 
     //= spec.md#A1
@@ -379,6 +505,7 @@ impl Ctx<'_> {
                 note!(self, "A1: hit #{h} under the shared lock");
                 let ret = self.grant(t, h, true);
                 self.memoize(t, h);
+                self.put_memo(t, h);
                 self.unlock_shared();
                 if self.m.cfg.lanes {
                     // The reader's drain is a step of its own (it may revoke).
@@ -406,6 +533,13 @@ impl Ctx<'_> {
                 self.finish(t, ret);
             }
             None => {
+                //= spec.md#A3
+                //# A1 reads the counter under the shared lock its lookup missed under
+                if self.m.cfg.lookup_skips {
+                    // Mutant `a1-count-after-unlock`: in A2's step, after the unlock.
+                    let late = self.mutant(Mutant::A1CountAfterUnlock);
+                    self.acq_mut(t).inserts = if late { InsertCount::Unread } else { InsertCount::Unchanged };
+                }
                 note!(self, "A1: no covering entry: T{t} unlocks and takes the slow path");
                 self.unlock_shared();
                 self.thread_mut(t).pc = Pc::A2;
@@ -415,6 +549,7 @@ impl Ctx<'_> {
 
     //= spec.md#A2
     pub(super) fn a2(&mut self, t: usize) {
+        self.read_late_count(t);
         note!(self, "A2: T{t} takes the lock exclusive and drains");
         self.lock_exclusive(t as Actor);
         self.drain_queue(t as Actor);
@@ -427,7 +562,14 @@ impl Ctx<'_> {
         self.kdreg2_purge(t, req);
         let skipped = self.acq(t).skipped_a1 && self.mutant(Mutant::A1SkipWithoutLookup);
         //= spec.md#A3
-        if let Some(h) = self.m.lookup(self.s, req, access).filter(|_| !skipped) {
+        //# A3 may skip its lookup (as a miss) on the acquire's first attempt when
+        //# A1 ran and missed and the index's insert counter is still the one A1
+        //# read when it missed
+        let unchanged = self.acq(t).attempts == 0 && self.acq(t).inserts == InsertCount::Unchanged;
+        if unchanged {
+            note!(self, "A3: nothing inserted since A1 missed: T{t} skips the lookup");
+        }
+        if let Some(h) = self.m.lookup(self.s, req, access).filter(|_| !skipped && !unchanged) {
             note!(self, "A3: hit #{h}");
             let ret = self.grant(t, h, true);
             self.end_section(t);
@@ -445,13 +587,38 @@ impl Ctx<'_> {
         }
         self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
         self.acq_mut(t).plan = Some(plan);
+        if self.m.cfg.lookup_skips {
+            // A8's counter, read before the unlock (mutant
+            // `a4-count-after-unlock`: in A5's step, after it).
+            let late = self.mutant(Mutant::A4CountAfterUnlock);
+            self.acq_mut(t).inserts = if late { InsertCount::Unread } else { InsertCount::Unchanged };
+        }
         self.unlock_exclusive(t as Actor);
         self.thread_mut(t).pc = Pc::A5;
+    }
+
+    /// Mutants `a1-count-after-unlock`, `a4-count-after-unlock`: the insert
+    /// counter read in the step after the unlock.
+    fn read_late_count(&mut self, t: usize) {
+        if self.acq(t).inserts == InsertCount::Unread {
+            note!(self, "A3/A8 (mutant): T{t} reads the insert counter after its unlock");
+            self.acq_mut(t).inserts = InsertCount::Unchanged;
+        }
+    }
+
+    /// A9's insert: every acquire's counter read before it has changed.
+    fn count_insert(&mut self) {
+        for th in self.s.threads.iter_mut() {
+            if let Some(acq) = th.acq.as_mut().filter(|a| a.inserts == InsertCount::Unchanged) {
+                acq.inserts = InsertCount::Changed;
+            }
+        }
     }
 
     //= spec.md#A5
     //# Call the registrar without the lock.
     pub(super) fn a5(&mut self, t: usize, alt: bool) {
+        self.read_late_count(t);
         let plan = self.acq(t).plan.clone().expect("A4 planned");
         let pinned: Vec<u8> = plan.span.pages().map(|p| self.s.gens[p as usize]).collect();
         let h = self.s.regs.len() as Handle;
@@ -469,6 +636,8 @@ impl Ctx<'_> {
             last_use: 0,
             kmon: false,
             kgen: false,
+            cell: None,
+            pending: false,
         });
         self.acq_mut(t).handle = Some(h);
         self.thread_mut(t).pc = Pc::A6;
@@ -511,6 +680,8 @@ impl Ctx<'_> {
                 acq.handle = None;
                 acq.plan = None;
                 acq.attempts += 1;
+                // The retry's A3 looks up (the cache skips on the first attempt only).
+                acq.inserts = InsertCount::Changed;
                 let exhausted = acq.attempts >= self.m.cfg.max_retries;
                 self.thread_mut(t).noted.clear();
                 self.settle_over_limit();
@@ -546,16 +717,26 @@ impl Ctx<'_> {
                 self.thread_mut(t).inflight = None;
                 let id = self.s.next_id;
                 self.s.next_id += 1;
+                let memo = self.m.cfg.memo;
+                let cell = memo.then(|| self.alloc_cell(handle));
                 let r = &mut self.s.regs[handle as usize];
                 r.id = id;
                 r.findable = true;
+                //= spec.md#A9
+                //# The new entry's state word is PENDING from its creation
+                r.cell = cell;
+                r.pending = memo;
+                self.count_insert();
                 note!(self, "A9: insert #{handle} as R{id}; displace {displaced:?}");
                 self.kdreg2_subscribe(handle);
+                if let Some((c, inc)) = cell {
+                    note!(self, "A9: #{handle} takes entry memory cell {c} (incarnation {inc}), PENDING");
+                }
                 let _ = self.grant(t, handle, false);
                 //= spec.md#W3
                 //# A9 inserts a windowed registration and at once takes it out of
                 //# the index, as a leased entry leaves it on invalidation
-                if windowed && !self.mutant(Mutant::WindowedCached) {
+                if windowed && !self.mutant(Mutant::WindowedCached) && !memo {
                     note!(self, "W3: R{id} is windowed: served, never cached (INVALID, deregistered at its last release)");
                     let r = &mut self.s.regs[handle as usize];
                     r.findable = false;
@@ -573,19 +754,52 @@ impl Ctx<'_> {
                         self.dereg_list(t as Actor).push(d);
                     }
                 }
-                let next = if self.m.cfg.has_limits() { Pc::A10 } else { Pc::A11 };
-                if alt {
-                    let span = self.m.cache_free_span();
-                    note!(self, "A9: the cache frees its own memory ({span}) while it holds the lock");
-                    self.s.cache_free_left = false;
-                    self.thread_mut(t).pc = next;
-                    self.start_event(t, ReleaseKind::Munmap, span, Origin::Cache);
-                } else if next == Pc::A10 {
-                    self.thread_mut(t).pc = Pc::A10;
-                } else {
-                    self.a11(t);
+                if memo {
+                    // The take-out or the publication is the next step, so
+                    // that A0 may read the PENDING word between.
+                    self.thread_mut(t).pc = Pc::A9Pub { alt, windowed };
+                    return;
                 }
+                self.a9_end(t, alt);
             }
+        }
+    }
+
+    //= spec.md#A9
+    //# it becomes findable to A0 (its PENDING mark cleared) only after the
+    //# displacement, and only if A9 does not take it out at once
+    /// A9's second step (`CheckConfig::memo`), still under the lock: a
+    /// windowed entry is taken out at once (INVALID, still PENDING), any
+    /// other published (PENDING cleared).
+    pub(super) fn a9_pub(&mut self, t: usize, alt: bool, windowed: bool) {
+        let handle = self.acq(t).handle.expect("A9 inserted");
+        if windowed && !self.mutant(Mutant::WindowedCached) {
+            note!(self, "W3: #{handle} is windowed: served, never cached (INVALID, deregistered at its last release)");
+            let r = &mut self.s.regs[handle as usize];
+            r.findable = false;
+            r.invalid = true;
+            self.s.windowed_served = true;
+        } else {
+            note!(self, "A9: T{t} publishes #{handle} (clears PENDING)");
+            self.s.regs[handle as usize].pending = false;
+        }
+        self.a9_end(t, alt);
+    }
+
+    /// The end of A9: A10 with limits, else A11 (`alt`: the cache frees its
+    /// own memory first, under the lock).
+    fn a9_end(&mut self, t: usize, alt: bool) {
+        let next = if self.m.cfg.has_limits() { Pc::A10 } else { Pc::A11 };
+        if alt {
+            let span = self.m.cache_free_span();
+            note!(self, "A9: the cache frees its own memory ({span}) while it holds the lock");
+            self.s.cache_free_left = false;
+            self.thread_mut(t).pc = next;
+            self.start_event(t, ReleaseKind::Munmap, span, Origin::Cache);
+        } else if next == Pc::A10 {
+            self.thread_mut(t).pc = Pc::A10;
+        } else {
+            self.a11(t);
         }
     }
 

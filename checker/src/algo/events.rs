@@ -129,7 +129,7 @@ impl AlgoModel {
 impl Ctx<'_> {
     /// Whether an open release window overlaps `span` (A4, W3).
     pub(super) fn windowed(&self, span: Span) -> bool {
-        self.s.windows.iter().any(|w| w.overlaps(&span))
+        self.m.windows_overlap(self.s, span)
     }
 
     /// A release through the W1/W2 pair (`CheckConfig::pair`): script
@@ -398,6 +398,12 @@ impl Ctx<'_> {
                 if !self.mutant(Mutant::WindowAfterQueue) {
                     self.s.windows.push(ev.span);
                 }
+                //= spec.md#W1
+                //# W1 stores the count with the window, before it queues its event
+                if self.mutant(Mutant::WindowCountAfterQueue) {
+                    // Its store comes after the event (the release, below).
+                    self.s.uncounted_windows += 1;
+                }
                 self.set_ev_pc(t, EvPc::H1);
             }
             EvPc::End => {
@@ -417,6 +423,10 @@ impl Ctx<'_> {
                 self.finish_event(t);
             }
             EvPc::Bump => {
+                if paired && self.mutant(Mutant::WindowCountAfterQueue) && self.s.uncounted_windows > 0 {
+                    note!(self, "W1 (mutant): T{t} stores the open count only now");
+                    self.s.uncounted_windows -= 1;
+                }
                 if paired && self.mutant(Mutant::WindowAfterQueue) {
                     note!(self, "W1 (mutant): T{t} opens the window on {} only now", ev.span);
                     self.s.windows.push(ev.span);

@@ -52,11 +52,34 @@ pub(super) struct Excess {
 }
 
 impl Ctx<'_> {
+    //= spec.md#S6.3
+    //# A use whose entry's stamp is the clock's (the most recent use) may
+    //# leave the stamp as it is
+    /// A use of `h` (S6.3): a new stamp from the clock. With
+    /// `CheckConfig::restamp_skip`, not if `h`'s stamp is the clock's (a
+    /// stamped entry: A9's first stamp is always taken), as the cache skips it (the load of the stamp, the clock's, the add and
+    /// the max are one step here: `h` is leased across them, and a note
+    /// reads the stamps of unleased entries only).
     pub(super) fn touch(&mut self, h: Handle) {
-        if self.m.cfg.has_limits() {
-            self.s.clock += 1;
-            self.s.regs[h as usize].last_use = self.s.clock;
+        if !self.m.cfg.has_limits() {
+            return;
         }
+        let stamp = self.s.regs[h as usize].last_use;
+        // Mutant `lru-skips-restamp` (the cache's fault switch): only the
+        // creation stamps an entry.
+        if self.mutant(Mutant::LruSkipsRestamp) && stamp != 0 {
+            return;
+        }
+        // Mutant `restamp-skip-when-recent`: also a stamp one use older.
+        let recent = if self.mutant(Mutant::RestampSkipWhenRecent) { stamp + 1 >= self.s.clock } else { stamp == self.s.clock };
+        // A9's first stamp (0: never used) is always taken, as the cache's
+        // `touch_new` takes it.
+        if self.m.cfg.restamp_skip && stamp != 0 && recent {
+            note!(self, "S6.3: #{h}'s stamp {stamp} is the clock's ({}): no restamp", self.s.clock);
+            return;
+        }
+        self.s.clock += 1;
+        self.s.regs[h as usize].last_use = self.s.clock;
     }
 
     //= spec.md#A6

@@ -219,6 +219,9 @@ impl AlgoModel {
             next_id: 1,
             queue: Vec::new(),
             windows: Vec::new(),
+            memo: Vec::new(),
+            cells: Vec::new(),
+            uncounted_windows: 0,
             windowed_served: false,
             remove_windows: Vec::new(),
             proofs: Vec::new(),
@@ -581,6 +584,7 @@ impl AlgoModel {
                     match th.pc {
                         Pc::A1Look => "A1 (lookup under the shared lock)".to_string(),
                         Pc::A0Cas(h) => format!("A0 (compare-exchange on #{h}'s state word)"),
+                        Pc::A9Pub { .. } => "A9 (take the new entry out at once, or publish it)".to_string(),
                         Pc::A3 => "A3/A4 (lookup; plan on a miss)".to_string(),
                         Pc::A7 => "A7-A9 (stale? covered? insert)".to_string(),
                         Pc::A10b => "A10 (second half)".to_string(),
@@ -820,6 +824,7 @@ impl Ctx<'_> {
             Pc::Idle => self.start_op(t, alt),
             Pc::A1Look => self.a1_lookup(t),
             Pc::A0Cas(h) => self.a0_cas(t, h),
+            Pc::A9Pub { alt, windowed } => self.a9_pub(t, alt, windowed),
             Pc::A2 => self.a2(t),
             Pc::A3 => self.a3(t),
             Pc::A5 => self.a5(t, alt),
@@ -877,7 +882,7 @@ impl Ctx<'_> {
             ScriptOp::Acquire { lease, span, access } => {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
                 self.thread_mut(t).acq =
-                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false, skipped_a1: false });
+                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false, skipped_a1: false, inserts: InsertCount::Changed });
                 if self.ln1_start(t, span, access) {
                     return;
                 }

@@ -261,6 +261,8 @@ impl<R: Registrar> Cache<R> {
                 self.hot.bump_each(&[Hot::Acquires, Hot::Hits]);
                 return Ok(Lease::new(self, shared, e, true, false));
             }
+            //= spec.md#A3
+            //# A1 reads the counter under the shared lock its lookup missed under
             a1_missed_at = Some(st.index.inserts());
             if let Some(lane) = lane.filter(|_| self.limits_active) {
                 lane.a1_misses.store(lane.a1_misses.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
@@ -369,9 +371,11 @@ impl<R: Registrar> Cache<R> {
             self.drain(shared, &mut st, deregs);
             //= spec.md#A3
             //# look up again; on a hit, lease it, unlock, perform the dereg list, return.
-            // Skipped when nothing was inserted since A1 missed (the drain
-            // only removes): the lookup would miss again. Same generation
-            // only: a fork replaces the index.
+            //= spec.md#A3
+            //# A3 may skip its lookup (as a miss) on the acquire's first attempt when
+            //# A1 ran and missed and the index's insert counter is still the one A1
+            //# read when it missed
+            // Same generation only: a fork replaces the index.
             let unchanged = attempts == 1
                 && std::ptr::eq(shared, first_shared)
                 && a1_missed_at == Some(st.index.inserts());
@@ -398,6 +402,9 @@ impl<R: Registrar> Cache<R> {
             let mut token = self.add_inflight(shared, &mut st, plan.span);
             // No entry covers the request now (A3): A8 may skip its lookup
             // while nothing is inserted.
+            //= spec.md#A8
+            //# A8 may skip its lookup while the index's insert counter is still the
+            //# one A4 read before it unlocked
             let a4_inserts = st.index.inserts();
             st.unlock();
             deregs.perform();

@@ -56,7 +56,8 @@ pub struct Faults {
     /// A use of a cached entry takes no new LRU stamp (only its creation
     /// stamps it), as if every use found its entry already the latest:
     /// eviction then follows creation order instead of S6.3's least recent
-    /// use (the skip in `Cache::touch` taken too eagerly).
+    /// use (the skip in `Cache::touch` taken too eagerly). Mirrors the
+    /// checker's `lru-skips-restamp`.
     pub lru_skips_restamp: bool,
     /// A release event deregisters leased entries at once (breaks P3). See
     /// [`Faults::enable_dereg_leased_on_invalidate`].

@@ -470,6 +470,9 @@ impl<R: Registrar> Cache<R> {
             return;
         }
         let cost_aware = self.cost_aware();
+        //= spec.md#S6.3
+        //# A use whose entry's stamp is the clock's (the most recent use) may
+        //# leave the stamp as it is
         // Already the latest use: every stamp is a distinct clock value, so
         // an entry whose stamp is the clock's is the most recently used, and
         // a new stamp would change no order between entries (nor, with its

@@ -56,6 +56,8 @@ impl Windows {
     /// Mirrors the multiset's size into `open_count` (mutex held: `open`
     /// is its guard's contents). Release: a reader that sees the count sees
     /// the multiset it counts (module docs).
+    //= spec.md#W1
+    //# W1 stores the count with the window, before it queues its event
     fn counted(&self, open: &[PageSpan]) {
         self.open_count.store(open.len(), Ordering::Release);
     }
@@ -110,6 +112,9 @@ impl Windows {
 
     /// Whether an open window overlaps `span` (A4 and A7, W3). No mutex
     /// while no window is open (module docs: `open_count`).
+    //= spec.md#W3
+    //# A4 and A7 may skip the windows' mutex when the count of open windows,
+    //# stored under it after each change, reads 0
     pub(super) fn overlaps(&self, span: PageSpan) -> bool {
         // Acquire: pairs with `counted`'s release (module docs).
         if self.open_count.load(Ordering::Acquire) == 0 {
