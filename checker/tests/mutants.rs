@@ -118,7 +118,7 @@ mutants! {
     m45_lane_hit_ignores_key => LaneHitIgnoresKey,
     m46_lane_remote_writes_held => LaneRemoteWritesHeld,
     m48_release_flag_before_decrement => ReleaseFlagBeforeDecrement,
-    m49_kdreg2_hit_skips_generation => Kdreg2HitSkipsGeneration,
+    m60_kdreg2_hit_skips_generation => Kdreg2HitSkipsGeneration,
     m49_drain_one_round => DrainOneRound,
     m50_proof_without_ack => ProofWithoutAck,
     m51_proof_kernel_outside => ProofKernelOutside,
