@@ -50,13 +50,21 @@
 #                installs slurm-wlm and munge), a swarm job array through it
 #                (`mrcache swarm submit --slurm`, `mrcache swarm collect`)
 #                that must catch mutant lease-count-saturates by its seed
+#   threes       every pinned family at 3 threads (checker/src/pinned.rs,
+#                pinned3_configs): `mrcache check --pinned --threads3`, each
+#                configuration in a child process on a worker per core, its
+#                unique states (pinned), time and peak RSS; every property
+#                holds, every goal of the 2-thread family is reached (the
+#                figures: docs/checking.md). The same checks as the ignored
+#                test every_family_at_three_threads (checker/tests/threads3.rs),
+#                which the ignored step leaves to this one
 #   large        ci/check-large.sh: the 3 threads x 3 ops model checks (about
 #                15 minutes on the 2 cores)
 # Every step runs; a summary lists each with its time, and the exit status is
 # non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-all=(fast verbs loom valgrind upstream ignored reproducers stale_dma contention hangs slurm large)
+all=(fast verbs loom valgrind upstream ignored reproducers stale_dma contention hangs slurm threes large)
 case ${1:-} in
   "") steps=("${all[@]}") ;;
   --no-fast) steps=("${all[@]:1}") ;;
@@ -80,8 +88,10 @@ step_valgrind() { bash ci/c-tests.sh; }
 # rebuild everything).
 step_ignored() {
   local names
+  # every_family_at_three_threads: the threes step runs the same checks
+  # (with each configuration's time and RSS); not twice.
   names=$(grep -rh -A1 --include='*.rs' '#\[ignore = "full tier: ci/full.sh"\]' tests impl capi checker model types src \
-    | sed -n 's/^ *fn \([a-z0-9_]*\).*/\1/p')
+    | sed -n 's/^ *fn \([a-z0-9_]*\).*/\1/p' | grep -vx every_family_at_three_threads)
   [ -n "$names" ] || { echo "ci/full.sh: no full-tier test found" >&2; return 1; }
   echo "full-tier tests:" $names
   # shellcheck disable=SC2086
@@ -118,6 +128,10 @@ step_hangs() {
   return $rc
 }
 step_slurm() { bash ci/slurm-swarm.sh; }
+step_threes() {
+  cargo build --release -q -p mrcache-cli || return 1
+  "${CARGO_TARGET_DIR:-target}/release/mrcache" check --pinned --threads3 --workers "${WORKERS:-$(nproc)}"
+}
 step_large() { bash ci/check-large.sh; }
 
 for s in "${steps[@]}"; do

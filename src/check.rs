@@ -52,6 +52,23 @@ pub struct CheckArgs {
     /// tests pin their unique-state counts) and print one line each.
     #[arg(long, conflicts_with_all = ["mutant", "scripts", "simulation", "dfs", "max_depth", "swarm"])]
     pub pinned: bool,
+    /// With --pinned: every family at 3 threads instead (the full tier;
+    /// `mrcache_checker::pinned3_configs`), each configuration in a child
+    /// process, with its unique states, time and the child's peak RSS.
+    #[arg(long, requires = "pinned")]
+    pub threads3: bool,
+    /// With --pinned: only the configurations of this family, or the one of
+    /// this name (`family policy monitor`).
+    #[arg(long, value_name = "NAME", requires = "pinned")]
+    pub only: Option<String>,
+    /// With --pinned: print each configuration's count as a line of the
+    /// pinned table (`("name", count),`), to paste after a change.
+    #[arg(long, requires = "pinned")]
+    pub recount: bool,
+    /// With --threads3: run the selected configurations in this process
+    /// (what each child does).
+    #[arg(long, hide = true, requires = "threads3")]
+    pub in_process: bool,
     /// Breadth-first search (the default): shortest counterexamples.
     #[arg(long, conflicts_with_all = ["dfs", "simulation"])]
     pub bfs: bool,
@@ -454,28 +471,114 @@ pub fn swarm_summary(o: &SwarmOutcome, opts: &SwarmOptions) -> String {
 /// `--pinned`: every pinned configuration, one line each; exit 1 if one
 /// violates a property, misses a goal, or explores another number of states.
 fn run_pinned(args: &CheckArgs) -> anyhow::Result<i32> {
+    if args.threads3 && !args.in_process {
+        return run_pinned3(args);
+    }
     let opts = RunOptions { stop_at_first_failure: false, ..args.options() };
+    let all = if args.threads3 { mrcache_checker::pinned3_configs() } else { mrcache_checker::pinned_configs() };
+    let selected = select(all, args.only.as_deref())?;
     let mut failed = 0;
+    let mut recount = Vec::new();
     let start = std::time::Instant::now();
-    for p in mrcache_checker::pinned_configs() {
+    for p in &selected {
         let o = check_with_progress(&p.cfg, &opts, |_| {}).map_err(|e| anyhow!(e))?;
-        let mut problems = o.violated().iter().map(|v| format!("VIOLATED {v}")).collect::<Vec<_>>();
-        if p.goals_required {
-            problems.extend(o.unreached().iter().map(|g| format!("not reached: {g}")));
+        let problems = mrcache_checker::pinned::problems(p, &o);
+        if args.in_process {
+            // One line for the parent (`run_pinned3`): name, unique states,
+            // seconds, this process's peak RSS in KiB, the problems.
+            println!("{}\t{}\t{:.3}\t{}\t{}", p.name, o.unique_states, o.elapsed.as_secs_f64(), peak_rss_kib(), problems.join("; "));
+        } else {
+            println!(
+                "{:<52} {:>9} states {:>9.2?}  {}",
+                p.name,
+                o.unique_states,
+                o.elapsed,
+                if problems.is_empty() { "ok".to_string() } else { problems.join("; ") }
+            );
         }
-        if o.unique_states != p.unique_states {
-            problems.push(format!("{} unique states, pinned {}", o.unique_states, p.unique_states));
-        }
-        println!(
-            "{:<52} {:>9} states {:>9.2?}  {}",
-            p.name,
-            o.unique_states,
-            o.elapsed,
-            if problems.is_empty() { "ok".to_string() } else { problems.join("; ") }
-        );
+        recount.push(format!("    (\"{}\", {}),", p.name, o.unique_states));
         failed += usize::from(!problems.is_empty());
     }
-    println!("{} pinned configurations, {failed} failed, {:.2?}", mrcache_checker::pinned_configs().len(), start.elapsed());
+    if !args.in_process {
+        println!("{} pinned configurations, {failed} failed, {:.2?}", selected.len(), start.elapsed());
+    }
+    if args.recount {
+        println!("{}", recount.join("\n"));
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The configurations of `all` named by `only` (a family or a whole name), or all.
+fn select(all: Vec<mrcache_checker::Pinned>, only: Option<&str>) -> anyhow::Result<Vec<mrcache_checker::Pinned>> {
+    let Some(only) = only else { return Ok(all) };
+    let out: Vec<_> = all.into_iter().filter(|p| p.name == only || p.name.split(' ').next() == Some(only)).collect();
+    if out.is_empty() {
+        bail!("no pinned configuration or family named `{only}`");
+    }
+    Ok(out)
+}
+
+/// This process's peak resident set size in KiB (`getrusage`; 0 if it fails).
+fn peak_rss_kib() -> i64 {
+    // SAFETY: `getrusage` writes only into the struct it is given, which is
+    // a plain C struct for which all-zero bytes are a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF and a valid pointer to a live `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    usage.ru_maxrss
+}
+
+/// `--pinned --threads3`: every family at 3 threads, each configuration in a
+/// child process of its own (peak RSS only grows within a process, so the
+/// child's is that configuration's: the checker's tables plus the binary's
+/// few MiB); the families without a 3-thread form, with the reason; exit 1
+/// if a configuration has a problem (`mrcache_checker::pinned::problems`).
+fn run_pinned3(args: &CheckArgs) -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let workers = args.options().workers;
+    let selected = select(mrcache_checker::pinned3_configs(), args.only.as_deref())?;
+    for (fam, why) in mrcache_checker::pinned::NO_THREE_THREADS {
+        if !matches!(args.only.as_deref(), Some(o) if o != *fam) {
+            println!("{fam:<52} not here: {why}");
+        }
+    }
+    println!("{:<52} {:<22} {:>11} {:>9} {:>9}", "configuration (3 threads)", "form", "states", "time", "peak RSS");
+    let (mut failed, mut recount) = (0, Vec::new());
+    let start = std::time::Instant::now();
+    for p in &selected {
+        let out = std::process::Command::new(&exe)
+            .args(["check", "--pinned", "--threads3", "--in-process", "--only", &p.name, "--workers", &workers.to_string()])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {}", exe.display()))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        let fields: Vec<&str> = line.trim_end().splitn(5, '\t').collect();
+        let form = match &p.cfg.scripts {
+            Some(s) => format!("{} scripted threads", s.iter().filter(|t| !t.is_empty()).count()),
+            None => format!("{} x {} ops", p.cfg.threads, p.cfg.ops),
+        };
+        let [_, unique, secs, kib, problems] = fields[..] else {
+            println!("{:<52} {form:<22} FAILED: the child exited with {} and printed {line:?}", p.name, out.status);
+            failed += 1;
+            continue;
+        };
+        let kib: f64 = kib.parse().unwrap_or(0.0);
+        println!(
+            "{:<52} {form:<22} {unique:>11} {:>8}s {:>6.0} MiB  {}",
+            p.name,
+            secs.parse::<f64>().map(|s| format!("{s:.1}")).unwrap_or_default(),
+            kib / 1024.0,
+            if problems.is_empty() && out.status.success() { "ok" } else { problems }
+        );
+        recount.push(format!("    (\"{}\", {unique}),", p.name));
+        failed += usize::from(!problems.is_empty() || !out.status.success());
+    }
+    println!("{} configurations at 3 threads, {failed} failed, {:.2?} ({workers} worker(s) each)", selected.len(), start.elapsed());
+    if args.recount {
+        println!("{}", recount.join("\n"));
+    }
     Ok(if failed == 0 { 0 } else { 1 })
 }
 

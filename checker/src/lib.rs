@@ -240,7 +240,7 @@ pub mod waits;
 pub use algo::{Action, AlgoModel, Rec, RecEvent};
 pub use config::{default_scripts, kdreg2_scripts, CacheFrees, CheckConfig, MonitorKind, Span};
 pub use mutant::Mutant;
-pub use pinned::{pinned_configs, Pinned};
+pub use pinned::{pinned3_configs, pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
 pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
 pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Engine, Progress, RunOptions, Status, Strategy, Verdict};

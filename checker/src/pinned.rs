@@ -3,6 +3,8 @@
 //! unique states (a change in the model or the scripts shows up here).
 
 use crate::config::{CacheFrees, CheckConfig, MonitorKind};
+use crate::props;
+use crate::run::Outcome;
 use mrcache_model::OverlapPolicy;
 
 /// A pinned configuration and its exact unique-state count (BFS, complete).
@@ -504,6 +506,24 @@ const COUNTS: &[(&str, usize)] = &[
     ("lru+restamp independent async", 17772),
 ];
 
+/// Whether every generic reachability goal must be reached in `fam`. The lru
+/// and lane families (and the others listed) run their own scripts, which do
+/// not reach the generic goals (the lane goals are checked apart).
+fn goals_required(fam: &str) -> bool {
+    !fam.starts_with("lru")
+        && fam != "limit-event"
+        && !fam.starts_with("lanes")
+        && fam != "lockless-drain"
+        && fam != "pair-windows"
+        && fam != "pair-closed"
+        && fam != "remove"
+        && fam != "remove+proof"
+        && !fam.contains("shared")
+        && fam != "lockless+trim"
+        && fam != "lookup-skips"
+        && !fam.starts_with("memo-")
+}
+
 /// Every pinned configuration with its recorded unique-state count (0 when
 /// not recorded yet).
 pub fn pinned_configs() -> Vec<Pinned> {
@@ -514,13 +534,157 @@ pub fn pinned_configs() -> Vec<Pinned> {
                 let Some(cfg) = family(fam, policy, monitor) else { continue };
                 let name = format!("{fam} {} {}", policy.name(), monitor.name());
                 let unique_states = COUNTS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
-                // The lru and lane families run their own scripts, which do not
-                // reach the generic goals (the lane goals are checked apart).
-                let goals_required =
-                    !fam.starts_with("lru") && fam != "limit-event" && !fam.starts_with("lanes") && fam != "lockless-drain" && fam != "pair-windows" && fam != "pair-closed" && fam != "remove" && fam != "remove+proof" && !fam.contains("shared") && fam != "lockless+trim" && fam != "lookup-skips" && !fam.starts_with("memo-");
-                out.push(Pinned { name, cfg, unique_states, goals_required });
+                out.push(Pinned { name, cfg, unique_states, goals_required: goals_required(fam) });
             }
         }
     }
     out
+}
+
+/// The problems of a pinned configuration's outcome: a violated property, a
+/// goal not reached where the family requires it (the generic goals, and
+/// the goals a family exists for), an incomplete search, or another number
+/// of unique states than `p.unique_states`. Empty: the configuration passes.
+pub fn problems(p: &Pinned, out: &Outcome) -> Vec<String> {
+    let fam = p.name.split(' ').next().unwrap_or_default();
+    let unreached = out.unreached();
+    let mut problems = Vec::new();
+    if !out.complete {
+        problems.push("exploration incomplete".to_string());
+    }
+    problems.extend(out.violated().iter().map(|v| format!("VIOLATED {v}")));
+    if p.goals_required {
+        problems.extend(unreached.iter().map(|g| format!("not reached: {g}")));
+    }
+    if fam == "lanes" {
+        problems.extend(unreached.iter().filter(|g| g.contains("lane")).map(|g| format!("lane goal not reached: {g}")));
+    }
+    // The note's revoke (LN5) must pin a lane lease there: the case it exists for.
+    if fam == "lanes+note" && unreached.iter().any(|g| g.contains("a revoke pins a lane lease")) {
+        problems.push("no note pinned a lane lease".to_string());
+    }
+    // A registration planned inside a REMOVE's window (M3) must be served
+    // uncached there (W3): the case the window exists for.
+    if (fam == "remove" || fam == "shared+remove") && unreached.contains(&props::S_WINDOWED) {
+        problems.push("no registration was served inside a REMOVE window".to_string());
+    }
+    if out.unique_states != p.unique_states {
+        problems.push(format!("{} unique states, pinned {}", out.unique_states, p.unique_states));
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------
+// The families at 3 threads (the full tier: `mrcache check --pinned
+// --threads3`, the ignored test `every_family_at_three_threads`).
+//
+// Each family's 3-thread form is derived from its 2-thread configuration
+// (`family` above), so a new family gets one by the default rules:
+// - generated scripts (`scripts` is `None`): 3 threads, `THREE_THREAD_OPS`
+//   ops each (2 unless listed there: 3 x 3 of a feature family is 10-30 M
+//   states or more, minutes each, against seconds at 3 x 2; thread 2 runs
+//   the generated pattern of index 2: a madvise of page 0, an acquire of
+//   page 0 and later of pages 0-1);
+// - hand-written scripts: a third thread (T2) running `third_thread`'s
+//   script, by default the first two operations of the generated pattern of
+//   index 2 (a madvise of page 0, then an acquire of page 0): page 0 is the
+//   range every hand-written script acquires and releases (A), so T2's
+//   release event and its registration overlap the other threads' entries;
+// - a family whose scripts make the overlap policy irrelevant
+//   (`policy_blind`) runs the independent policy only;
+// - the families in `NO_THREE_THREADS` are not run here, with the reason.
+// The name of a 3-thread configuration is its family's (`family policy
+// monitor`); its goals are the 2-thread family's.
+// ---------------------------------------------------------------------------
+
+/// Families without a 3-thread form here, and why.
+pub const NO_THREE_THREADS: &[(&str, &str)] = &[
+    ("2x3", "its 3-thread form, 3 threads x 3 ops, is ci/check-large.sh (the full tier's `large` step)"),
+    ("2x4", "3 threads x 4 ops is past exhaustive reach (its BFS filled 23 GB); 3 x 3 is ci/check-large.sh"),
+    ("3x2", "already 3 threads (pinned in the fast tier); 3 x 3 is ci/check-large.sh"),
+];
+
+/// Ops per thread of the generated families at 3 threads, where not 2.
+const THREE_THREAD_OPS: &[(&str, usize)] = &[];
+
+/// T2's script in a hand-written family at 3 threads (see above).
+fn third_thread(_fam: &str) -> Vec<mrcache_types::Op> {
+    crate::config::default_scripts(3, 1).swap_remove(2)
+}
+
+/// The 3-thread form of `cfg`, family `fam`'s 2-thread configuration.
+fn three_threads(fam: &str, mut cfg: CheckConfig) -> CheckConfig {
+    match cfg.scripts.take() {
+        None => {
+            cfg.threads = 3;
+            cfg.ops = THREE_THREAD_OPS.iter().find(|(f, _)| *f == fam).map_or(2, |(_, o)| *o);
+        }
+        // `2x3+attached`: T1 (on cache 1) is idle at 2 threads; at 3 it runs
+        // the first two operations of its generated pattern (an acquire of
+        // page 1 and its release), beside T0 and T2 on cache 0.
+        Some(mut scripts) if scripts.len() >= 3 => {
+            if let Some(idle) = scripts.iter().position(|s| s.is_empty()) {
+                scripts[idle] = crate::config::default_scripts(idle + 1, 2).swap_remove(idle);
+            }
+            cfg.scripts = Some(scripts);
+        }
+        Some(mut scripts) => {
+            scripts.push(third_thread(fam));
+            cfg.scripts = Some(scripts);
+        }
+    }
+    cfg
+}
+
+/// Whether the overlap policy cannot change a run of `scripts`: any two
+/// acquires ask for the same range with the same access, or for disjoint
+/// ranges. The policies differ only on a request that overlaps another
+/// entry's range without being it (a merge, an uncache, a second entry),
+/// and the entries are then always the requests' ranges. Such families run
+/// one policy at 3 threads (their 2-thread counts are the same under each,
+/// as `lanes-collide` runs one policy at 2 threads).
+fn policy_blind(scripts: &[Vec<mrcache_types::Op>]) -> bool {
+    let acquires: Vec<_> = scripts
+        .iter()
+        .flatten()
+        .filter_map(|op| match *op {
+            mrcache_types::Op::Acquire { addr, len, access, .. } => Some((addr, addr.saturating_add(len), access)),
+            _ => None,
+        })
+        .collect();
+    acquires.iter().all(|a| acquires.iter().all(|b| a == b || a.1 <= b.0 || b.1 <= a.0))
+}
+
+/// Unique states of each 3-thread configuration, `family policy monitor`.
+/// Recount (after a change of the model, the scripts or FAMILIES) with
+/// `mrcache check --pinned --threads3 --recount` and paste its output here.
+const COUNTS3: &[(&str, usize)] = &[];
+
+/// Every family's 3-thread configurations (but those of [`NO_THREE_THREADS`])
+/// with their recorded unique-state counts (0 when not recorded yet).
+pub fn pinned3_configs() -> Vec<Pinned> {
+    let mut out = Vec::new();
+    for fam in FAMILIES {
+        if NO_THREE_THREADS.iter().any(|(f, _)| *f == fam) {
+            continue;
+        }
+        for policy in OverlapPolicy::ALL {
+            for monitor in MonitorKind::ALL {
+                let Some(cfg) = family(fam, policy, monitor) else { continue };
+                let cfg = three_threads(fam, cfg);
+                if policy != OverlapPolicy::Independent && cfg.scripts.as_deref().is_some_and(policy_blind) {
+                    continue;
+                }
+                let name = format!("{fam} {} {}", policy.name(), monitor.name());
+                let unique_states = COUNTS3.iter().find(|(n, _)| *n == name).map(|(_, c)| *c).unwrap_or(0);
+                out.push(Pinned { name, cfg, unique_states, goals_required: goals_required(fam) });
+            }
+        }
+    }
+    out
+}
+
+/// The families (names) of [`FAMILIES`], for listings.
+pub fn families() -> &'static [&'static str] {
+    &FAMILIES
 }
