@@ -45,3 +45,26 @@ fn every_family_at_three_threads() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A family run under one policy at 3 threads (its scripts cannot tell the
+/// policies apart: `policy_blind` in `checker/src/pinned.rs`) has the same
+/// 2-thread count under every policy, monitor by monitor.
+#[test]
+fn families_run_under_one_policy_are_policy_blind_at_two_threads() {
+    use std::collections::BTreeMap;
+    let three: Vec<String> = pinned3_configs().into_iter().map(|p| p.name).collect();
+    let mut counts: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for p in mrcache_checker::pinned_configs() {
+        let words: Vec<&str> = p.name.split(' ').collect();
+        let (fam, monitor) = (words[0], words[2]);
+        let one_policy = three.iter().any(|n| n.starts_with(&format!("{fam} ")))
+            && !three.iter().any(|n| n.starts_with(&format!("{fam} ")) && !n.contains(" independent "));
+        if one_policy {
+            counts.entry((fam.to_string(), monitor.to_string())).or_default().push(p.unique_states);
+        }
+    }
+    assert!(!counts.is_empty());
+    for ((fam, monitor), c) in counts {
+        assert!(c.windows(2).all(|w| w[0] == w[1]), "{fam} {monitor}: 2-thread counts differ by policy: {c:?}");
+    }
+}
