@@ -568,7 +568,9 @@ pub fn problems(p: &Pinned, out: &Outcome) -> Vec<String> {
     if (fam == "remove" || fam == "shared+remove") && unreached.contains(&props::S_WINDOWED) {
         problems.push("no registration was served inside a REMOVE window".to_string());
     }
-    if out.unique_states != p.unique_states {
+    if p.unique_states == 0 {
+        problems.push(format!("{} unique states, none pinned (recount: `mrcache check --pinned [--threads3] --recount`)", out.unique_states));
+    } else if out.unique_states != p.unique_states {
         problems.push(format!("{} unique states, pinned {}", out.unique_states, p.unique_states));
     }
     problems
@@ -602,6 +604,19 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     ("2x3", "its 3-thread form, 3 threads x 3 ops, is ci/check-large.sh (the full tier's `large` step)"),
     ("2x4", "3 threads x 4 ops is past exhaustive reach (its BFS filled 23 GB); 3 x 3 is ci/check-large.sh"),
     ("3x2", "already 3 threads (pinned in the fast tier); 3 x 3 is ci/check-large.sh"),
+    // Measured on 2 workers at a load average of about 19 from other work:
+    // `2x3+nested` at 3 x 2 is 8-16 M states a configuration (28 min for
+    // its six), and this family is 1.2-1.9 times its size at 2 threads.
+    (
+        "2x3+nested+limit",
+        "3 x 2 ops is past the tier's half hour (its first configuration ran over 7 min; `2x3+nested` and `2x3+limit` run at 3 threads)",
+    ),
+    // The longest hand-written scripts (T1: five operations): with T2's
+    // madvise its first configuration did not finish in 20 min.
+    ("lanes+note", "with a third thread its first configuration ran over 20 min (the lanes run at 3 threads in `lanes`, `lanes+limit`)"),
+    // 860,929 states at 2 threads (35 s), the largest family; a third
+    // thread made the other hand-written families 120-740 times larger.
+    ("lanes-claims", "860,929 states at 2 threads already: with a third thread past the tier (the claims are already in the full tier at 2 threads)"),
 ];
 
 /// Ops per thread of the generated families at 3 threads, where not 2.
