@@ -614,6 +614,8 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     // The longest hand-written scripts (T1: five operations): with T2's
     // madvise its first configuration did not finish in 20 min.
     ("lanes+note", "with a third thread its first configuration ran over 20 min (the lanes run at 3 threads in `lanes`, `lanes+limit`)"),
+    // 236,074 states at 2 threads, the largest of the two-cache families.
+    ("shared+remove", "with a third thread its first configuration ran over 16 min (`remove`, `shared`, `2x3+shared+remove` run at 3 threads)"),
     // 860,929 states at 2 threads (35 s), the largest family; a third
     // thread made the other hand-written families 120-740 times larger.
     ("lanes-claims", "860,929 states at 2 threads already: with a third thread past the tier (the claims are already in the full tier at 2 threads)"),
@@ -634,12 +636,14 @@ fn three_threads(fam: &str, mut cfg: CheckConfig) -> CheckConfig {
             cfg.threads = 3;
             cfg.ops = THREE_THREAD_OPS.iter().find(|(f, _)| *f == fam).map_or(2, |(_, o)| *o);
         }
-        // `2x3+attached`: T1 (on cache 1) is idle at 2 threads; at 3 it runs
-        // the first two operations of its generated pattern (an acquire of
-        // page 1 and its release), beside T0 and T2 on cache 0.
+        // `2x3+attached`: T1 (on cache 1) is idle at 2 threads, T0 and T2
+        // run the generated patterns 0 and 1 on cache 0; at 3 threads T1
+        // runs the first two operations of pattern 2 (a madvise of page 0,
+        // then an acquire of page 0), whose event reaches cache 0 through
+        // the ring.
         Some(mut scripts) if scripts.len() >= 3 => {
             if let Some(idle) = scripts.iter().position(|s| s.is_empty()) {
-                scripts[idle] = crate::config::default_scripts(idle + 1, 2).swap_remove(idle);
+                scripts[idle] = crate::config::default_scripts(3, 2).swap_remove(2);
             }
             cfg.scripts = Some(scripts);
         }
@@ -673,7 +677,104 @@ fn policy_blind(scripts: &[Vec<mrcache_types::Op>]) -> bool {
 /// Unique states of each 3-thread configuration, `family policy monitor`.
 /// Recount (after a change of the model, the scripts or FAMILIES) with
 /// `mrcache check --pinned --threads3 --recount` and paste its output here.
-const COUNTS3: &[(&str, usize)] = &[];
+const COUNTS3: &[(&str, usize)] = &[
+    ("2x3+attached independent async", 18885640),
+    ("2x3+attached merge async", 47611928),
+    ("2x3+cache-app-page independent sync", 420445),
+    ("2x3+cache-app-page merge sync", 645711),
+    ("2x3+cache-app-page no-merge-uncache-contained sync", 553733),
+    ("2x3+e6 independent async", 588423),
+    ("2x3+e6 independent sync", 405323),
+    ("2x3+e6 merge async", 661589),
+    ("2x3+e6 merge sync", 473280),
+    ("2x3+e6 no-merge-uncache-contained async", 642649),
+    ("2x3+e6 no-merge-uncache-contained sync", 447322),
+    ("2x3+limit independent async", 315223),
+    ("2x3+limit independent sync", 186620),
+    ("2x3+limit merge async", 361287),
+    ("2x3+limit merge sync", 234600),
+    ("2x3+limit no-merge-uncache-contained async", 318761),
+    ("2x3+limit no-merge-uncache-contained sync", 187190),
+    ("2x3+limit+skip independent async", 377379),
+    ("2x3+limit+skip independent sync", 211531),
+    ("2x3+limit+skip merge async", 394054),
+    ("2x3+limit+skip merge sync", 247306),
+    ("2x3+limit+skip no-merge-uncache-contained async", 350765),
+    ("2x3+limit+skip no-merge-uncache-contained sync", 199403),
+    ("2x3+limit+steps independent async", 1043784),
+    ("2x3+limit+steps independent sync", 604193),
+    ("2x3+limit+steps merge async", 1080222),
+    ("2x3+limit+steps merge sync", 717838),
+    ("2x3+limit+steps no-merge-uncache-contained async", 962496),
+    ("2x3+limit+steps no-merge-uncache-contained sync", 568844),
+    ("2x3+nested independent async", 8700335),
+    ("2x3+nested independent sync", 7994212),
+    ("2x3+nested merge async", 16223478),
+    ("2x3+nested merge sync", 15561035),
+    ("2x3+nested no-merge-uncache-contained async", 13986379),
+    ("2x3+nested no-merge-uncache-contained sync", 12774379),
+    ("2x3+pair independent sync", 227333),
+    ("2x3+pair merge sync", 409386),
+    ("2x3+pair no-merge-uncache-contained sync", 357986),
+    ("2x3+pinned-bytes independent async", 387446),
+    ("2x3+pinned-bytes independent sync", 219493),
+    ("2x3+pinned-bytes merge async", 571110),
+    ("2x3+pinned-bytes merge sync", 343622),
+    ("2x3+pinned-bytes no-merge-uncache-contained async", 427252),
+    ("2x3+pinned-bytes no-merge-uncache-contained sync", 243865),
+    ("2x3+pressure independent async", 12004216),
+    ("2x3+pressure independent sync", 6875387),
+    ("2x3+pressure merge async", 16819815),
+    ("2x3+pressure merge sync", 10427768),
+    ("2x3+pressure no-merge-uncache-contained async", 14115772),
+    ("2x3+pressure no-merge-uncache-contained sync", 8166490),
+    ("2x3+remove independent async", 2417554),
+    ("2x3+remove merge async", 4078280),
+    ("2x3+remove no-merge-uncache-contained async", 3654649),
+    ("2x3+shared+remove independent async", 6827141),
+    ("2x3+shared+remove merge async", 7010486),
+    ("2x3+shared+remove no-merge-uncache-contained async", 7010486),
+    ("2x4+shared independent async", 103459),
+    ("2x4+shared merge async", 107230),
+    ("2x4+shared no-merge-uncache-contained async", 107230),
+    ("lanes independent async", 1257533),
+    ("lanes independent sync", 1277242),
+    ("lanes+limit independent async", 2004047),
+    ("lanes+limit independent sync", 1839408),
+    ("lanes+limit+skip independent async", 3146299),
+    ("lanes+limit+skip independent sync", 2559257),
+    ("lanes-collide independent sync", 1642749),
+    ("lanes-drain independent async", 2989215),
+    ("lanes-drain independent sync", 3329837),
+    ("lanes-remote independent sync", 4825983),
+    ("lanes-reuse independent async", 11094710),
+    ("lanes-reuse independent sync", 13244908),
+    ("limit-event independent async", 319639),
+    ("limit-event independent sync", 295765),
+    ("lockless independent async", 113093),
+    ("lockless independent sync", 63293),
+    ("lockless merge async", 205880),
+    ("lockless merge sync", 126203),
+    ("lockless no-merge-uncache-contained async", 173504),
+    ("lockless no-merge-uncache-contained sync", 99331),
+    ("lockless+pressure independent async", 4460293),
+    ("lockless+pressure independent sync", 2234676),
+    ("lockless+pressure merge async", 9497838),
+    ("lockless+pressure merge sync", 5157827),
+    ("lockless+pressure no-merge-uncache-contained async", 7619743),
+    ("lockless+pressure no-merge-uncache-contained sync", 3907224),
+    ("lockless+trim independent sync", 351737),
+    ("lockless-drain independent async", 5394413),
+    ("lockless-drain independent sync", 5598159),
+    ("lru independent async", 1999225),
+    ("lru independent sync", 1560954),
+    ("lru+steps independent async", 3492311),
+    ("lru+steps independent sync", 2619394),
+    ("pair-closed independent sync", 1401760),
+    ("pair-windows independent sync", 939009),
+    ("remove independent async", 3581131),
+    ("shared independent async", 949451),
+];
 
 /// Every family's 3-thread configurations (but those of [`NO_THREE_THREADS`])
 /// with their recorded unique-state counts (0 when not recorded yet).
