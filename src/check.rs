@@ -28,7 +28,7 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub ops: u64,
     /// Run these scripts instead of generated ones: a trace whose records
-    /// (acquire, release, release_event) are grouped by their `thread` field.
+    /// (acquire, release, release_event, flush, fork) are grouped by their `thread` field.
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["threads", "ops"])]
     pub scripts: Option<PathBuf>,
     /// Overlap policy: independent, merge, no-merge-uncache-contained.
@@ -206,6 +206,19 @@ pub struct CheckArgs {
     /// without a claim claims the first free lane at its next A1.
     #[arg(long, default_value_t = 0)]
     pub give_backs: u8,
+    /// A miss's span is widened outwards to multiples of this many pages
+    /// (spec.md#S6.2): 1-4.
+    #[arg(long, default_value_t = 1)]
+    pub chunk_pages: u8,
+    /// With limits, cost-aware eviction (spec.md#S6.3, GreedyDual-Size)
+    /// instead of LRU.
+    #[arg(long)]
+    pub cost_aware: bool,
+    /// The invalidation queue's capacity (spec.md#L2): a push on a full
+    /// queue collapses it into the hull of its events and its own. 0:
+    /// unbounded.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_unreleased: u8,
 }
 
 impl CheckArgs {
@@ -243,6 +256,9 @@ impl CheckArgs {
             caches: self.caches,
             lane_slots: self.lane_slots,
             give_backs: self.give_backs,
+            chunk_pages: self.chunk_pages,
+            cost_aware: self.cost_aware,
+            max_unreleased: self.max_unreleased,
         };
         if let Some(path) = &self.scripts {
             cfg.scripts = Some(load_scripts(path)?);
@@ -288,12 +304,12 @@ fn load_scripts(path: &PathBuf) -> anyhow::Result<Vec<Vec<Op>>> {
     let trace = mrcache_types::trace::Trace::parse(&path.display().to_string(), &text)?;
     let mut by_thread: std::collections::BTreeMap<u32, Vec<Op>> = Default::default();
     for r in &trace.records {
-        if matches!(r.op, Op::Acquire { .. } | Op::Release { .. } | Op::ReleaseEvent { .. }) {
+        if matches!(r.op, Op::Acquire { .. } | Op::Release { .. } | Op::ReleaseEvent { .. } | Op::Flush | Op::Fork) {
             by_thread.entry(r.thread).or_default().push(r.op);
         }
     }
     if by_thread.is_empty() {
-        bail!("{}: no acquire, release or release_event records", path.display());
+        bail!("{}: no acquire, release, release_event, flush or fork records", path.display());
     }
     // Real addresses: renumber the pages the trace touches to 0, 1, 2, ...
     Ok(mrcache_checker::config::compact_pages(&by_thread.into_values().collect::<Vec<_>>()))

@@ -312,6 +312,41 @@ impl Mutant {
                 cfg.lockless = false;
                 changed.push("--monitor kdreg2-wait".into());
             }
+            Mutant::InflightUnaligned if cfg.scripts.is_none() || cfg.chunk_pages < 2 => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(chunk_scripts());
+                }
+                cfg.chunk_pages = 2;
+                changed.push(
+                    "--chunk-pages 2 and the chunk scripts (T0: acquire p[0,1), release, acquire p[1,2); T1: munmap p[1,2), acquire p[1,3), release)".into(),
+                );
+            }
+            Mutant::GdsIgnoresPriority | Mutant::GdsFloorNotRaised if cfg.scripts.is_none() || !cfg.cost_aware => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(cost_scripts());
+                    cfg.max_regions = Some(2);
+                }
+                cfg.cost_aware = true;
+                changed.push("--cost-aware, the cost scripts (T0: X, Y, W, V and X again, each acquired and released; T1: acquire Y, release) and --max-regions 2".into());
+            }
+            Mutant::ForkKeepsGeneration if cfg.scripts.is_none() => {
+                cfg.scripts = Some(fork_scripts());
+                cfg.monitor = MonitorKind::Sync;
+                changed.push("--monitor sync and the fork scripts (T0: acquire A, fork, release A, acquire A, release; T1: acquire B, release, munmap B)".into());
+            }
+            Mutant::HullDropsQueued if cfg.scripts.is_none() || cfg.max_unreleased == 0 => {
+                if cfg.scripts.is_none() {
+                    cfg.scripts = Some(hull_scripts());
+                }
+                cfg.max_unreleased = 1;
+                changed.push("--max-unreleased 1 and the hull scripts (T0: acquire B, acquire D, release B, acquire A; T1: acquire A, release, munmap A, munmap C)".into());
+            }
+            Mutant::FlushKeepsLeased | Mutant::FlushDeregsLeased if cfg.scripts.is_none() => {
+                cfg.scripts = Some(flush_scripts());
+                changed.push(
+                    "the flush scripts (T0: acquire A, flush, release A, acquire B; T1: acquire B, release, munmap B)".into(),
+                );
+            }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
                 changed.push("the window scripts (T0: munmap A, acquire B; T1: munmap B, acquire B)".into());
@@ -369,7 +404,7 @@ pub struct CheckConfig {
     /// A7's bound on registration attempts (spec default 4).
     pub max_retries: u8,
     pub mutant: Option<Mutant>,
-    /// Explicit scripts (acquire, release and release_event ops only).
+    /// Explicit scripts (acquire, release, release_event, flush and fork ops only).
     pub scripts: Option<Vec<Vec<Op>>>,
     /// Model the per-thread lanes (LN1–LN6) under x86-TSO: one memo slot per
     /// thread, store buffers, the light and heavy barriers, the lanes mutex.
@@ -453,6 +488,18 @@ pub struct CheckConfig {
     /// claims the first free lane, which may be another thread's old lane
     /// with that thread's memos and counts.
     pub give_backs: u8,
+    /// A miss's span is widened outwards to multiples of this many pages
+    /// (spec.md#S6.2; 1 to 4): A4's plan, and the in-flight record of A4
+    /// that A-D marks stale, cover the widened span.
+    pub chunk_pages: u8,
+    /// With limits, cost-aware eviction (spec.md#S6.3, GreedyDual-Size):
+    /// the victim has the least priority (ties: LRU, then id), and each
+    /// eviction raises the floor to the victim's priority.
+    pub cost_aware: bool,
+    /// The invalidation queue's capacity (spec.md#L2, `max_unreleased`):
+    /// a push that finds it full replaces its contents by one event, the
+    /// hull of theirs and its own. 0: unbounded (the queue never fills).
+    pub max_unreleased: u8,
 }
 
 /// The slot of key (`span`, `access`) in a lane of `slots` slots. The
@@ -491,6 +538,9 @@ impl Default for CheckConfig {
             caches: 1,
             lane_slots: 1,
             give_backs: 0,
+            chunk_pages: 1,
+            cost_aware: false,
+            max_unreleased: 0,
         }
     }
 }
@@ -523,6 +573,10 @@ impl CheckConfig {
         let mut c = mrcache_model::Config::with_policy(self.policy);
         c.limits.max_regions = self.max_regions;
         c.limits.max_pinned_bytes = self.max_pinned_bytes;
+        c.chunk_pages = u64::from(self.chunk_pages.max(1));
+        if self.cost_aware {
+            c.eviction = mrcache_types::config::EvictionPolicy::CostAware;
+        }
         c
     }
 
@@ -574,6 +628,15 @@ impl CheckConfig {
         if self.caches > 1 {
             s += &format!(", {} caches on the process's uffd monitor (M5, M6; T<i> on cache i mod {})", self.caches, self.caches);
         }
+        if self.max_unreleased > 0 {
+            s += &format!(", max_unreleased {}", self.max_unreleased);
+        }
+        if self.cost_aware {
+            s += ", cost-aware eviction";
+        }
+        if self.chunk_pages > 1 {
+            s += &format!(", chunk_pages {}", self.chunk_pages);
+        }
         if self.max_retries != 4 {
             s += &format!(", max_retries {}", self.max_retries);
         }
@@ -611,6 +674,11 @@ impl Span {
     pub fn union(&self, o: &Span) -> Span {
         Span { first: self.first.min(o.first), end: self.end.max(o.end) }
     }
+    /// Widened outwards to multiples of `chunk` pages (spec.md#S6.2).
+    pub fn align(&self, chunk: u8) -> Span {
+        let c = chunk.max(1);
+        Span { first: self.first / c * c, end: self.end.div_ceil(c) * c }
+    }
     pub fn pages(&self) -> std::ops::Range<u8> {
         self.first..self.end
     }
@@ -647,9 +715,13 @@ pub enum ScriptOp {
     Acquire { lease: LeaseId, span: Span, access: Access },
     Release { lease: LeaseId },
     Event { kind: ReleaseKind, span: Span },
+    /// The user's flush of the cache (spec.md#S2.5).
+    Flush,
+    /// The process forks; this thread goes on in the child (spec.md#S2.6, F1).
+    Fork,
 }
 
-/// Checks and converts scripts: only acquire, release and release_event;
+/// Checks and converts scripts: only acquire, release, release_event, flush and fork;
 /// valid ranges inside the checker's pages; lease names unique; a release
 /// names a lease its own thread acquired before, or one another thread
 /// acquires (handed over: the release waits for that acquire to return),
@@ -695,7 +767,9 @@ pub fn compile_scripts(scripts: &[Vec<Op>]) -> Result<Vec<Vec<(Op, ScriptOp)>>, 
                     let range = op.range().expect("event has a range").map_err(|e| format!("thread {t}: {op}: {e}"))?;
                     ScriptOp::Event { kind, span: Span::of(range).map_err(|e| format!("thread {t}: {e}"))? }
                 }
-                _ => return Err(format!("thread {t}: {op}: scripts hold only acquire, release and release_event")),
+                Op::Flush => ScriptOp::Flush,
+                Op::Fork => ScriptOp::Fork,
+                _ => return Err(format!("thread {t}: {op}: scripts hold only acquire, release, release_event, flush and fork")),
             };
             compiled.push((*op, sop));
         }
@@ -774,6 +848,84 @@ pub fn lru_scripts() -> Vec<Vec<Op>> {
     vec![
         vec![acq(1, 0, 1, RR), acq(2, 1, 2, RR), rel(2), rel(1)],
         vec![acq(11, 2, 3, RR), acq(12, 0, 1, RR), ev(ReleaseKind::Munmap, 0, 1)],
+    ]
+}
+
+/// Scripts for `chunk_pages` 2 (spec.md#S6.2): T0's miss on p[0,1)
+/// registers the chunk p[0,2), while T1's munmap of p1, a page only the
+/// rounding added, may come between its plan and its insert (the in-flight
+/// record must cover the chunk), and T0's acquire of p[1,2) may then hit
+/// the chunk; T1's miss on p[1,3) registers p[0,4), which overlaps and
+/// contains T0's (a merge, an uncache).
+pub fn chunk_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)],
+        vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 3, RW), rel(11)],
+    ]
+}
+
+/// Scripts for cost-aware eviction (spec.md#S6.3) under `max_regions` 2:
+/// T0 uses X = p[2,3) (one page: H 16245 over the floor), then Y = p[0,2)
+/// (two pages: 8245), and W = p[4,6) (two pages) goes over the limit: the
+/// victim is Y, the cheaper per page, though X is older (LRU would take
+/// X), and the floor rises to Y's H; W's release sets its H to that floor
+/// plus 8245, above X's, so V = p[6,7) evicts X (without the raised floor
+/// it would evict W); T0's last acquire of X then misses. T1 acquires and
+/// releases Y anywhere in between (a hit, a new entry, or an entry T0
+/// then hits).
+pub fn cost_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![
+            acq(1, 2, 3, RR),
+            rel(1),
+            acq(2, 0, 2, RR),
+            rel(2),
+            acq(3, 4, 6, RR),
+            rel(3),
+            acq(4, 6, 7, RR),
+            rel(4),
+            acq(5, 2, 3, RR),
+        ],
+        vec![acq(11, 0, 2, RR), rel(11)],
+    ]
+}
+
+/// Scripts for the queue's hull (spec.md#L2) with `max_unreleased` 1: T1
+/// unmaps A = p0, then C = p2, and both hooks may find the lock busy
+/// (T0's miss on D = p3 holds it): the second push finds the queue full
+/// and collapses it into p[0,3), which covers B = p1, leased by T0 or
+/// released, though no event released it. T0's acquire of A after both
+/// munmaps returned must not hit A's old registration.
+pub fn hull_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 1, 2, RR), acq(2, 3, 4, RR), rel(1), acq(3, 0, 1, RR)],
+        vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), ev(ReleaseKind::Munmap, 2, 3)],
+    ]
+}
+
+/// Scripts for the fork (spec.md#F1, S2.6): T0 forks while it holds a
+/// lease on A = p0, and T1, which does not exist in the child, may be
+/// anywhere in its acquire of B = p1 (holding the lock, registering),
+/// its release, or its munmap (its event queued, the lock held for H2's
+/// drain). In the child T0 releases its lease (a no-op) and acquires A
+/// again: a miss on a fresh generation, whose lock is free.
+pub fn fork_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 1, RR), Op::Fork, rel(1), acq(2, 0, 1, RR), rel(2)],
+        vec![acq(11, 1, 2, RR), rel(11), ev(ReleaseKind::Munmap, 1, 2)],
+    ]
+}
+
+/// Scripts for the flush (spec.md#S2.5): T0 flushes while it holds L1 on
+/// A = p[0,2) (leased: INVALID, deregistered at its release) and T1 may
+/// hold, have released, or be registering B = p[1,2) (an in-flight
+/// registration the flush leaves alone); T0's acquire of B after its flush
+/// must not hit A, which the flush took out; T1's munmap of B may
+/// invalidate what the flush left, or find nothing.
+pub fn flush_scripts() -> Vec<Vec<Op>> {
+    vec![
+        vec![acq(1, 0, 2, RR), Op::Flush, rel(1), acq(2, 1, 2, RR)],
+        vec![acq(11, 1, 2, RW), rel(11), ev(ReleaseKind::Munmap, 1, 2)],
     ]
 }
 
@@ -1025,7 +1177,7 @@ mod tests {
             .flatten()
             .map(|(_, op)| match op {
                 ScriptOp::Acquire { span, .. } | ScriptOp::Event { span, .. } => span,
-                ScriptOp::Release { .. } => unreachable!(),
+                ScriptOp::Release { .. } | ScriptOp::Flush | ScriptOp::Fork => unreachable!(),
             })
             .collect();
         // A4 (lowest address) is page 0, apart. A1 = [1,4) and A2 = [3,6)

@@ -149,7 +149,7 @@
 //! deregistered twice); P5 (limits, only when configured; judged when no op is
 //! in flight); linearizability w.r.t. the reference model (judged when no op
 //! is in flight; release events raised inside an operation are operations of
-//! pseudo-threads `16 + t`); P6 (no actor holds the lock exclusively while it
+//! pseudo-threads `16 + t`; a full queue's hull, L2, of `32 + t`); P6 (no actor holds the lock exclusively while it
 //! cannot move, and no state without moves while a script is unfinished); L1
 //! (in terminal states: every registration neither findable nor leased was
 //! deregistered, and the queue is empty; with lanes, every pin whose slot
@@ -192,19 +192,24 @@
 //!    loads the flag before the decrement and breaks P5).
 //!
 //! A8 returns `hit: true` and skips A10 (it inserts nothing). The LRU clock is
-//! global; eviction is LRU only.
+//! global; eviction is LRU, or cost-aware (S6.3) with `cost_aware`.
 //!
 //! # Not modeled
 //!
 //! Registrar failures *are* modeled (`CheckConfig::registrar_failures`,
 //! [`Action::RegistrarFails`]: ENOMEM first, which takes A5's trim, then
-//! ENOMEM or EINVAL, which return E5). Not modeled: fork (step F1 is out of
-//! scope: a fork child is single-threaded until it calls in, and the
-//! reference model covers S2.6), the bounded queue of L2 (queues stay tiny),
-//! `chunk_pages` (always 1), cost-aware eviction, and `flush`. The F1 tag
-//! below only keeps this crate's list of §A steps complete.
-//!
-//= spec.md#F1
+//! ENOMEM or EINVAL, which return E5). A fork (F1, S2.6) is a script op
+//! (`algo/fork.rs`, families `fork`, `fork+limit`): the other threads do
+//! not exist in the child, which installs a fresh generation. The bounded queue of L2 is
+//! `CheckConfig::max_unreleased` (families `hull`, `2x3+nested+hull`: H1 on
+//! a full queue collapses it into a hull, logged as a release of the hull
+//! by the pseudo-thread `HULL + t`). Cost-aware eviction (`CheckConfig::cost_aware`) orders the notes
+//! and victims by GreedyDual-Size priority and raises the floor at each
+//! eviction (families `cost`, `2x3+limit+cost`). `chunk_pages` (`CheckConfig::chunk_pages`)
+//! widens A4's plan and in-flight record (families `chunk`, `2x3+chunk`).
+//! The user's `flush`
+//! (S2.5) is a script op (`algo/flush.rs`: one exclusive section after its
+//! invocation; families `flush`, `flush+limit`, `lanes+flush`).
 //!
 //! # API
 //!

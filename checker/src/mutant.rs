@@ -312,6 +312,13 @@ mutants! {
     /// older than the clock for the most recent: another entry was used
     /// since, and the skipped restamp was needed to order this use after it.
     RestampSkipWhenRecent: "the restamp skip also skips a stamp one use older than the clock", [LINEARIZABLE];
+    FlushKeepsLeased: "the flush leaves leased entries findable", [LINEARIZABLE, P5];
+    FlushDeregsLeased: "the flush deregisters leased entries at once", [P3];
+    InflightUnaligned: "A4's in-flight record covers the request, not its chunk-aligned registration", [P2];
+    GdsIgnoresPriority: "cost-aware eviction chooses its victims in LRU order, ignoring their priorities", [LINEARIZABLE];
+    GdsFloorNotRaised: "cost-aware eviction does not raise the floor to the victim's priority", [LINEARIZABLE];
+    HullDropsQueued: "a push on a full queue replaces its contents by its own event, not by the hull (L2)", [P2];
+    ForkKeepsGeneration: "a fork child keeps the parent's generation: its lock (held by a thread gone), entries and queue (F1)", [P2, P6, L1];
 }
 
 impl Mutant {

@@ -20,7 +20,7 @@ pub struct Pinned {
 
 /// Families of pinned configurations; each runs under every policy and both
 /// monitors unless noted.
-const FAMILIES: [&str; 48] = [
+const FAMILIES: [&str; 59] = [
     "2x3",
     "2x4",
     "3x2",
@@ -69,6 +69,17 @@ const FAMILIES: [&str; 48] = [
     "memo-pending",
     "memo-reuse",
     "lru+restamp",
+    "flush",
+    "flush+limit",
+    "lanes+flush",
+    "chunk",
+    "2x3+chunk",
+    "cost",
+    "2x3+limit+cost",
+    "hull",
+    "2x3+nested+hull",
+    "fork",
+    "fork+limit",
 ];
 
 fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<CheckConfig> {
@@ -293,6 +304,45 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "lockless+drain-rounds" => {
             CheckConfig { drain_rounds: true, lockless: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) }
         }
+        // The user's flush (S2.5) while the flusher holds a lease and the
+        // other thread registers, holds, releases or unmaps an overlapping
+        // entry; with a limit (the flush clears the over-limit flag); and
+        // with the lanes (the flush revokes every slot, LN5).
+        "flush" => CheckConfig { scripts: Some(crate::config::flush_scripts()), ..base(2, 3) },
+        "flush+limit" => CheckConfig { scripts: Some(crate::config::flush_scripts()), max_regions: Some(1), ..base(2, 3) },
+        "lanes+flush" => CheckConfig { lanes: true, scripts: Some(crate::config::flush_scripts()), ..base(2, 3) },
+        // Registrations widened to chunks of 2 pages (S6.2): the chunk
+        // scripts (an event on a page only the rounding added, during the
+        // registration; a hit on the chunk), and the generated scripts,
+        // whose pages 0 and 1 are one chunk.
+        "chunk" => CheckConfig { chunk_pages: 2, scripts: Some(crate::config::chunk_scripts()), ..base(2, 3) },
+        "2x3+chunk" => CheckConfig { chunk_pages: 2, ..base(2, 3) },
+        // Cost-aware eviction (S6.3, GreedyDual-Size): the cost scripts,
+        // where priority and the floor decide the victims (their ranges do
+        // not overlap but for Y: no merge, no uncache), and the generated
+        // scripts under max_regions 1 (entries of one and two pages).
+        "cost" => CheckConfig { cost_aware: true, scripts: Some(crate::config::cost_scripts()), max_regions: Some(2), ..base(2, 3) },
+        "2x3+limit+cost" => CheckConfig { cost_aware: true, max_regions: Some(1), ..base(2, 3) },
+        // The queue's hull (L2) at a capacity of 1: the hull scripts (two
+        // munmaps queued while a miss holds the lock, their hull over an
+        // entry between them), and the generated scripts with the
+        // registrar's and the cache's frees (events queued beside T1's).
+        // Sync only: userfaultfd's events are read, not queued; the queue
+        // holds only the hooks' (nested events under async, one at most here).
+        "hull" | "2x3+nested+hull" if monitor != MonitorKind::Sync => return None,
+        "hull" => CheckConfig { max_unreleased: 1, scripts: Some(crate::config::hull_scripts()), ..base(2, 3) },
+        "2x3+nested+hull" => CheckConfig {
+            max_unreleased: 1,
+            registrar_frees: Some(1),
+            cache_frees: Some(CacheFrees::Private),
+            ..base(2, 3)
+        },
+        // A fork (F1) while the other thread is anywhere in the cache;
+        // with a limit (a miss's A6-A11 section, R2). Sync only: a
+        // userfaultfd monitor does not follow the child (S2.6).
+        "fork" | "fork+limit" if monitor != MonitorKind::Sync => return None,
+        "fork" => CheckConfig { scripts: Some(crate::config::fork_scripts()), ..base(2, 3) },
+        "fork+limit" => CheckConfig { scripts: Some(crate::config::fork_scripts()), max_regions: Some(1), ..base(2, 3) },
         _ => return None,
     })
 }
@@ -504,13 +554,72 @@ const COUNTS: &[(&str, usize)] = &[
     ("memo-reuse independent sync", 267916),
     ("lru+restamp independent sync", 9882),
     ("lru+restamp independent async", 17772),
+    ("flush independent sync", 10855),
+    ("flush independent async", 16398),
+    ("flush merge sync", 17354),
+    ("flush merge async", 25688),
+    ("flush no-merge-uncache-contained sync", 13265),
+    ("flush no-merge-uncache-contained async", 19505),
+    ("flush+limit independent sync", 21130),
+    ("flush+limit independent async", 30803),
+    ("flush+limit merge sync", 23083),
+    ("flush+limit merge async", 32906),
+    ("flush+limit no-merge-uncache-contained sync", 18537),
+    ("flush+limit no-merge-uncache-contained async", 26210),
+    ("lanes+flush independent sync", 11473),
+    ("lanes+flush independent async", 16854),
+    ("lanes+flush merge sync", 18824),
+    ("lanes+flush merge async", 26768),
+    ("lanes+flush no-merge-uncache-contained sync", 13883),
+    ("lanes+flush no-merge-uncache-contained async", 19961),
+    ("chunk independent sync", 3040),
+    ("chunk independent async", 3952),
+    ("chunk merge sync", 3132),
+    ("chunk merge async", 4077),
+    ("chunk no-merge-uncache-contained sync", 3132),
+    ("chunk no-merge-uncache-contained async", 4077),
+    ("2x3+chunk independent sync", 2161),
+    ("2x3+chunk independent async", 2846),
+    ("2x3+chunk merge sync", 2172),
+    ("2x3+chunk merge async", 2857),
+    ("2x3+chunk no-merge-uncache-contained sync", 2172),
+    ("2x3+chunk no-merge-uncache-contained async", 2857),
+    ("cost independent sync", 24446),
+    ("cost independent async", 24446),
+    ("cost merge sync", 24446),
+    ("cost merge async", 24446),
+    ("cost no-merge-uncache-contained sync", 24446),
+    ("cost no-merge-uncache-contained async", 24446),
+    ("2x3+limit+cost independent sync", 5095),
+    ("2x3+limit+cost independent async", 6896),
+    ("2x3+limit+cost merge sync", 5068),
+    ("2x3+limit+cost merge async", 6822),
+    ("2x3+limit+cost no-merge-uncache-contained sync", 4671),
+    ("2x3+limit+cost no-merge-uncache-contained async", 6318),
+    ("fork independent sync", 803),
+    ("fork merge sync", 803),
+    ("fork no-merge-uncache-contained sync", 803),
+    ("fork+limit independent sync", 1255),
+    ("fork+limit merge sync", 1255),
+    ("fork+limit no-merge-uncache-contained sync", 1255),
+    ("hull independent sync", 33925),
+    ("hull merge sync", 33925),
+    ("hull no-merge-uncache-contained sync", 33925),
+    ("2x3+nested+hull independent sync", 148254),
+    ("2x3+nested+hull merge sync", 227791),
+    ("2x3+nested+hull no-merge-uncache-contained sync", 204637),
 ];
 
 /// Whether every generic reachability goal must be reached in `fam`. The lru
 /// and lane families (and the others listed) run their own scripts, which do
-/// not reach the generic goals (the lane goals are checked apart).
+/// not reach the generic goals (the lane goals are checked apart); so do cost
+/// and hull (no overlaps but one), and fork (no overlaps; T1 does not exist
+/// after the fork).
 fn goals_required(fam: &str) -> bool {
     !fam.starts_with("lru")
+        && fam != "cost"
+        && fam != "hull"
+        && !fam.starts_with("fork")
         && fam != "limit-event"
         && !fam.starts_with("lanes")
         && fam != "lockless-drain"

@@ -16,6 +16,9 @@ pub const MONITOR: Actor = u8::MAX;
 /// Linearizability-tester thread id of a release event raised inside thread
 /// `t`'s cache operation (registrar or cache free): `NESTED + t`.
 pub const NESTED: u8 = 16;
+/// The history's pseudo-thread of the hull a full queue collapses into
+/// when thread `t` pushes (L2): `HULL + t`.
+pub const HULL: u8 = 32;
 
 /// The cache lock (a reader-writer lock), as explicit state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +63,12 @@ pub struct Reg {
     /// insert until it publishes the entry (never cleared on an entry A9
     /// takes out at once).
     pub pending: bool,
+    /// Cost-aware eviction (`CheckConfig::cost_aware`): GreedyDual-Size's
+    /// `H`, set on every use to the floor plus the per-page cost (S6.3).
+    pub priority: u32,
+    /// Made before a fork (F1): the parent's, forgotten by the child
+    /// without registrar calls; its leases release as no-ops there.
+    pub forgotten: bool,
 }
 
 /// Program counter of an application thread: the next step it takes.
@@ -133,6 +142,9 @@ pub enum Pc {
     A9Pub { alt: bool, windowed: bool },
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
+    /// A flush (spec.md#S2.5) invoked; next, its exclusive section (one
+    /// step: the lock, the drain, every findable entry out, the unlock).
+    Flush,
     Done,
 }
 
@@ -523,6 +535,9 @@ pub struct State {
     pub over_limit: bool,
     /// LRU clock (only advanced when limits are configured).
     pub clock: u8,
+    /// Cost-aware eviction: the GreedyDual-Size floor, raised to each
+    /// victim's priority (S6.3).
+    pub gds_floor: u32,
     pub threads: Vec<Thread>,
     pub monitor: Monitor,
     /// The registrar may still free memory at an A5 (once per run).

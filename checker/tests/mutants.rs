@@ -129,6 +129,13 @@ mutants! {
     m57_window_count_after_queue => WindowCountAfterQueue,
     m58_lru_skips_restamp => LruSkipsRestamp,
     m59_restamp_skip_when_recent => RestampSkipWhenRecent,
+    m61_flush_keeps_leased => FlushKeepsLeased,
+    m62_flush_deregs_leased => FlushDeregsLeased,
+    m63_inflight_unaligned => InflightUnaligned,
+    m64_gds_ignores_priority => GdsIgnoresPriority,
+    m65_gds_floor_not_raised => GdsFloorNotRaised,
+    m66_hull_drops_queued => HullDropsQueued,
+    m67_fork_keeps_generation => ForkKeepsGeneration,
     ; full tier:
     m47_lane_release_by_acquirer => LaneReleaseByAcquirer,
     m56_lockless_no_key_recheck => LocklessNoKeyRecheck,

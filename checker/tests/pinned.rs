@@ -101,12 +101,22 @@ family! {
     pinned_memo_pending => "memo-pending",
     pinned_memo_reuse => "memo-reuse",
     pinned_lru_restamp => "lru+restamp",
+    pinned_flush => "flush",
+    pinned_flush_limit => "flush+limit",
+    pinned_lanes_flush => "lanes+flush",
+    pinned_chunk => "chunk",
+    pinned_2x3_chunk => "2x3+chunk",
+    pinned_cost => "cost",
+    pinned_2x3_limit_cost => "2x3+limit+cost",
+    pinned_hull => "hull",
+    pinned_fork => "fork",
+    pinned_fork_limit => "fork+limit",
 }
 
 #[test]
 fn every_pinned_configuration_has_a_recorded_count() {
     let all = pinned_configs();
-    assert_eq!(all.len(), 205);
+    assert_eq!(all.len(), 259);
     for p in all {
         assert!(p.unique_states > 0, "{} has no recorded state count", p.name);
     }
@@ -200,6 +210,15 @@ fn the_proof_families_catch_the_proof_mutants() {
 #[ignore = "full tier: ci/full.sh"]
 fn pinned_lanes_claims() {
     check_family("lanes-claims");
+}
+
+/// The generated scripts with nested events and the queue's hull (about
+/// 200,000 states a configuration, 3 to 5 s each on one worker): the full
+/// tier.
+#[test]
+#[ignore = "full tier: ci/full.sh"]
+fn pinned_2x3_nested_hull() {
+    check_family("2x3+nested+hull");
 }
 
 /// Every state of a pinned family's configuration (a plain breadth-first
@@ -317,4 +336,113 @@ fn a7_tests_a8_before_the_stale_record() {
         }
     }
     assert!(cases > 0, "no state has T1's stale record beside a covering entry");
+}
+
+/// The flush families have teeth: each flush mutant is caught, by one of
+/// its properties (with a limit, a leased entry the flush kept findable
+/// shows as P5 first), in every configuration of each family (every policy, both
+/// monitors, with a limit and with the lanes).
+#[test]
+fn the_flush_families_catch_the_flush_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    let configs: Vec<_> = pinned_configs()
+        .into_iter()
+        .filter(|p| matches!(p.name.split(' ').next(), Some("flush" | "flush+limit" | "lanes+flush")))
+        .collect();
+    assert_eq!(configs.len(), 18);
+    let mut missed = Vec::new();
+    for mutant in [Mutant::FlushKeepsLeased, Mutant::FlushDeregsLeased] {
+        for p in &configs {
+            let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+            let out = check(&cfg, &opts).unwrap();
+            if !out.counterexample.is_some_and(|c| mutant.caught_by().contains(&c.property)) {
+                missed.push(format!("{mutant:?} in {}", p.name));
+            }
+        }
+    }
+    assert!(missed.is_empty(), "not caught: {missed:?}");
+}
+
+/// The chunk families have teeth: `inflight-unaligned` (A4's record covers
+/// the request, not the chunk) is caught by P2 in every configuration of
+/// `chunk`: T1's munmap of the page only the rounding added, between T0's
+/// plan and its insert, leaves the record fresh, and T0's later acquire of
+/// that page hits the stale chunk.
+#[test]
+fn the_chunk_family_catches_an_unaligned_inflight_record() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with("chunk ")).collect();
+    assert_eq!(configs.len(), 6);
+    for p in configs {
+        let cfg = mrcache_checker::CheckConfig { mutant: Some(Mutant::InflightUnaligned), ..p.cfg.clone() };
+        let out = check(&cfg, &opts).unwrap();
+        assert!(out.counterexample.is_some_and(|c| c.property == props::P2), "not caught in {}", p.name);
+    }
+}
+
+/// The cost family has teeth: the victim order by priority
+/// (`gds-ignores-priority`) and the floor's rise (`gds-floor-not-raised`)
+/// each decide an eviction there, caught in every configuration.
+#[test]
+fn the_cost_family_catches_the_gds_mutants() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with("cost ")).collect();
+    assert_eq!(configs.len(), 6);
+    for mutant in [Mutant::GdsIgnoresPriority, Mutant::GdsFloorNotRaised] {
+        for p in &configs {
+            let cfg = mrcache_checker::CheckConfig { mutant: Some(mutant), ..p.cfg.clone() };
+            let out = check(&cfg, &opts).unwrap();
+            assert!(out.counterexample.is_some_and(|c| c.property == props::LINEARIZABLE), "{mutant:?} not caught in {}", p.name);
+        }
+    }
+}
+
+/// `hull` reaches what it is for: T1's second munmap finds the queue full
+/// and collapses it into the hull p[0,3) (over B, which no event released).
+#[test]
+fn hull_reaches_a_collapse_over_an_unreleased_page() {
+    use mrcache_checker::Span;
+    let states = reachable("hull");
+    assert!(states.iter().any(|s| s.queue == [Span::new(0, 3)]), "the queue never collapses into p[0,3)");
+}
+
+/// The hull family has teeth: `hull-drops-queued` (the full queue keeps
+/// only the new event) is caught by P2 in every configuration of `hull`
+/// (every policy; sync only: userfaultfd's events are not queued).
+#[test]
+fn the_hull_family_catches_a_collapse_that_drops_events() {
+    use mrcache_checker::Mutant;
+    let opts = RunOptions { workers: 1, ..RunOptions::default() };
+    let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with("hull ")).collect();
+    assert_eq!(configs.len(), 3);
+    for p in configs {
+        let cfg = mrcache_checker::CheckConfig { mutant: Some(Mutant::HullDropsQueued), ..p.cfg.clone() };
+        let out = check(&cfg, &opts).unwrap();
+        assert!(out.counterexample.is_some_and(|c| c.property == props::P2), "not caught in {}", p.name);
+    }
+}
+
+/// The fork families have teeth: `fork-keeps-generation` (the child keeps
+/// the parent's lock, entries and queue) is caught in every configuration
+/// of `fork` and `fork+limit`, and in one of them as a deadlock (P6): the
+/// child waits for a lock that a thread gone with the parent holds.
+#[test]
+fn the_fork_families_catch_a_child_that_keeps_the_generation() {
+    use mrcache_checker::Mutant;
+    let m = Mutant::ForkKeepsGeneration;
+    let opts = RunOptions { workers: 1, stop_at_first_failure: false, ..RunOptions::default() };
+    let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with("fork")).collect();
+    assert_eq!(configs.len(), 6);
+    let mut deadlock = false;
+    for p in configs {
+        let cfg = mrcache_checker::CheckConfig { mutant: Some(m), ..p.cfg.clone() };
+        let out = check(&cfg, &opts).unwrap();
+        let violated: Vec<String> = out.violated().iter().map(|v| v.to_string()).collect();
+        assert!(violated.iter().any(|v| m.caught_by().contains(&v.as_str())), "not caught in {}: {violated:?}", p.name);
+        deadlock |= violated.iter().any(|v| v == props::P6);
+    }
+    assert!(deadlock, "no fork child waited for a lock held by a thread gone with the parent");
 }

@@ -12,7 +12,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 62] = [
+pub const MUTANTS: [&str; 69] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -75,6 +75,13 @@ pub const MUTANTS: [&str; 62] = [
     "window-count-after-queue",
     "lru-skips-restamp",
     "restamp-skip-when-recent",
+    "flush-keeps-leased",
+    "flush-deregs-leased",
+    "inflight-unaligned",
+    "gds-ignores-priority",
+    "gds-floor-not-raised",
+    "hull-drops-queued",
+    "fork-keeps-generation",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test

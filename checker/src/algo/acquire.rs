@@ -24,6 +24,10 @@ impl AlgoModel {
     /// The registration the overlap policy makes for a miss on `req`, and the
     /// entries it displaces, given the findable entries of `s`.
     pub fn plan(&self, s: &State, req: Span, access: Access) -> Plan {
+        //= spec.md#S6.2
+        //# a miss's span is widened outwards to multiples of `chunk_pages`.
+        let chunk = self.cfg.chunk_pages;
+        let req = req.align(chunk);
         let findable = || s.regs.iter().enumerate().filter(|(_, r)| r.findable).map(|(h, r)| (h as Handle, r));
         match self.cfg.policy {
             OverlapPolicy::Independent => Plan { span: req, access, displaced: Vec::new() },
@@ -39,7 +43,7 @@ impl AlgoModel {
                     }
                     for h in more {
                         let r = &s.regs[h as usize];
-                        span = span.union(&r.span);
+                        span = span.union(&r.span).align(chunk);
                         acc = acc | r.access;
                         displaced.push(h);
                     }
@@ -226,7 +230,8 @@ impl Ctx<'_> {
             let plan = self.m.plan(self.s, req, access);
             note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
             let windowed = self.windowed(plan.span);
-            self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
+            let span = self.record_span(t, plan.span);
+        self.thread_mut(t).inflight = Some(InFlight { span, stale: false, windowed });
             let acq = self.acq_mut(t);
             acq.plan = Some(plan);
             acq.trimmed = true;
@@ -251,6 +256,17 @@ impl Ctx<'_> {
             return;
         }
         self.trim_evict(t, h);
+    }
+
+    /// What A4's in-flight record covers: the planned registration, widened
+    /// to chunks (S6.2), which A-D marks stale when an event overlaps any of
+    /// its pages. Mutant `inflight-unaligned`: the request only (an event on
+    /// a page the rounding added leaves the record fresh).
+    fn record_span(&self, t: usize, planned: Span) -> Span {
+        if self.mutant(Mutant::InflightUnaligned) {
+            return self.acq(t).req;
+        }
+        planned
     }
 
     /// Mutant `trim-reads-then-ors`: the OR, a step after the read.
@@ -585,7 +601,8 @@ impl Ctx<'_> {
         if windowed {
             note!(self, "W3: an open window overlaps {}: the record is windowed", plan.span);
         }
-        self.thread_mut(t).inflight = Some(InFlight { span: plan.span, stale: false, windowed });
+        let span = self.record_span(t, plan.span);
+        self.thread_mut(t).inflight = Some(InFlight { span, stale: false, windowed });
         self.acq_mut(t).plan = Some(plan);
         if self.m.cfg.lookup_skips {
             // A8's counter, read before the unlock (mutant
@@ -638,6 +655,8 @@ impl Ctx<'_> {
             kgen: false,
             cell: None,
             pending: false,
+            priority: 0,
+            forgotten: false,
         });
         self.acq_mut(t).handle = Some(h);
         self.thread_mut(t).pc = Pc::A6;

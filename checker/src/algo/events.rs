@@ -8,6 +8,7 @@
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
 use mrcache_types::{Op, ReleaseKind, Ret};
+use stateright::semantics::ConsistencyTester;
 use crate::state::*;
 
 impl AlgoModel {
@@ -447,8 +448,13 @@ impl Ctx<'_> {
             }
             EvPc::H1 => {
                 //= spec.md#H1
-                note!(self, "H1: T{t} pushes {} on the invalidation queue", ev.span);
-                self.s.queue.push(ev.span);
+                let cap = self.m.cfg.max_unreleased as usize;
+                if cap > 0 && self.s.queue.len() >= cap {
+                    self.collapse_queue(t, ev.span);
+                } else {
+                    note!(self, "H1: T{t} pushes {} on the invalidation queue", ev.span);
+                    self.s.queue.push(ev.span);
+                }
                 self.set_ev_pc(t, EvPc::H2);
             }
             EvPc::H2 => {
@@ -501,6 +507,33 @@ impl Ctx<'_> {
             }
             EvPc::Notify => self.kdreg2_notify(t, ev.span),
         }
+    }
+
+    //= spec.md#L2
+    //# A hook that finds it full replaces
+    //# the queue's contents by one event covering their hull and its own range:
+    /// H1 on a full queue (`CheckConfig::max_unreleased`): one step, as the
+    /// queue's mutex makes it (the length never reads 0 meanwhile). The
+    /// hull may cover pages no event released (between the events): the
+    /// drain that applies it takes their entries out too, which the
+    /// contract allows as a release of the hull (L2: "it may invalidate
+    /// more than needed, never less"), so the history gets a release event
+    /// of the hull, invoked and returned here by a pseudo-thread of its own
+    /// (`HULL + t`). Mutant `hull-drops-queued`: the queue keeps only the
+    /// new event.
+    pub(super) fn collapse_queue(&mut self, t: usize, span: Span) {
+        if self.mutant(Mutant::HullDropsQueued) {
+            note!(self, "L2 (mutant `hull-drops-queued`): the queue is full: T{t} replaces {:?} by its own {span}", self.s.queue);
+            self.s.queue = vec![span];
+            return;
+        }
+        let hull = self.s.queue.iter().fold(span, |h, q| h.union(q));
+        note!(self, "L2: the queue {:?} is full: T{t} replaces it by the hull {hull} of its events and {span}", self.s.queue);
+        self.s.queue = vec![hull];
+        let op = Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: hull.addr(), len: hull.bytes() };
+        let id = HULL + t as u8;
+        let _ = self.s.lin.on_invoke(id, op);
+        let _ = self.s.lin.on_return(id, Ret::Done);
     }
 
     pub(super) fn finish_event(&mut self, t: usize) {

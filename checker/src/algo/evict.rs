@@ -39,8 +39,21 @@ impl AlgoModel {
             .iter()
             .enumerate()
             .filter(|(h, r)| r.findable && noted.contains(&(*h as Handle)))
-            .min_by_key(|(_, r)| (r.last_use, r.id))
+            .min_by_key(|(_, r)| self.policy_key(r))
             .map(|(h, _)| h as Handle)
+    }
+
+    //= spec.md#S6.3
+    //# The victim has the least `H` (ties: LRU, then id)
+    /// An entry's place in the victim order: LRU (stamp, id), or with
+    /// cost-aware eviction (priority, stamp, id). Mutant
+    /// `gds-ignores-priority`: LRU under cost-aware eviction too.
+    pub(super) fn policy_key(&self, r: &Reg) -> (u32, u8, u8) {
+        if self.cfg.cost_aware && !self.mutant(Mutant::GdsIgnoresPriority) {
+            (r.priority, r.last_use, r.id)
+        } else {
+            (0, r.last_use, r.id)
+        }
     }
 }
 
@@ -74,12 +87,30 @@ impl Ctx<'_> {
         let recent = if self.mutant(Mutant::RestampSkipWhenRecent) { stamp + 1 >= self.s.clock } else { stamp == self.s.clock };
         // A9's first stamp (0: never used) is always taken, as the cache's
         // `touch_new` takes it.
-        if self.m.cfg.restamp_skip && stamp != 0 && recent {
+        // Cost-aware, the skip also needs the priority at the floor plus
+        // the cost already, as the cache's skip does.
+        let gds = self.gds_priority(h);
+        let priority_current = !self.m.cfg.cost_aware || self.s.regs[h as usize].priority >= gds;
+        if self.m.cfg.restamp_skip && stamp != 0 && recent && priority_current {
             note!(self, "S6.3: #{h}'s stamp {stamp} is the clock's ({}): no restamp", self.s.clock);
             return;
         }
         self.s.clock += 1;
         self.s.regs[h as usize].last_use = self.s.clock;
+        if self.m.cfg.cost_aware {
+            let r = &mut self.s.regs[h as usize];
+            r.priority = r.priority.max(gds);
+        }
+    }
+
+    //= spec.md#S6.3
+    //# ns, `H = floor + ⌊(16000 + ⌊bytes·6/100⌋) / pages⌋`, set on every use:
+    /// GreedyDual-Size's `H` for a use of `h` now: the floor plus its
+    /// per-page cost.
+    fn gds_priority(&self, h: Handle) -> u32 {
+        let pages = u64::from(self.s.regs[h as usize].span.len());
+        let cost = mrcache_types::config::per_page_cost_ns(pages, mrcache_types::PAGE_SIZE);
+        self.s.gds_floor.saturating_add(u32::try_from(cost).unwrap_or(u32::MAX))
     }
 
     //= spec.md#A6
@@ -105,7 +136,7 @@ impl Ctx<'_> {
             .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
             .map(|h| h as Handle)
             .collect();
-        unleased.sort_by_key(|&h| (self.s.regs[h as usize].last_use, self.s.regs[h as usize].id));
+        unleased.sort_by_key(|&h| self.m.policy_key(&self.s.regs[h as usize]));
         let (mut entries, mut bytes) = (0u64, 0u64);
         let mut noted: Vec<Handle> = unleased
             .into_iter()
@@ -167,6 +198,12 @@ impl Ctx<'_> {
         while self.m.over_limits(self.s) {
             let Some(v) = self.m.victim(self.s, &noted) else { break };
             note!(self, "A10: evict #{v}");
+            if self.m.cfg.cost_aware && !self.mutant(Mutant::GdsFloorNotRaised) {
+                //= spec.md#S6.3
+                //# pages. The victim has the least `H` (ties: LRU, then id); `floor` becomes
+                //# the victim's `H` (never decreasing, since every `H ≥ floor`).
+                self.s.gds_floor = self.s.gds_floor.max(self.s.regs[v as usize].priority);
+            }
             self.revoke(a, v);
             let r = &mut self.s.regs[v as usize];
             r.findable = false;

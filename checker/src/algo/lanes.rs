@@ -110,6 +110,8 @@ impl AlgoModel {
                     None => true,
                 },
                 ScriptOp::Event { .. } => true,
+                // The invocation only: the flush locks at its next step.
+                ScriptOp::Flush | ScriptOp::Fork => false,
             },
             _ => true,
         }

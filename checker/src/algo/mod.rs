@@ -108,6 +108,7 @@ mod acquire;
 mod dereg;
 mod events;
 mod evict;
+mod flush;
 mod fork;
 mod kdreg2;
 mod lanes;
@@ -155,6 +156,21 @@ impl AlgoModel {
         if (cfg.lane_slots != 1 || cfg.give_backs > 0) && !cfg.lanes {
             return Err("--lane-slots and --give-backs need --lanes".into());
         }
+        if !(1..=4).contains(&cfg.chunk_pages) {
+            return Err("--chunk-pages is 1 to 4".into());
+        }
+        let forks = cfg.scripts().iter().flatten().any(|op| matches!(op, Op::Fork));
+        if forks
+            && (cfg.monitor != MonitorKind::Sync
+                || cfg.lanes
+                || cfg.lockless
+                || cfg.pair
+                || cfg.caches > 1
+                || cfg.registrar_frees.is_some()
+                || cfg.cache_frees.is_some())
+        {
+            return Err("a fork (F1) is modelled with the sync monitor only, without lanes, A0, the pair, two caches, or registrar and cache frees".into());
+        }
         if cfg.give_backs > 2 {
             return Err("--give-backs is 0 to 2".into());
         }
@@ -187,6 +203,10 @@ impl AlgoModel {
         if let Some(CacheFrees::AppPage(p)) = cfg.cache_frees {
             app_pages = app_pages.max(p + 1);
         }
+        // A registration widened to chunks (S6.2) stays inside the app's
+        // pages, short of the cache's private page.
+        let chunk = cfg.chunk_pages.max(1);
+        app_pages = app_pages.div_ceil(chunk) * chunk;
         if app_pages >= MAX_PAGES {
             return Err(format!("the scripts use {app_pages} pages; the checker allows {}", MAX_PAGES - 1));
         }
@@ -234,6 +254,7 @@ impl AlgoModel {
             applied: 0,
             over_limit: false,
             clock: 0,
+            gds_floor: 0,
             threads: self
                 .scripts
                 .iter()
@@ -356,13 +377,15 @@ impl AlgoModel {
                         || !self.gate_passes(s)
                 }
                 ScriptOp::Release { lease } => self.handed_over(s, lease),
-                ScriptOp::Event { .. } => true,
+                ScriptOp::Event { .. } | ScriptOp::Flush | ScriptOp::Fork => true,
             },
             Pc::A1 => !s.queue.is_empty() || !matches!(s.lock, Lock::Exclusive(_)),
             // With the process's monitor, A2's and A6's drains wait out a
             // read in progress (M6); the lock taken first is a right mover.
             Pc::A2 | Pc::A6 => (s.lock == Lock::Free || th.prelocked) && self.drain_may_finish(s),
             Pc::R2 | Pc::R2ThenA1 => s.lock == Lock::Free || th.prelocked,
+            // The flush takes the lock exclusive and drains (as A2).
+            Pc::Flush => (s.lock == Lock::Free || th.prelocked) && self.drain_may_finish(s),
             // LN4 takes the lanes mutex, which a revoke (LN5), or an LN4
             // between its count reads, holds across steps.
             Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
@@ -858,6 +881,7 @@ impl Ctx<'_> {
                 self.r2(t);
                 self.thread_mut(t).pc = Pc::A1;
             }
+            Pc::Flush => self.flush(t),
             Pc::LN1Store { slot, h } => self.ln1_store(t, slot, h),
             Pc::LN1Load { slot, h } => self.ln1_load(t, slot, h),
             Pc::A1 => self.a1_enter(t),
@@ -912,6 +936,8 @@ impl Ctx<'_> {
                 self.thread_mut(t).pc = Pc::Event;
                 self.start_event(t, kind, span, Origin::Script);
             }
+            ScriptOp::Flush => self.thread_mut(t).pc = Pc::Flush,
+            ScriptOp::Fork => self.fork(t),
         }
     }
 }

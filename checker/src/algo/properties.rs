@@ -161,7 +161,7 @@ impl AlgoModel {
         if !s.queue.is_empty() {
             return Some(format!("the invalidation queue still holds {:?} after every script finished", s.queue));
         }
-        if let Some((h, r)) = s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0) {
+        if let Some((h, r)) = s.regs.iter().enumerate().find(|(_, r)| r.deregs == 0 && !r.findable && r.leases == 0 && !r.forgotten) {
             return Some(format!("registration #{h} {} is neither findable nor leased and was never deregistered", r.span));
         }
         // Lanes: a pin is a lease held for the slot's lane leases; with none

@@ -20,6 +20,14 @@ impl Ctx<'_> {
             return self.finish(t, Ret::Failed { error: OpError::UnknownLease { lease } });
         };
         let (_, h) = self.thread_mut(by).held.remove(i);
+        if self.s.regs[h as usize].forgotten {
+            //= spec.md#S2.6
+            //# Leases held at the
+            //# fork stay held (their names give E3) until released, which is a no-op in the
+            //# child.
+            note!(self, "S2.6: T{t} releases L{lease} on #{h}, forgotten at the fork: a no-op");
+            return self.finish(t, Ret::Done);
+        }
         if self.release_steps() {
             return self.r1_touch(t, h);
         }
