@@ -26,6 +26,15 @@ fn every_three_thread_form_runs_three_threads() {
     }
 }
 
+/// Every 3-thread configuration has a pinned count: a family added without
+/// its recount (or left out without its reason in `NO_THREE_THREADS`) fails
+/// here, in the fast tier, not an hour into the full one.
+#[test]
+fn every_three_thread_configuration_has_a_pinned_count() {
+    let missing: Vec<String> = pinned3_configs().into_iter().filter(|p| p.unique_states == 0).map(|p| p.name).collect();
+    assert!(missing.is_empty(), "no pinned 3-thread count (recount, or list the family in NO_THREE_THREADS with its reason): {missing:?}");
+}
+
 /// The full tier: every family at 3 threads (about half an hour on 2
 /// workers; `mrcache check --pinned --threads3` runs the same with each
 /// configuration's time and peak RSS).
