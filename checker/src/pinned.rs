@@ -732,8 +732,6 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     // entry's memory, PENDING seen): one worker, load average 2-4.
     ("memo-pending", "with a third thread its first configuration ran over 5 min on one worker (`lockless+memo` runs at 3 threads)"),
     ("memo-reuse", "with a third thread its first configuration ran over 5 min on one worker (`lockless+memo` runs at 3 threads)"),
-    // 148,254-227,791 states at 2 threads, like `2x3+nested`'s 8-16 M at 3.
-    ("2x3+nested+hull", "with a third thread its first configuration ran over 150 s on one worker (`hull` and `2x3+nested` run at 3 threads)"),
 ];
 
 /// Ops per thread of the generated families at 3 threads, where not 2.
@@ -957,6 +955,9 @@ const COUNTS3: &[(&str, usize)] = &[
     ("remove+proof independent async", 29413523),
     ("2x3+attached no-merge-uncache-contained async", 34021279),
     ("hull independent sync", 12207295),
+    ("2x3+nested+hull independent sync", 16160816),
+    ("2x3+nested+hull merge sync", 26105013),
+    ("2x3+nested+hull no-merge-uncache-contained sync", 22696909),
 ];
 
 /// Every family's 3-thread configurations (but those of [`NO_THREE_THREADS`])
