@@ -984,7 +984,7 @@ pub fn pinned3_configs() -> Vec<Pinned> {
     out
 }
 
-/// The families (names) of [`FAMILIES`], for listings.
+/// The families (names) of `FAMILIES`, for listings.
 pub fn families() -> &'static [&'static str] {
     &FAMILIES
 }
