@@ -37,21 +37,7 @@
  *   ./fork-cached        exit 1 and a STALE line: the bug; 0: fixed; 2: setup.
  * The same scenario through libmrcache: ../mrcache/fork-cached.c (exits 0).
  * Written for the mrcache project (conformance/reproducers). */
-#include "config.h"
-#include <ofi_util.h>
-#include <ofi_mr.h>
-#ifdef LF_FULL_LIBRARY
-void fi_ini(void); /* src/fabric.c; no header declares it */
-/* libfabric's destructor (fi_fini) asserts that no cache is still subscribed
- * to a monitor; this program ends with its cache (and leases) in place on
- * purpose, so it ends before that destructor, with its own status. */
-static void exit_now(int status, void *arg)
-{
-	(void)arg;
-	fflush(NULL);
-	_exit(status);
-}
-#endif
+#include "lf_prelude.h"
 #include "uring_reg.h"
 #include <sys/wait.h>
 
