@@ -232,6 +232,7 @@
 pub mod algo;
 pub mod config;
 pub mod engine;
+pub mod history;
 pub mod lincache;
 pub mod mutant;
 pub mod pinned;

@@ -2,10 +2,14 @@
 //! program counter and locals, and the history for the linearizability check.
 
 use crate::config::Span;
-use mrcache_model::Model as RefModel;
+use smallvec::SmallVec;
 use mrcache_types::{Access, LeaseId, ReleaseKind};
-use stateright::semantics::LinearizabilityTester;
 use std::fmt;
+
+/// One generation per page (a configuration has a few pages): kept inline,
+/// so that copying a state allocates nothing for it. A `SmallVec` hashes
+/// and compares as the slice it holds, as a `Vec` does.
+pub type Pages = SmallVec<[u8; 16]>;
 
 /// Index of a registration in [`State::regs`]: every registrar call, in order.
 pub type Handle = u8;
@@ -35,7 +39,7 @@ pub struct Reg {
     pub span: Span,
     pub access: Access,
     /// Page generations pinned at registration, one per page of `span`.
-    pub pinned: Vec<u8>,
+    pub pinned: Pages,
     /// Registrar deregistrations of this registration (P4: at most 1).
     pub deregs: u8,
     /// Cache id given at insertion (A9); 0 if never inserted.
@@ -324,7 +328,7 @@ pub struct Thread {
     pub ev: Option<Ev>,
     pub inflight: Option<InFlight>,
     /// Leases held: (name, registration).
-    pub held: Vec<(LeaseId, Handle)>,
+    pub held: SmallVec<[(LeaseId, Handle); 2]>,
     /// The current operation's dereg list.
     pub dereg: Vec<Handle>,
     /// `handoff-toctou`: entries marked INVALID whose count is still to be read.
@@ -478,15 +482,15 @@ pub struct CacheSide {
     pub clock: u8,
     pub trim_evicted: bool,
     pub applied: u8,
-    pub lin: LinearizabilityTester<u8, RefModel>,
+    pub lin: crate::history::History,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct State {
     /// Physical truth: the generation of the frame mapped at each page.
-    pub gens: Vec<u8>,
+    pub gens: Pages,
     /// Per page, the newest generation installed by a completed release event.
-    pub done_gens: Vec<u8>,
+    pub done_gens: Pages,
     pub lock: Lock,
     pub regs: Vec<Reg>,
     /// The id the next inserted entry gets (A9).
@@ -557,7 +561,7 @@ pub struct State {
     pub give_backs_left: u8,
     pub bad: Vec<Bad>,
     /// Invocations and returns of every operation, per thread.
-    pub lin: LinearizabilityTester<u8, RefModel>,
+    pub lin: crate::history::History,
     /// The other caches on the same monitor (cache `c` is `others[c - 1]`
     /// while cache 0's state is in the fields above; see [`CacheSide`]).
     pub others: Vec<CacheSide>,

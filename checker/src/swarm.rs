@@ -27,7 +27,7 @@ use crate::run::{counterexample_of, Counterexample};
 use serde::{Deserialize, Serialize};
 use stateright::{Expectation, Model, Property};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::hash::{Hash, Hasher};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -186,9 +186,7 @@ pub fn depth_bound(seed: u64, max_depth: usize) -> usize {
 }
 
 fn fingerprint(s: &crate::state::State) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    s.hash(&mut h);
-    h.finish()
+    crate::engine::fingerprint(s)
 }
 
 /// Random walks in a row that find no new state, after which a search in

@@ -643,7 +643,7 @@ impl Ctx<'_> {
         self.s.regs.push(Reg {
             span: plan.span,
             access: plan.access,
-            pinned,
+            pinned: pinned.into(),
             deregs: 0,
             id: 0,
             findable: false,

@@ -8,7 +8,6 @@
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
 use mrcache_types::{Op, ReleaseKind, Ret};
-use stateright::semantics::ConsistencyTester;
 use crate::state::*;
 
 impl AlgoModel {
@@ -532,8 +531,8 @@ impl Ctx<'_> {
         self.s.queue = vec![hull];
         let op = Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: hull.addr(), len: hull.bytes() };
         let id = HULL + t as u8;
-        let _ = self.s.lin.on_invoke(id, op);
-        let _ = self.s.lin.on_return(id, Ret::Done);
+        self.s.lin.invoke(id, op);
+        self.s.lin.ret(id, Ret::Done);
     }
 
     pub(super) fn finish_event(&mut self, t: usize) {

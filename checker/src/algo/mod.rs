@@ -9,7 +9,6 @@ use crate::state::*;
 use lanes::revoke_label;
 use mrcache_model::Model as RefModel;
 use mrcache_types::{LeaseId, Op, RegView, Ret};
-use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
 use stateright::{Model, Property};
 
 /// One step of one actor.
@@ -232,8 +231,8 @@ impl AlgoModel {
     pub fn init_state(&self) -> State {
         let pages = (self.app_pages + 1) as usize;
         let mut st = State {
-            gens: vec![0; pages],
-            done_gens: vec![0; pages],
+            gens: smallvec::smallvec![0; pages],
+            done_gens: smallvec::smallvec![0; pages],
             lock: Lock::Free,
             regs: Vec::new(),
             next_id: 1,
@@ -264,7 +263,7 @@ impl AlgoModel {
                     acq: None,
                     ev: None,
                     inflight: None,
-                    held: Vec::new(),
+                    held: smallvec::SmallVec::new(),
                     dereg: Vec::new(),
                     toctou: Vec::new(),
                     waiting: false,
@@ -303,7 +302,7 @@ impl AlgoModel {
             trim_evicted: false,
             cache_free_left: self.cfg.cache_frees.is_some(),
             bad: Vec::new(),
-            lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
+            lin: crate::history::History::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
             others: (1..self.cfg.caches)
                 .map(|_| CacheSide {
                     lock: Lock::Free,
@@ -317,7 +316,7 @@ impl AlgoModel {
                     clock: 0,
                     trim_evicted: false,
                     applied: 0,
-                    lin: LinearizabilityTester::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
+                    lin: crate::history::History::new(RefModel::new(self.cfg.model_config()).concurrent().trims_logged()),
                 })
                 .collect(),
         };
@@ -726,11 +725,11 @@ impl Ctx<'_> {
 
     pub(super) fn invoke(&mut self, thread: u8, nested: bool, op: Op) {
         let id = if nested { NESTED + thread } else { thread };
-        let _ = self.s.lin.on_invoke(id, op);
+        self.s.lin.invoke(id, op);
         if matches!(op, Op::ReleaseEvent { .. }) {
             // A release is the process's: every cache's history has it.
             for o in &mut self.s.others {
-                let _ = o.lin.on_invoke(id, op);
+                o.lin.invoke(id, op);
             }
         }
         if let Some(r) = self.rec.as_deref_mut() {
@@ -740,10 +739,10 @@ impl Ctx<'_> {
 
     pub(super) fn ret(&mut self, thread: u8, nested: bool, op: Op, ret: Ret) {
         let id = if nested { NESTED + thread } else { thread };
-        let _ = self.s.lin.on_return(id, ret);
+        self.s.lin.ret(id, ret);
         if matches!(op, Op::ReleaseEvent { .. }) {
             for o in &mut self.s.others {
-                let _ = o.lin.on_return(id, ret);
+                o.lin.ret(id, ret);
             }
         }
         if let Some(r) = self.rec.as_deref_mut() {
