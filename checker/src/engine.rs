@@ -165,6 +165,7 @@ impl Fingerprinter {
 }
 
 impl Hasher for Fingerprinter {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         if self.len + bytes.len() > FINGERPRINT_CHUNK {
             self.inner.write(&self.buf[..self.len]);
@@ -177,18 +178,23 @@ impl Hasher for Fingerprinter {
             self.len += bytes.len();
         }
     }
+    #[inline]
     fn write_u8(&mut self, i: u8) {
         self.push(i.to_le_bytes());
     }
+    #[inline]
     fn write_u16(&mut self, i: u16) {
         self.push(i.to_le_bytes());
     }
+    #[inline]
     fn write_u32(&mut self, i: u32) {
         self.push(i.to_le_bytes());
     }
+    #[inline]
     fn write_u64(&mut self, i: u64) {
         self.push(i.to_le_bytes());
     }
+    #[inline]
     fn write_usize(&mut self, i: usize) {
         self.push((i as u64).to_le_bytes());
     }
@@ -296,14 +302,25 @@ where
         }
     }
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..shared.workers).map(|_| scope.spawn(|| worker(&shared))).collect();
-        let mut last = Instant::now();
-        while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(2));
-            if last.elapsed() >= every {
-                tick(shared.table.len());
-                last = Instant::now();
-            }
+        // Each worker holds a sender until it returns or unwinds: the
+        // channel disconnects the moment the last one ends, so the run's
+        // end is seen at once (a small check takes a few milliseconds,
+        // which polling would round up).
+        let (alive, ended) = std::sync::mpsc::channel::<()>();
+        let sh = &shared;
+        let handles: Vec<_> = (0..shared.workers)
+            .map(|_| {
+                let alive = alive.clone();
+                scope.spawn(move || {
+                    let _alive = alive;
+                    worker(sh)
+                })
+            })
+            .collect();
+        drop(alive);
+        let every = every.max(Duration::from_millis(2));
+        while ended.recv_timeout(every) != Err(std::sync::mpsc::RecvTimeoutError::Disconnected) {
+            tick(shared.table.len());
         }
         for h in handles {
             if let Err(p) = h.join() {
