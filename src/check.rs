@@ -570,7 +570,7 @@ fn run_pinned3(args: &CheckArgs) -> anyhow::Result<i32> {
             .output()
             .with_context(|| format!("running {}", exe.display()))?;
         let line = String::from_utf8_lossy(&out.stdout);
-        let fields: Vec<&str> = line.trim_end().splitn(5, '\t').collect();
+        let fields: Vec<&str> = line.trim_end_matches(['\n', '\r']).splitn(5, '\t').collect();
         let form = match &p.cfg.scripts {
             Some(s) => format!("{} scripted threads", s.iter().filter(|t| !t.is_empty()).count()),
             None => format!("{} x {} ops", p.cfg.threads, p.cfg.ops),
