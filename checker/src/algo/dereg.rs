@@ -1,6 +1,6 @@
-//! The dereg list and the unlock that ends every exclusive section
-//! (spec.md#A11: "Every exclusive section ends so"), as in the impl's
-//! `cache/dereg.rs`.
+//! The dereg list and the unlock that ends an operation's last exclusive
+//! section (spec.md#A11: "The last exclusive section of an operation ends
+//! so"), as in the impl's `cache/dereg.rs`.
 
 use super::Ctx;
 use crate::config::Mutant;
