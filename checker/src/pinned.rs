@@ -713,13 +713,6 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     ("2x3", "its 3-thread form, 3 threads x 3 ops, is ci/check-large.sh (the full tier's `large` step)"),
     ("2x4", "3 threads x 4 ops is past exhaustive reach (its BFS filled 23 GB); 3 x 3 is ci/check-large.sh"),
     ("3x2", "already 3 threads (pinned in the fast tier); 3 x 3 is ci/check-large.sh"),
-    // Measured on 2 workers at a load average of about 19 from other work:
-    // `2x3+nested` at 3 x 2 is 8-16 M states a configuration (28 min for
-    // its six), and this family is 1.2-1.9 times its size at 2 threads.
-    (
-        "2x3+nested+limit",
-        "3 x 2 ops is past the tier's half hour (its first configuration ran over 7 min; `2x3+nested` and `2x3+limit` run at 3 threads)",
-    ),
     // The longest hand-written scripts (T1: five operations): with T2's
     // madvise its first configuration did not finish in 20 min.
     ("lanes+note", "with a third thread its first configuration ran over 20 min (the lanes run at 3 threads in `lanes`, `lanes+limit`)"),
@@ -958,6 +951,12 @@ const COUNTS3: &[(&str, usize)] = &[
     ("2x3+nested+hull independent sync", 16160816),
     ("2x3+nested+hull merge sync", 26105013),
     ("2x3+nested+hull no-merge-uncache-contained sync", 22696909),
+    ("2x3+nested+limit independent sync", 25015112),
+    ("2x3+nested+limit independent async", 29585009),
+    ("2x3+nested+limit merge sync", 31573373),
+    ("2x3+nested+limit merge async", 34110660),
+    ("2x3+nested+limit no-merge-uncache-contained sync", 26636734),
+    ("2x3+nested+limit no-merge-uncache-contained async", 31269460),
 ];
 
 /// Every family's 3-thread configurations (but those of [`NO_THREE_THREADS`])
