@@ -27,8 +27,9 @@ use std::sync::Arc;
 /// What the other threads had completed when an operation was invoked:
 /// (thread id, index of its last completed operation) for every other
 /// thread with at least one, sorted by id. An operation must be serialized
-/// after each of those.
-type Seen = Vec<(u8, u16)>;
+/// after each of those. Inline: a change copies the record, and a `Vec`
+/// here made that an allocation per operation.
+type Seen = smallvec::SmallVec<[(u8, u16); 4]>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ThreadHistory {
