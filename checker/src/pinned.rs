@@ -713,18 +713,26 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     ("2x3", "its 3-thread form, 3 threads x 3 ops, is ci/check-large.sh (the full tier's `large` step)"),
     ("2x4", "3 threads x 4 ops is past exhaustive reach (its BFS filled 23 GB); 3 x 3 is ci/check-large.sh"),
     ("3x2", "already 3 threads (pinned in the fast tier); 3 x 3 is ci/check-large.sh"),
-    // The longest hand-written scripts (T1: five operations): with T2's
-    // madvise its first configuration did not finish in 20 min.
-    ("lanes+note", "with a third thread its first configuration ran over 20 min (the lanes run at 3 threads in `lanes`, `lanes+limit`)"),
-    // 236,074 states at 2 threads, the largest of the two-cache families.
-    ("shared+remove", "with a third thread its first configuration ran over 16 min (`remove`, `shared`, `2x3+shared+remove` run at 3 threads)"),
+    // A finding, not a size: with T2's madvise the check stops at an S9
+    // violation in 48 steps (about 2.6 M states): T1's note finds A pinned
+    // by T0's lane lookup in progress (LN5) and keeps it over the limit;
+    // T2's release invalidates A, T0 undoes its pin (LN4) and misses, so no
+    // completed operation held A when T1 went over the limit, and T1's
+    // later hit on A has no linearization (the reference model evicts A).
+    (
+        "lanes+note",
+        "S9 fails with a third thread (a lane lookup's LN5 pin spares an entry from a limit eviction): traces/checker/lanes-note-3-threads.jsonl, docs/checking.md",
+    ),
+    // Measured with the engine of 586d40e (2 workers, load average about 2):
+    // the largest two-cache family (236,074 states at 2 threads).
+    ("shared+remove", "with a third thread its first configuration passed 100 M states in 8 min and was still growing (`remove`, `shared`, `2x3+shared+remove` run at 3 threads)"),
     // 860,929 states at 2 threads (35 s), the largest family; a third
-    // thread made the other hand-written families 120-740 times larger.
+    // thread made the other hand-written families 120-1,300 times larger.
     ("lanes-claims", "860,929 states at 2 threads already: with a third thread past the tier (the claims are already in the full tier at 2 threads)"),
     // The hit memo's hand-written scripts (a memo slot set, a reuse of the
-    // entry's memory, PENDING seen): one worker, load average 2-4.
-    ("memo-pending", "with a third thread its first configuration ran over 5 min on one worker (`lockless+memo` runs at 3 threads)"),
-    ("memo-reuse", "with a third thread its first configuration ran over 5 min on one worker (`lockless+memo` runs at 3 threads)"),
+    // entry's memory, PENDING seen), measured as `shared+remove`.
+    ("memo-pending", "with a third thread its first configuration passed 130 M states in 7 min on one worker, still growing (`lockless+memo` runs at 3 threads)"),
+    ("memo-reuse", "with a third thread its first configuration passed 100 M states in 6 min, still growing (`lockless+memo` runs at 3 threads)"),
 ];
 
 /// Ops per thread of the generated families at 3 threads, where not 2.

@@ -256,8 +256,17 @@ pub fn check_with_progress(
     })
 }
 
-/// Runs [`crate::engine`]; `None` if it found a violation (the caller then
-/// runs stateright's BFS for a shortest counterexample).
+/// Unique states up to which a violation the fingerprint engine found is
+/// searched again with stateright's BFS, for a shortest counterexample.
+/// That BFS keeps every state whole (about 600 bytes and more each, 5.65
+/// GiB for 10.5 M states): past this many the engine's own path is given
+/// instead, so that a violation found late does not end in a search that
+/// fills the machine's memory.
+pub const SHORTEST_RERUN_MAX_STATES: usize = 1_000_000;
+
+/// Runs [`crate::engine`]; `None` if it found a violation within
+/// [`SHORTEST_RERUN_MAX_STATES`] (the caller then runs stateright's BFS for
+/// a shortest counterexample).
 fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut impl FnMut(&Progress)) -> Option<Outcome> {
     let start = Instant::now();
     let counters = engine::Counters::default();
@@ -271,7 +280,8 @@ fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut 
         })
     });
     let properties = model.properties();
-    if properties.iter().any(|p| p.expectation == Expectation::Always && found.discoveries.contains_key(p.name)) {
+    let violated = properties.iter().any(|p| p.expectation == Expectation::Always && found.discoveries.contains_key(p.name));
+    if violated && found.unique <= SHORTEST_RERUN_MAX_STATES {
         return None;
     }
     let verdicts = properties
@@ -279,14 +289,33 @@ fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut 
         .map(|p| {
             let always = p.expectation != Expectation::Sometimes;
             let status = match (always, found.discoveries.contains_key(p.name), found.complete) {
+                (true, true, _) => Status::Violated,
                 (false, true, _) => Status::Reached,
-                (true, _, true) => Status::Holds,
+                (true, false, true) => Status::Holds,
                 (false, false, true) => Status::NotReached,
-                (_, _, false) => Status::Unknown,
+                (_, false, false) => Status::Unknown,
             };
             Verdict { name: p.name, spec_id: props::spec_id(p.name), always, status }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // Past the bound, the engine's own path is the counterexample (replayed
+    // step by step like any other), marked as not a shortest one.
+    let counterexample = props::ALL
+        .iter()
+        .find(|name| verdicts.iter().any(|v| v.name == **name && v.status == Status::Violated))
+        .map(|&name| {
+            let mut c = counterexample_of(model, name, found.discoveries[name].clone());
+            let note = format!(
+                "(the fingerprint engine's path, {} steps, not a shortest one: it had explored {} states, past the {} up to which stateright's BFS is re-run for the shortest, whose whole states would fill memory; `--stateright` runs that BFS anyway, `--dfs` a depth-first one)",
+                c.actions.len(),
+                found.unique,
+                SHORTEST_RERUN_MAX_STATES
+            );
+            c.detail = format!("{}\n{note}", c.detail);
+            c.timeline.push_str(&note);
+            c.timeline.push('\n');
+            c
+        });
     Some(Outcome {
         description: cfg.describe(),
         unique_states: found.unique,
@@ -295,7 +324,7 @@ fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut 
         elapsed: start.elapsed(),
         complete: found.complete,
         verdicts,
-        counterexample: None,
+        counterexample,
         discoveries: found.discoveries,
     })
 }
