@@ -12,7 +12,7 @@
 //!
 //! Invariants:
 //! * `fingerprint` is the fingerprint of `record` (every change goes through
-//!   [`History::change`], which recomputes it);
+//!   `History::change`, which recomputes it);
 //! * `record.threads` is sorted by thread id, each id once; a thread is
 //!   there from its first invocation on (or from a return without an
 //!   invocation, which also makes the history invalid);
