@@ -59,7 +59,7 @@
 #                test every_family_at_three_threads (checker/tests/threads3.rs),
 #                which the ignored step leaves to this one
 #   large        ci/check-large.sh: the 3 threads x 3 ops model checks (about
-#                15 minutes on the 2 cores)
+#                4 minutes on the 2 cores when quiet)
 # Every step runs; a summary lists each with its time, and the exit status is
 # non-zero if any failed.
 set -uo pipefail
