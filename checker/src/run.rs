@@ -6,7 +6,7 @@ use crate::engine;
 use crate::props;
 use crate::report;
 use mrcache_types::trace::Trace;
-use stateright::{Checker, Expectation, HasDiscoveries, Model, UniformChooser};
+use stateright::{Checker, Expectation, HasDiscoveries, Model, Property, UniformChooser};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -225,7 +225,25 @@ pub fn check_with_progress(
     let properties = model.properties();
     let any_failure = properties.iter().any(|p| p.expectation == Expectation::Always && found.contains_key(p.name));
     let complete = exhaustive && !truncated && !(opts.stop_at_first_failure && any_failure);
-    let verdicts = properties
+    let verdicts = verdicts_of(&properties, &found, complete);
+    let counterexample = first_violated(&verdicts).map(|name| counterexample_of(&model, name, found[name].clone()));
+    Ok(Outcome {
+        description: cfg.describe(),
+        unique_states: unique,
+        total_states: total,
+        max_depth: depth,
+        elapsed,
+        complete,
+        verdicts,
+        counterexample,
+        discoveries: found,
+    })
+}
+
+/// Each property's verdict, from the discoveries of a run that was
+/// `complete` or not.
+fn verdicts_of(properties: &[Property<AlgoModel>], found: &Found, complete: bool) -> Vec<Verdict> {
+    properties
         .iter()
         .map(|p| {
             let always = p.expectation != Expectation::Sometimes;
@@ -238,22 +256,13 @@ pub fn check_with_progress(
             };
             Verdict { name: p.name, spec_id: props::spec_id(p.name), always, status }
         })
-        .collect::<Vec<_>>();
-    let counterexample = props::ALL
-        .iter()
-        .find(|name| verdicts.iter().any(|v| v.name == **name && v.status == Status::Violated))
-        .map(|&name| counterexample_of(&model, name, found[name].clone()));
-    Ok(Outcome {
-        description: cfg.describe(),
-        unique_states: unique,
-        total_states: total,
-        max_depth: depth,
-        elapsed,
-        complete,
-        verdicts,
-        counterexample,
-        discoveries: found,
-    })
+        .collect()
+}
+
+/// The first violated property in [`props::ALL`] order (the one whose
+/// counterexample a run reports).
+fn first_violated(verdicts: &[Verdict]) -> Option<&'static str> {
+    props::ALL.iter().copied().find(|name| verdicts.iter().any(|v| v.name == *name && v.status == Status::Violated))
 }
 
 /// Unique states up to which a violation the fingerprint engine found is
@@ -284,26 +293,10 @@ fn fast(cfg: &CheckConfig, model: &AlgoModel, opts: &RunOptions, progress: &mut 
     if violated && found.unique <= SHORTEST_RERUN_MAX_STATES {
         return None;
     }
-    let verdicts = properties
-        .iter()
-        .map(|p| {
-            let always = p.expectation != Expectation::Sometimes;
-            let status = match (always, found.discoveries.contains_key(p.name), found.complete) {
-                (true, true, _) => Status::Violated,
-                (false, true, _) => Status::Reached,
-                (true, false, true) => Status::Holds,
-                (false, false, true) => Status::NotReached,
-                (_, false, false) => Status::Unknown,
-            };
-            Verdict { name: p.name, spec_id: props::spec_id(p.name), always, status }
-        })
-        .collect::<Vec<_>>();
+    let verdicts = verdicts_of(&properties, &found.discoveries, found.complete);
     // Past the bound, the engine's own path is the counterexample (replayed
     // step by step like any other), marked as not a shortest one.
-    let counterexample = props::ALL
-        .iter()
-        .find(|name| verdicts.iter().any(|v| v.name == **name && v.status == Status::Violated))
-        .map(|&name| {
+    let counterexample = first_violated(&verdicts).map(|name| {
             let mut c = counterexample_of(model, name, found.discoveries[name].clone());
             let note = format!(
                 "(the fingerprint engine's path, {} steps, not a shortest one: it had explored {} states, past the {} up to which stateright's BFS is re-run for the shortest, whose whole states would fill memory; `--stateright` runs that BFS anyway, `--dfs` a depth-first one)",
