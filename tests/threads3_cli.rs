@@ -21,9 +21,11 @@ fn a_three_thread_configuration_that_holds_passes() {
 
 /// A violation found past `SHORTEST_RERUN_MAX_STATES` is reported with the
 /// engine's own path instead of a BFS re-run that keeps whole states (it
-/// filled 14 GiB in three minutes here). The input is a real finding: the
-/// `lanes+note` scripts with a third thread's madvise break S9 (see
-/// docs/checking.md, "Every family at 3 threads").
+/// filled 14 GiB in three minutes here). The input is a real finding, now
+/// the mutant `lane-undo-despite-pin`: the `lanes+note` scripts with a third
+/// thread's madvise broke S9 while LN1 undid its count despite the pin (see
+/// docs/checking.md, "A finding at 3 threads"); the fixed LN1 passes them in
+/// the full tier (`lanes+note` in `mrcache check --pinned --threads3`).
 #[test]
 fn a_violation_found_late_keeps_the_engines_path() {
     let o = Command::new(env!("CARGO_BIN_EXE_mrcache"))
@@ -31,6 +33,8 @@ fn a_violation_found_late_keeps_the_engines_path() {
             "check",
             "--scripts",
             "traces/checker/lanes-note-3-threads.jsonl",
+            "--mutant",
+            "lane-undo-despite-pin",
             "--lanes",
             "--max-regions",
             "1",

@@ -200,6 +200,19 @@ impl Mutant {
                         .into(),
                 );
             }
+            Mutant::LaneUndoDespitePin if cfg.scripts.is_none() => {
+                cfg.lanes = true;
+                let mut scripts = lane_note_scripts();
+                scripts.push(default_scripts(3, 1).swap_remove(2));
+                cfg.scripts = Some(scripts);
+                cfg.max_regions = Some(1);
+                cfg.policy = OverlapPolicy::Independent;
+                cfg.monitor = MonitorKind::Sync;
+                changed.push(
+                    "--lanes, the note scripts with a third thread (T0: acquire A, release, acquire A, release; T1: acquire A, release, acquire B, release, acquire A; T2: madvise A), --max-regions 1, --policy independent --monitor sync"
+                        .into(),
+                );
+            }
             Mutant::LocklessTakesRemoved if cfg.scripts.is_none() => {
                 cfg.lockless = true;
                 cfg.max_regions = None;

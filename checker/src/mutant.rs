@@ -319,6 +319,12 @@ mutants! {
     GdsFloorNotRaised: "cost-aware eviction does not raise the floor to the victim's priority", [LINEARIZABLE];
     HullDropsQueued: "a push on a full queue replaces its contents by its own event, not by the hull (L2)", [P2];
     ForkKeepsGeneration: "a fork child keeps the parent's generation: its lock (held by a thread gone), entries and queue (F1)", [P2, P6, L1];
+    /// LN1 undoes its count after a reload of null although the revoke
+    /// pinned the entry for it: a note (A6) that read the pin as a lease
+    /// spared the entry over the limit, and the lookup then misses, so a
+    /// later hit on the spared entry has no linearization (it needs a third
+    /// thread whose release invalidates the entry meanwhile).
+    LaneUndoDespitePin: "LN1 undoes its count after a revoke that pinned the entry for it", [LINEARIZABLE];
 }
 
 impl Mutant {
@@ -393,6 +399,7 @@ impl Mutant {
                 | Mutant::LaneHitIgnoresKey
                 | Mutant::LaneRemoteWritesHeld
                 | Mutant::LaneReleaseByAcquirer
+                | Mutant::LaneUndoDespitePin
         )
     }
 }

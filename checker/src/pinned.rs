@@ -418,36 +418,36 @@ const COUNTS: &[(&str, usize)] = &[
     ("limit-event merge async", 3705),
     ("limit-event no-merge-uncache-contained sync", 2431),
     ("limit-event no-merge-uncache-contained async", 3705),
-    ("lanes independent sync", 7225),
-    ("lanes independent async", 11757),
-    ("lanes merge sync", 7225),
-    ("lanes merge async", 11757),
-    ("lanes no-merge-uncache-contained sync", 7225),
-    ("lanes no-merge-uncache-contained async", 11757),
-    ("lanes+limit independent sync", 8285),
-    ("lanes+limit independent async", 14187),
-    ("lanes+limit merge sync", 8285),
-    ("lanes+limit merge async", 14187),
-    ("lanes+limit no-merge-uncache-contained sync", 8285),
-    ("lanes+limit no-merge-uncache-contained async", 14187),
-    ("lanes+note independent sync", 87955),
-    ("lanes+note independent async", 87955),
-    ("lanes+note merge sync", 87955),
-    ("lanes+note merge async", 87955),
-    ("lanes+note no-merge-uncache-contained sync", 87955),
-    ("lanes+note no-merge-uncache-contained async", 87955),
+    ("lanes independent sync", 7185),
+    ("lanes independent async", 11677),
+    ("lanes merge sync", 7185),
+    ("lanes merge async", 11677),
+    ("lanes no-merge-uncache-contained sync", 7185),
+    ("lanes no-merge-uncache-contained async", 11677),
+    ("lanes+limit independent sync", 8245),
+    ("lanes+limit independent async", 14107),
+    ("lanes+limit merge sync", 8245),
+    ("lanes+limit merge async", 14107),
+    ("lanes+limit no-merge-uncache-contained sync", 8245),
+    ("lanes+limit no-merge-uncache-contained async", 14107),
+    ("lanes+note independent sync", 88345),
+    ("lanes+note independent async", 88345),
+    ("lanes+note merge sync", 88345),
+    ("lanes+note merge async", 88345),
+    ("lanes+note no-merge-uncache-contained sync", 88345),
+    ("lanes+note no-merge-uncache-contained async", 88345),
     ("lanes-drain independent sync", 17565),
     ("lanes-drain independent async", 24121),
     ("lanes-drain merge sync", 17565),
     ("lanes-drain merge async", 24121),
     ("lanes-drain no-merge-uncache-contained sync", 17565),
     ("lanes-drain no-merge-uncache-contained async", 24121),
-    ("lanes-reuse independent sync", 55526),
-    ("lanes-reuse independent async", 72405),
-    ("lanes-reuse merge sync", 55526),
-    ("lanes-reuse merge async", 72405),
-    ("lanes-reuse no-merge-uncache-contained sync", 55526),
-    ("lanes-reuse no-merge-uncache-contained async", 72405),
+    ("lanes-reuse independent sync", 55398),
+    ("lanes-reuse independent async", 72149),
+    ("lanes-reuse merge sync", 55398),
+    ("lanes-reuse merge async", 72149),
+    ("lanes-reuse no-merge-uncache-contained sync", 55398),
+    ("lanes-reuse no-merge-uncache-contained async", 72149),
     ("2x3+pair independent sync", 7967),
     ("2x3+pair merge sync", 12084),
     ("2x3+pair no-merge-uncache-contained sync", 11429),
@@ -496,22 +496,22 @@ const COUNTS: &[(&str, usize)] = &[
     ("lockless+pressure merge async", 111018),
     ("lockless+pressure no-merge-uncache-contained sync", 65690),
     ("lockless+pressure no-merge-uncache-contained async", 92091),
+    ("lockless+trim independent sync", 2963),
     ("2x3+limit+skip independent sync", 6830),
     ("2x3+limit+skip independent async", 11919),
     ("2x3+limit+skip merge sync", 6486),
     ("2x3+limit+skip merge async", 10866),
     ("2x3+limit+skip no-merge-uncache-contained sync", 5894),
     ("2x3+limit+skip no-merge-uncache-contained async", 9870),
-    ("lanes+limit+skip independent sync", 13558),
-    ("lanes+limit+skip independent async", 25294),
-    ("lanes+limit+skip merge sync", 13558),
-    ("lanes+limit+skip merge async", 25294),
-    ("lanes+limit+skip no-merge-uncache-contained sync", 13558),
-    ("lanes+limit+skip no-merge-uncache-contained async", 25294),
-    ("lockless+trim independent sync", 2963),
+    ("lanes+limit+skip independent sync", 13518),
+    ("lanes+limit+skip independent async", 25214),
+    ("lanes+limit+skip merge sync", 13518),
+    ("lanes+limit+skip merge async", 25214),
+    ("lanes+limit+skip no-merge-uncache-contained sync", 13518),
+    ("lanes+limit+skip no-merge-uncache-contained async", 25214),
     ("lanes-collide independent sync", 11716),
-    ("lanes-remote independent sync", 19551),
-    ("lanes-claims independent sync", 860929),
+    ("lanes-remote independent sync", 18051),
+    ("lanes-claims independent sync", 854665),
     ("2x3+limit+steps independent sync", 7837),
     ("2x3+limit+steps independent async", 10639),
     ("2x3+limit+steps merge sync", 7699),
@@ -596,18 +596,18 @@ const COUNTS: &[(&str, usize)] = &[
     ("2x3+limit+cost merge async", 6822),
     ("2x3+limit+cost no-merge-uncache-contained sync", 4671),
     ("2x3+limit+cost no-merge-uncache-contained async", 6318),
-    ("fork independent sync", 803),
-    ("fork merge sync", 803),
-    ("fork no-merge-uncache-contained sync", 803),
-    ("fork+limit independent sync", 1255),
-    ("fork+limit merge sync", 1255),
-    ("fork+limit no-merge-uncache-contained sync", 1255),
     ("hull independent sync", 33925),
     ("hull merge sync", 33925),
     ("hull no-merge-uncache-contained sync", 33925),
     ("2x3+nested+hull independent sync", 148254),
     ("2x3+nested+hull merge sync", 227791),
     ("2x3+nested+hull no-merge-uncache-contained sync", 204637),
+    ("fork independent sync", 803),
+    ("fork merge sync", 803),
+    ("fork no-merge-uncache-contained sync", 803),
+    ("fork+limit independent sync", 1255),
+    ("fork+limit merge sync", 1255),
+    ("fork+limit no-merge-uncache-contained sync", 1255),
 ];
 
 /// Whether every generic reachability goal must be reached in `fam`. The lru
@@ -697,10 +697,12 @@ pub fn problems(p: &Pinned, out: &Outcome) -> Vec<String> {
 //   the generated pattern of index 2: a madvise of page 0, an acquire of
 //   page 0 and later of pages 0-1);
 // - hand-written scripts: a third thread (T2) running `third_thread`'s
-//   script, by default the first two operations of the generated pattern of
-//   index 2 (a madvise of page 0, then an acquire of page 0): page 0 is the
-//   range every hand-written script acquires and releases (A), so T2's
-//   release event and its registration overlap the other threads' entries;
+//   script, by default the first operation of the generated pattern of
+//   index 2 (a madvise of page 0): page 0 is the range every hand-written
+//   script acquires and releases (A), so T2's release event overlaps the
+//   other threads' entries;
+// - the largest hand-written families (`SPLIT_THIRD_THREAD`): T2 runs the
+//   last operation of one thread's script, moved;
 // - a family whose scripts make the overlap policy irrelevant
 //   (`policy_blind`) runs the independent policy only;
 // - the families in `NO_THREE_THREADS` are not run here, with the reason.
@@ -713,26 +715,29 @@ pub const NO_THREE_THREADS: &[(&str, &str)] = &[
     ("2x3", "its 3-thread form, 3 threads x 3 ops, is ci/check-large.sh (the full tier's `large` step)"),
     ("2x4", "3 threads x 4 ops is past exhaustive reach (its BFS filled 23 GB); 3 x 3 is ci/check-large.sh"),
     ("3x2", "already 3 threads (pinned in the fast tier); 3 x 3 is ci/check-large.sh"),
-    // A finding, not a size: with T2's madvise the check stops at an S9
-    // violation in 48 steps (about 2.6 M states): T1's note finds A pinned
-    // by T0's lane lookup in progress (LN5) and keeps it over the limit;
-    // T2's release invalidates A, T0 undoes its pin (LN4) and misses, so no
-    // completed operation held A when T1 went over the limit, and T1's
-    // later hit on A has no linearization (the reference model evicts A).
-    (
-        "lanes+note",
-        "S9 fails with a third thread (a lane lookup's LN5 pin spares an entry from a limit eviction): traces/checker/lanes-note-3-threads.jsonl, docs/checking.md",
-    ),
-    // Measured with the engine of 586d40e (2 workers, load average about 2):
-    // the largest two-cache family (236,074 states at 2 threads).
-    ("shared+remove", "with a third thread its first configuration passed 100 M states in 8 min and was still growing (`remove`, `shared`, `2x3+shared+remove` run at 3 threads)"),
-    // 860,929 states at 2 threads (35 s), the largest family; a third
-    // thread made the other hand-written families 120-1,300 times larger.
-    ("lanes-claims", "860,929 states at 2 threads already: with a third thread its first configuration ran 15 min on one worker (past 2 GiB of fingerprints) without finishing, and found no violation (the claims are in the full tier at 2 threads)"),
-    // The hit memo's hand-written scripts (a memo slot set, a reuse of the
-    // entry's memory, PENDING seen), measured as `shared+remove`.
-    ("memo-pending", "with a third thread its first configuration passed 130 M states in 7 min on one worker, still growing (`lockless+memo` runs at 3 threads)"),
-    ("memo-reuse", "with a third thread its first configuration passed 100 M states in 6 min, still growing (`lockless+memo` runs at 3 threads)"),
+];
+
+/// Hand-written families whose 3-thread form moves one thread's last
+/// operation to the third thread (T2) instead of adding T2's madvise, and
+/// the thread that gives it: with the madvise added each ran past 100 M
+/// states in 6-15 minutes without finishing (their 2-thread forms are the
+/// largest, 100,032-854,665 states). The moved operation keeps its script
+/// (T2 may start it after its old predecessor returned, as before, or run
+/// it concurrently), and T2 is on the giver's cache (thread `t` is on cache
+/// `t % caches`): T0 where there are two caches, else T1.
+const SPLIT_THIRD_THREAD: &[(&str, usize)] = &[
+    // T0 (cache 0): madvise REMOVE A; T1 (cache 1): acquire A, release,
+    // acquire A; T2 (cache 0): acquire A.
+    ("shared+remove", 0),
+    // T1: acquire A, release, acquire B, acquire A; T2: munmap A (which
+    // revokes T1's and T0's slots of A).
+    ("lanes-claims", 1),
+    // T1: acquire A, release, munmap A; T2: acquire A (the memo read
+    // between the windowed entry's insert and its take-out).
+    ("memo-pending", 1),
+    // T1: munmap A, acquire C, release, munmap C; T2: acquire B (on A's
+    // first page: it takes the freed memory).
+    ("memo-reuse", 1),
 ];
 
 /// Ops per thread of the generated families at 3 threads, where not 2.
@@ -762,7 +767,11 @@ fn three_threads(fam: &str, mut cfg: CheckConfig) -> CheckConfig {
             cfg.scripts = Some(scripts);
         }
         Some(mut scripts) => {
-            scripts.push(third_thread(fam));
+            let third = match SPLIT_THIRD_THREAD.iter().find(|(f, _)| *f == fam) {
+                Some(&(_, from)) => vec![scripts[from].pop().expect("a split family's giver has operations")],
+                None => third_thread(fam),
+            };
+            scripts.push(third);
             cfg.scripts = Some(scripts);
         }
     }
@@ -851,18 +860,18 @@ const COUNTS3: &[(&str, usize)] = &[
     ("2x4+shared independent async", 103459),
     ("2x4+shared merge async", 107230),
     ("2x4+shared no-merge-uncache-contained async", 107230),
-    ("lanes independent async", 1257533),
-    ("lanes independent sync", 1277242),
-    ("lanes+limit independent async", 2004047),
-    ("lanes+limit independent sync", 1839408),
-    ("lanes+limit+skip independent async", 3146299),
-    ("lanes+limit+skip independent sync", 2559257),
+    ("lanes independent async", 1253460),
+    ("lanes independent sync", 1274345),
+    ("lanes+limit independent async", 2002246),
+    ("lanes+limit independent sync", 1836558),
+    ("lanes+limit+skip independent async", 3144498),
+    ("lanes+limit+skip independent sync", 2556192),
     ("lanes-collide independent sync", 1642749),
     ("lanes-drain independent async", 2989215),
     ("lanes-drain independent sync", 3329837),
-    ("lanes-remote independent sync", 4825983),
-    ("lanes-reuse independent async", 11094710),
-    ("lanes-reuse independent sync", 13244908),
+    ("lanes-remote independent sync", 4530753),
+    ("lanes-reuse independent async", 11087685),
+    ("lanes-reuse independent sync", 13237040),
     ("limit-event independent async", 319639),
     ("limit-event independent sync", 295765),
     ("lockless independent async", 113093),
@@ -965,6 +974,12 @@ const COUNTS3: &[(&str, usize)] = &[
     ("2x3+nested+limit merge async", 34110660),
     ("2x3+nested+limit no-merge-uncache-contained sync", 26636734),
     ("2x3+nested+limit no-merge-uncache-contained async", 31269460),
+    ("lanes+note independent sync", 40803122),
+    ("lanes+note independent async", 38430600),
+    ("shared+remove independent async", 901758),
+    ("lanes-claims independent sync", 77710620),
+    ("memo-pending independent sync", 3821096),
+    ("memo-reuse independent sync", 29003732),
 ];
 
 /// Every family's 3-thread configurations (but those of [`NO_THREE_THREADS`])

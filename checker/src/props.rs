@@ -29,7 +29,7 @@ pub const S_TRIM_EVICTS: &str = Property::TrimEvicts.check_name();
 pub const S_WINDOWED: &str = Property::Windowed.check_name();
 pub const S_LANE_HIT: &str = Property::LaneHit.check_name();
 pub const S_LANE_PIN: &str = Property::LanePin.check_name();
-pub const S_LANE_UNDO_PINNED: &str = Property::LaneUndoPinned.check_name();
+pub const S_LANE_HIT_PINNED: &str = Property::LaneHitPinned.check_name();
 
 /// Every property name the checker may use, `always` ones first
 /// ([`Property::CHECKED`]).

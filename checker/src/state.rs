@@ -112,6 +112,9 @@ pub enum Pc {
     LN1Store { slot: u8, h: Handle },
     /// Lanes: LN1's reload of `ptr` after the light barrier.
     LN1Load { slot: u8, h: Handle },
+    /// Lanes: LN1 reloaded null (a revoke): it takes the lanes mutex and
+    /// reads the slot's pin (still counting its `held + 1`).
+    LN1Pin { slot: u8, h: Handle },
     /// Lanes: after an LN1 undo (and its LN4): A1 (check the queue, take the
     /// lock shared).
     A1,

@@ -203,7 +203,7 @@ fn the_proof_families_catch_the_proof_mutants() {
     }
 }
 
-/// Lane claims given back and taken by the other thread (860,929 states,
+/// Lane claims given back and taken by the other thread (854,665 states,
 /// about 35 s on one worker): the full tier, with its mutant
 /// `lane-release-by-acquirer` (`checker/tests/mutants.rs`).
 #[test]

@@ -23,12 +23,12 @@
 #[cfg(loom)]
 pub use loom::sync::{
     atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
-    Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 #[cfg(not(loom))]
 pub use std::sync::{
     atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
-    Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// The atomics loom does not model (counters, LRU stamps, the fork

@@ -57,8 +57,9 @@ pub enum Property {
     LaneHit,
     /// Goal: a revoke pins a lane lease (LN5).
     LanePin,
-    /// Goal: a lane hit's held + 1 is pinned by a revoke, then it undoes (LN1, LN4).
-    LaneUndoPinned,
+    /// Goal: a lane hit's held + 1 is pinned by a revoke, then it reloads
+    /// null, finds the pin and keeps its hit (LN1).
+    LaneHitPinned,
 }
 
 impl Property {
@@ -83,7 +84,7 @@ impl Property {
         Property::Windowed,
         Property::LaneHit,
         Property::LanePin,
-        Property::LaneUndoPinned,
+        Property::LaneHitPinned,
     ];
 
     /// The judge's short name of a rule (`""` for S9 and the goals, which
@@ -160,8 +161,8 @@ impl Property {
             Property::Windowed => "sometimes: a registration planned inside a release window is served uncached (W3)",
             Property::LaneHit => "sometimes: a lane hit (LN1)",
             Property::LanePin => "sometimes: a revoke pins a lane lease (LN5)",
-            Property::LaneUndoPinned => {
-                "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null and undoes (LN1, LN4)"
+            Property::LaneHitPinned => {
+                "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null, finds the pin and keeps its hit (LN1)"
             }
         }
     }

@@ -12,7 +12,7 @@
 
 /// The checker's mutants, by name: each breaks one rule of spec.md §A and is
 /// caught by a named property (`mrcache_checker::Mutant::caught_by`).
-pub const MUTANTS: [&str; 69] = [
+pub const MUTANTS: [&str; 70] = [
     "no-seq-recheck",
     "blocking-hook",
     "dereg-leased-on-invalidate",
@@ -82,6 +82,7 @@ pub const MUTANTS: [&str; 69] = [
     "gds-floor-not-raised",
     "hull-drops-queued",
     "fork-keeps-generation",
+    "lane-undo-despite-pin",
 ];
 
 /// The C API lease slab's mutants (`capi/src/slab.rs`, `SlabMutant`: test

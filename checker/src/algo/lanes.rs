@@ -415,8 +415,7 @@ impl Ctx<'_> {
 
     //= spec.md#LN1
     //# If unchanged, touch the LRU stamp and return the hit, a lease on the
-    //# slot. Else store `held` back (this undo is a release that saw a revoke:
-    //# run LN4) and go to A1.
+    //# slot.
     pub(super) fn ln1_load(&mut self, t: usize, slot: u8, h: Handle) {
         let a = t as Actor;
         let lane = self.s.threads[t].lane.expect("LN1 on a claimed lane");
@@ -425,10 +424,34 @@ impl Ctx<'_> {
             note!(self, "LN1: light barrier (compiler fence); T{t} reloads slot {slot}'s ptr: #{h}, unchanged");
             return self.lane_hit(t, slot, h);
         }
+        if self.mutant(Mutant::LaneUndoDespitePin) {
+            let val = self.s.load_held(a, lane as usize, slot as usize).wrapping_sub(1);
+            self.sb_mut(a).push(Store::Held { lane, slot, val });
+            note!(self, "LN1 (mutant `lane-undo-despite-pin`): T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs LN4");
+            self.thread_mut(t).pc = Pc::LN4 { lane, slot, h, then_a1: true };
+            return;
+        }
+        note!(self, "LN1: T{t} reloads slot {slot}'s ptr: null (revoked); next it reads the slot's pin");
+        self.thread_mut(t).pc = Pc::LN1Pin { slot, h };
+    }
+
+    //= spec.md#LN1
+    //# Else take the lanes mutex and read the slot's pin. If the pin is the
+    //# memoized entry, keep the count and return the hit as above
+    pub(super) fn ln1_pin(&mut self, t: usize, slot: u8, h: Handle) {
+        let a = t as Actor;
+        let lane = self.s.threads[t].lane.expect("LN1 on a claimed lane");
+        if self.s.lanes[lane as usize][slot as usize].pin == Some(h) {
+            note!(self, "LN1: T{t} (lanes mutex) finds slot {slot} pinned to #{h}: it keeps its count and hits");
+            return self.lane_hit(t, slot, h);
+        }
+        //= spec.md#LN1
+        //# Else store `held` back and go to A1
         let val = self.s.load_held(a, lane as usize, slot as usize).wrapping_sub(1);
         self.sb_mut(a).push(Store::Held { lane, slot, val });
-        note!(self, "LN1: T{t} reloads slot {slot}'s ptr: null (revoked): it stores held = {val} back (store buffer) and runs LN4");
-        self.thread_mut(t).pc = Pc::LN4 { lane, slot, h, then_a1: true };
+        let pin = self.s.lanes[lane as usize][slot as usize].pin;
+        note!(self, "LN1: T{t} (lanes mutex) finds slot {slot}'s pin {pin:?}, not #{h}: it stores held = {val} back (store buffer) and goes to A1");
+        self.thread_mut(t).pc = Pc::A1;
     }
 
     pub(super) fn lane_hit(&mut self, t: usize, slot: u8, h: Handle) {

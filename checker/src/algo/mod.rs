@@ -388,6 +388,7 @@ impl AlgoModel {
             // LN4 takes the lanes mutex, which a revoke (LN5), or an LN4
             // between its count reads, holds across steps.
             Pc::LN4 { .. } => self.mutant(Mutant::LaneDetachedNoMutex) || !s.lanes_mutex_held(),
+            Pc::LN1Pin { .. } => !s.lanes_mutex_held(),
             // kdreg2: A9's subscribe (the MONITOR ioctl) waits for the
             // module's mutex, under the cache lock.
             Pc::A7 if self.cfg.monitor.is_kdreg2() && s.klock => !matches!(self.a7_outcome(s, t), A7::Insert),
@@ -485,6 +486,7 @@ impl AlgoModel {
             Pc::Idle => format!("waits for the lock, held by {holder}, to start its next op"),
             Pc::A2 | Pc::A6 | Pc::R2 | Pc::R2ThenA1 | Pc::A1 => format!("{:?} waits for the lock, held by {holder}", th.pc),
             Pc::LN4 { .. } => "LN4 waits for the lanes mutex (held by a revoke or another LN4)".to_string(),
+            Pc::LN1Pin { .. } => "LN1 waits for the lanes mutex (held by a revoke or an LN4) to read its slot's pin".to_string(),
             pc => format!("at {pc:?}"),
         }
     }
@@ -614,6 +616,7 @@ impl AlgoModel {
                         Pc::TrimOr(h) => format!("the trim ORs INVALID into #{h} (mutant)"),
                         Pc::LN1Store { slot, .. } => format!("LN1 (store held + 1 into slot {slot}, buffered)"),
                         Pc::LN1Load { slot, .. } => format!("LN1 (light barrier; reload slot {slot}'s ptr)"),
+                        Pc::LN1Pin { slot, .. } => format!("LN1 (lanes mutex; read slot {slot}'s pin)"),
                         Pc::LN3Load { lane, slot, .. } => format!("LN3 (light barrier; reload lane {lane} slot {slot}'s ptr)"),
                         Pc::LN4 { lane, slot, .. } if self.remote_moves() => {
                             format!("LN4 (lanes mutex; read lane {lane} slot {slot}'s remote)")
@@ -883,6 +886,7 @@ impl Ctx<'_> {
             Pc::Flush => self.flush(t),
             Pc::LN1Store { slot, h } => self.ln1_store(t, slot, h),
             Pc::LN1Load { slot, h } => self.ln1_load(t, slot, h),
+            Pc::LN1Pin { slot, h } => self.ln1_pin(t, slot, h),
             Pc::A1 => self.a1_enter(t),
             Pc::A1Drain(h) => self.a1_drain(t, h),
             Pc::LN3Load { lane, slot, h } => self.ln3_load(t, lane, slot, h),

@@ -116,9 +116,9 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
             s.threads.iter().any(|t| !t.lane_leases.is_empty())
         }));
         v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
-        v.push(Property::sometimes(S_LANE_UNDO_PINNED, |_: &AlgoModel, s: &State| {
-            s.threads.iter().any(|th| match th.pc {
-                Pc::LN4 { lane, slot, h, then_a1: true } => s.lanes[lane as usize][slot as usize].pin == Some(h),
+        v.push(Property::sometimes(S_LANE_HIT_PINNED, |_: &AlgoModel, s: &State| {
+            s.threads.iter().any(|th| match (th.pc, th.lane) {
+                (Pc::LN1Pin { slot, h }, Some(lane)) => s.lanes[lane as usize][slot as usize].pin == Some(h),
                 _ => false,
             })
         }));

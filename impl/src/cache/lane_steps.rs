@@ -5,7 +5,7 @@
 use super::Cache;
 use super::entry::{Entry, EntryPtr};
 use super::generation::{held_by_this_thread, Generation};
-use super::lanes::{heavy_barrier, null_ptr, owns, release, try_hit, worth_probing, Lane, LaneHit, LaneRef, LaneReleased};
+use super::lanes::{heavy_barrier, keep_if_pinned, null_ptr, owns, release, try_hit, worth_probing, Lane, LaneHit, LaneRef, LaneReleased};
 use super::lease::{leased, Lease};
 use super::os::fork_generation;
 use crate::registrar::Registrar;
@@ -38,17 +38,22 @@ impl<R: Registrar> Cache<R> {
             };
             if let Some(lane) = probe {
                 let span = range.pages(self.page_size);
-                match try_hit(lane, span, access) {
-                    LaneHit::Hit(p, slot) => {
-                        // SAFETY: from a slot's `ptr`; LN6: the slot's count
-                        // keeps the entry alive, a lease the returned one owns.
-                        let lease = Lease::on_lane(self, shared, unsafe { EntryPtr::from_raw(p) }, lane.lane_ref(slot));
-                        self.touch(leased(&lease));
-                        lane.count_hit();
-                        return Some((lease, lane));
+                let hit = match try_hit(lane, span, access) {
+                    LaneHit::Hit(p, slot) => Some((p, slot)),
+                    LaneHit::Revoked(p, slot) => {
+                        let mutex = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+                        keep_if_pinned(lane, slot, p, &mutex).then_some((p, slot))
                     }
-                    LaneHit::Undone(p, slot) => self.lane_detached(shared, lane.lane_ref(slot), p),
-                    LaneHit::None => {}
+                    LaneHit::None => None,
+                };
+                if let Some((p, slot)) = hit {
+                    // SAFETY: from a slot's `ptr`; LN6: the slot's count
+                    // keeps the entry alive (directly, or through the pin a
+                    // revoke took for it), a lease the returned one owns.
+                    let lease = Lease::on_lane(self, shared, unsafe { EntryPtr::from_raw(p) }, lane.lane_ref(slot));
+                    self.touch(leased(&lease));
+                    lane.count_hit();
+                    return Some((lease, lane));
                 }
             }
         }

@@ -39,7 +39,7 @@ mod slots;
 
 pub use barriers::{init_barriers, uses_membarrier};
 pub(crate) use barriers::{heavy_barrier, null_ptr};
-pub(crate) use protocol::{dry_skip, memoize, owns, release, try_hit, worth_probing, LaneHit, LaneReleased};
+pub(crate) use protocol::{dry_skip, keep_if_pinned, memoize, owns, release, try_hit, worth_probing, LaneHit, LaneReleased};
 pub(crate) use slots::{Lane, LaneRef, Lanes, A1_MISS_STREAK};
 
 /// Lanes per cache generation: threads beyond it use A1 only.

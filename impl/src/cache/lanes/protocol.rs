@@ -5,7 +5,7 @@ use super::barriers::{light_barrier, plain_load_ptr, plain_store};
 use super::slots::{key_rest, Lane, LaneRef, Lanes};
 use crate::cache::entry::Entry;
 use crate::registrar::Registrar;
-use crate::sync::Ordering;
+use crate::sync::{MutexGuard, Ordering};
 use mrcache_types::{Access, PageSpan};
 
 /// What [`try_hit`] found.
@@ -14,16 +14,17 @@ pub(crate) enum LaneHit<R: Registrar> {
     Hit(*mut Entry<R>, u32),
     /// No memo for this key.
     None,
-    /// The memo was revoked under us: the caller runs LN4 for the undo.
-    Undone(*mut Entry<R>, u32),
+    /// The memo was revoked under us, our `held + 1` still stored: the
+    /// caller reads the slot's pin ([`keep_if_pinned`]).
+    Revoked(*mut Entry<R>, u32),
 }
 
 //= spec.md#LN6
-//# either LN1's load sees null (it undoes) or LN1's store is visible to LN5's
+//# either LN1's load sees null (it reads the pin) or LN1's store is visible to LN5's
 //# count read (LN5 pins)
 //= spec.md#LN1
 //# store `held + 1`; light barrier; load `ptr` again. If unchanged, touch the
-//# LRU stamp and return the hit, a lease on the slot. Else store `held` back
+//# LRU stamp and return the hit, a lease on the slot.
 #[inline(always)]
 pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Access) -> LaneHit<R> {
     let (i, s) = lane.slot(span, access);
@@ -42,9 +43,35 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     if plain_load_ptr(&s.ptr) == p {
         return LaneHit::Hit(p, i);
     }
-    plain_store(&s.held, h);
+    LaneHit::Revoked(p, i)
+}
+
+//= spec.md#LN1
+//# Else take the lanes mutex and read the slot's pin. If the pin is the
+//# memoized entry, keep the count and return the hit as above
+/// LN1 after [`LaneHit::Revoked`], with the lanes mutex held (`_mutex`,
+/// its guard: no revoke or LN4 runs meanwhile):
+/// whether the slot's pin is `p`, the entry [`try_hit`] read. If so the
+/// count stays and the hit stands (the pin, a lease on `p`'s state word,
+/// lasts while the count does). Else the count is undone.
+pub(crate) fn keep_if_pinned<R: Registrar>(lane: &Lane<R>, i: u32, p: *mut Entry<R>, _mutex: &MutexGuard<'_, ()>) -> bool {
+    // SAFETY: `lane` is borrowed from its generation, alive.
+    let s = unsafe { lane.lane_ref(i).slot() };
+    if s.pin().load(Ordering::SeqCst) == p {
+        return true;
+    }
+    //= spec.md#LN1
+    //# Else store `held` back and go to A1: the entry is not pinned for this
+    //# count, and `ptr` stays null while the count is out, so no revoke can pin
+    //# it later and LN4 has nothing to return.
+    // Invariant: only the claim's holder writes `held` (module docs), and
+    // it has not released since its store of `held + 1`.
+    debug_assert!(lane.held_by_this_thread(), "LN1: `held` undone by a thread without the lane's claim");
+    let h = s.held.load(Ordering::Relaxed);
+    debug_assert_ne!(h, 0, "LN1: an undo with `held` 0");
+    plain_store(&s.held, h.wrapping_sub(1));
     light_barrier();
-    LaneHit::Undone(p, i)
+    false
 }
 
 /// Probes per window of the dry-spell detector.
