@@ -96,8 +96,9 @@
 //! on the revoking thread and breaks P3).
 //!
 //! Steps: LN1 is three (first load and key check, folded into the acquire's
-//! invocation; store `held + 1`; reload `ptr`, then the hit, or the undo
-//! store and LN4); LN3 two (touch and store `held - 1`; reload `ptr`, then R2
+//! invocation; store `held + 1`; reload `ptr`, then the hit) and one more
+//! after a reload of null (under the lanes mutex, read the pin: the hit, or
+//! the undo store); LN3 two (touch and store `held - 1`; reload `ptr`, then R2
 //! or done, or LN4); LN4 one or two (under the lanes mutex). LN5 runs *before* the
 //! step that takes entries out of the index: a dry run of that step on a
 //! copy of the state gives the entries it removes (A-D, A9's displacement,
@@ -160,8 +161,9 @@
 //! a release event is applied during a registration; the monitor holds an
 //! event read but not applied while an acquire is in flight (async); a hook
 //! leaves its event queued because the lock is busy (sync); with lanes, a
-//! lane hit, a revoke that pins a lane lease, and an LN1 whose `held + 1` a
-//! revoke pinned and which then reloads null and undoes.
+//! lane hit, a revoke that pins a lane lease, an LN1 whose `held + 1` a
+//! revoke pinned and which then reloads null and keeps its hit, and an LN1
+//! that reloads null, finds no pin and undoes.
 //!
 //! # Invariants the modeled algorithm keeps (and the rules it needs)
 //!

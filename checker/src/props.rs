@@ -30,11 +30,12 @@ pub const S_WINDOWED: &str = Property::Windowed.check_name();
 pub const S_LANE_HIT: &str = Property::LaneHit.check_name();
 pub const S_LANE_PIN: &str = Property::LanePin.check_name();
 pub const S_LANE_HIT_PINNED: &str = Property::LaneHitPinned.check_name();
+pub const S_LANE_UNDO: &str = Property::LaneUndo.check_name();
 
 /// Every property name the checker may use, `always` ones first
 /// ([`Property::CHECKED`]).
-pub const ALL: [&str; 19] = {
-    let mut all = [""; 19];
+pub const ALL: [&str; 20] = {
+    let mut all = [""; 20];
     let mut i = 0;
     while i < all.len() {
         all[i] = Property::CHECKED[i].check_name();

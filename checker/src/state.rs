@@ -115,8 +115,8 @@ pub enum Pc {
     /// Lanes: LN1 reloaded null (a revoke): it takes the lanes mutex and
     /// reads the slot's pin (still counting its `held + 1`).
     LN1Pin { slot: u8, h: Handle },
-    /// Lanes: after an LN1 undo (and its LN4): A1 (check the queue, take the
-    /// lock shared).
+    /// Lanes: after an LN1 undo (mutant `lane-undo-despite-pin`: and its
+    /// LN4): A1 (check the queue, take the lock shared).
     A1,
     /// Lanes: an A1 hit unlocked with events queued: try the lock exclusive
     /// and drain (a step of its own, so the drain can revoke), then return.
@@ -126,13 +126,14 @@ pub enum Pc {
     /// of lane `lane`.
     LN3Load { lane: u8, slot: u8, h: Handle },
     /// Lanes: LN4, the detached release of the lane lease on `h` (it takes
-    /// the lanes mutex and reads the slot's count); `then_a1`: an LN1 undo,
-    /// the acquire continues at A1.
+    /// the lanes mutex and reads the slot's count); `then_a1`: an LN1 undo
+    /// (mutant `lane-undo-despite-pin`), the acquire continues at A1.
     LN4 { lane: u8, slot: u8, h: Handle, then_a1: bool },
     /// Lanes, where other threads can add to `remote` meanwhile: LN4 holds
     /// the lanes mutex and has read `remote`; next it reads `held`.
     LN4Held { lane: u8, slot: u8, h: Handle, then_a1: bool, remote: u8 },
-    /// Lanes: R2 run by an LN1 undo's LN4, then A1.
+    /// Lanes: R2 run by an LN1 undo's LN4 (mutant `lane-undo-despite-pin`),
+    /// then A1.
     R2ThenA1,
     /// The ENOMEM trim (S2.8), holding the lock exclusive: one step per
     /// noted entry (in [`Thread::noted`]), each the compare-exchange of its

@@ -60,12 +60,15 @@ pub enum Property {
     /// Goal: a lane hit's held + 1 is pinned by a revoke, then it reloads
     /// null, finds the pin and keeps its hit (LN1).
     LaneHitPinned,
+    /// Goal: a lane hit reloads null and finds no pin for it: it undoes its
+    /// count (LN1).
+    LaneUndo,
 }
 
 impl Property {
     /// Every property the model checker checks, `always` ones first (the
     /// order of its verdicts and of its search for a counterexample).
-    pub const CHECKED: [Property; 19] = [
+    pub const CHECKED: [Property; 20] = [
         Property::P1,
         Property::P2,
         Property::P3,
@@ -85,6 +88,7 @@ impl Property {
         Property::LaneHit,
         Property::LanePin,
         Property::LaneHitPinned,
+        Property::LaneUndo,
     ];
 
     /// The judge's short name of a rule (`""` for S9 and the goals, which
@@ -164,6 +168,7 @@ impl Property {
             Property::LaneHitPinned => {
                 "sometimes: a lane hit's held + 1 is pinned by a revoke, then it reloads null, finds the pin and keeps its hit (LN1)"
             }
+            Property::LaneUndo => "sometimes: a lane hit reloads null and finds no pin for it: it undoes its count (LN1)",
         }
     }
 

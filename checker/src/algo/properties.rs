@@ -122,6 +122,17 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
                 _ => false,
             })
         }));
+        v.push(Property::sometimes(S_LANE_UNDO, |_: &AlgoModel, s: &State| {
+            s.threads.iter().any(|th| match (th.pc, th.lane) {
+                // With the lanes mutex free no revoke is under way, and
+                // none can pin this slot again (its `ptr` stays null): the
+                // undo is certain.
+                (Pc::LN1Pin { slot, h }, Some(lane)) => {
+                    s.lanes[lane as usize][slot as usize].pin != Some(h) && !s.lanes_mutex_held()
+                }
+                _ => false,
+            })
+        }));
     }
     // A4's in-flight record made stale by an event.
     //= spec.md#A4 type=test

@@ -40,10 +40,7 @@ impl<R: Registrar> Cache<R> {
                 let span = range.pages(self.page_size);
                 let hit = match try_hit(lane, span, access) {
                     LaneHit::Hit(p, slot) => Some((p, slot)),
-                    LaneHit::Revoked(p, slot) => {
-                        let mutex = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
-                        keep_if_pinned(lane, slot, p, &mutex).then_some((p, slot))
-                    }
+                    LaneHit::Revoked(p, slot) => Self::lane_revoked(shared, lane, slot, p).then_some((p, slot)),
                     LaneHit::None => None,
                 };
                 if let Some((p, slot)) = hit {
@@ -58,6 +55,15 @@ impl<R: Registrar> Cache<R> {
             }
         }
         None
+    }
+
+    /// LN1 after a reload of null: whether the revoke left the slot pinned
+    /// to `p` (the hit stands), under the lanes mutex; else the count is
+    /// undone. Cold: off the hit path it would otherwise be inlined into.
+    #[cold]
+    fn lane_revoked(shared: &Generation<R>, lane: &Lane<R>, slot: u32, p: *mut Entry<R>) -> bool {
+        let mutex = shared.lanes.mutex.lock().unwrap_or_else(PoisonError::into_inner);
+        keep_if_pinned(lane, slot, p, &mutex)
     }
 
     /// LN3 on this thread's own lane without limits: the whole release.
