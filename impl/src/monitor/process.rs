@@ -572,7 +572,17 @@ impl Prover {
                     }
                 }
                 match looks.at(*tid).against(w.range) {
-                    Seen::Exited => false,
+                    // Exited since this pass's first look at the outstanding
+                    // signals (above): forget its signal here, as that look
+                    // would have. This may close the last window, and no
+                    // later pass then comes to free the slot (no handler of
+                    // an exited thread wakes the service).
+                    Seen::Exited => {
+                        if let Some(i) = outstanding.iter().position(|o| o.tid == *tid) {
+                            signal.forget_exited(outstanding.swap_remove(i).sent);
+                        }
+                        false
+                    }
                     // Its signal, if any, stays outstanding (still pending
                     // for it): its slot is freed when it acknowledges.
                     Seen::Elsewhere => false,
