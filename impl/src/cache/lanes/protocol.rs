@@ -55,8 +55,7 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
 /// count stays and the hit stands (the pin, a lease on `p`'s state word,
 /// lasts while the count does). Else the count is undone.
 pub(crate) fn keep_if_pinned<R: Registrar>(lane: &Lane<R>, i: u32, p: *mut Entry<R>, _mutex: &MutexGuard<'_, ()>) -> bool {
-    // SAFETY: `lane` is borrowed from its generation, alive.
-    let s = unsafe { lane.lane_ref(i).slot() };
+    let s = &lane.slots()[i as usize];
     if s.pin().load(Ordering::SeqCst) == p {
         return true;
     }
