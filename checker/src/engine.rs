@@ -139,7 +139,7 @@ const FINGERPRINT_CHUNK: usize = 256;
 /// a state's derived `Hash` makes hundreds of small writes, and a keyed
 /// round per write was a fifth of a check's time. The chunks depend only on
 /// the stream of writes, so equal values still give equal fingerprints.
-struct Fingerprinter {
+pub(crate) struct Fingerprinter {
     inner: ahash::AHasher,
     buf: [u8; FINGERPRINT_CHUNK],
     len: usize,
@@ -153,7 +153,7 @@ impl Default for Fingerprinter {
 }
 
 impl Fingerprinter {
-    #[inline]
+    #[inline(always)]
     fn push<const N: usize>(&mut self, bytes: [u8; N]) {
         if self.len + N > FINGERPRINT_CHUNK {
             self.inner.write(&self.buf[..self.len]);
@@ -164,8 +164,24 @@ impl Fingerprinter {
     }
 }
 
+impl Fingerprinter {
+    /// A 64-bit value as one byte when below 255 (most are: lengths,
+    /// discriminants, indices), else 255 and its eight bytes. The encoding
+    /// is prefix-free, so a value's stream of writes still determines it,
+    /// and the stream is up to eight times shorter to hash.
+    #[inline(always)]
+    fn push_varint(&mut self, i: u64) {
+        if i < 0xff {
+            self.push([i as u8]);
+        } else {
+            self.push([0xff]);
+            self.push(i.to_le_bytes());
+        }
+    }
+}
+
 impl Hasher for Fingerprinter {
-    #[inline]
+    #[inline(always)]
     fn write(&mut self, bytes: &[u8]) {
         if self.len + bytes.len() > FINGERPRINT_CHUNK {
             self.inner.write(&self.buf[..self.len]);
@@ -178,25 +194,25 @@ impl Hasher for Fingerprinter {
             self.len += bytes.len();
         }
     }
-    #[inline]
+    #[inline(always)]
     fn write_u8(&mut self, i: u8) {
         self.push(i.to_le_bytes());
     }
-    #[inline]
+    #[inline(always)]
     fn write_u16(&mut self, i: u16) {
         self.push(i.to_le_bytes());
     }
-    #[inline]
+    #[inline(always)]
     fn write_u32(&mut self, i: u32) {
         self.push(i.to_le_bytes());
     }
-    #[inline]
+    #[inline(always)]
     fn write_u64(&mut self, i: u64) {
-        self.push(i.to_le_bytes());
+        self.push_varint(i);
     }
-    #[inline]
+    #[inline(always)]
     fn write_usize(&mut self, i: usize) {
-        self.push((i as u64).to_le_bytes());
+        self.push_varint(i as u64);
     }
     fn finish(&self) -> u64 {
         let mut h = self.inner.clone();

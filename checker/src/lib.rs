@@ -241,6 +241,7 @@ pub mod pinned;
 pub mod props;
 pub mod report;
 pub mod run;
+pub mod shared;
 pub mod state;
 pub mod swarm;
 pub mod waits;

@@ -52,8 +52,18 @@ thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
 }
 
-/// `history.linearizable()`, remembered per thread.
+/// `history.linearizable()`: the verdict kept with the history's record,
+/// else remembered per thread (and then kept with the record).
 pub fn linearizable(history: &History) -> bool {
+    if let Some(v) = history.known_verdict() {
+        return v;
+    }
+    let v = judged(history);
+    history.keep_verdict(v);
+    v
+}
+
+fn judged(history: &History) -> bool {
     // The low bit carries the verdict; 0 marks an empty slot.
     let key = history.fingerprint() & !1;
     if key == 0 {

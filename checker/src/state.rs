@@ -476,7 +476,7 @@ pub struct Bad {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct CacheSide {
     pub lock: Lock,
-    pub regs: Vec<Reg>,
+    pub regs: crate::shared::Shared<Vec<Reg>>,
     pub next_id: u8,
     pub queue: Vec<Span>,
     pub windows: Vec<Span>,
@@ -496,7 +496,7 @@ pub struct State {
     /// Per page, the newest generation installed by a completed release event.
     pub done_gens: Pages,
     pub lock: Lock,
-    pub regs: Vec<Reg>,
+    pub regs: crate::shared::Shared<Vec<Reg>>,
     /// The id the next inserted entry gets (A9).
     pub next_id: u8,
     /// The invalidation queue (H1).
@@ -546,7 +546,9 @@ pub struct State {
     /// Cost-aware eviction: the GreedyDual-Size floor, raised to each
     /// victim's priority (S6.3).
     pub gds_floor: u32,
-    pub threads: Vec<Thread>,
+    /// Shared with the states before, each until it changes (a step moves
+    /// one thread; the others are not copied).
+    pub threads: Vec<crate::shared::Shared<Thread>>,
     pub monitor: Monitor,
     /// The registrar may still free memory at an A5 (once per run).
     pub registrar_free_left: bool,

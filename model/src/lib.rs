@@ -82,6 +82,15 @@ pub enum DeregReason {
     Forgotten,
 }
 
+/// Whether a rejection is to carry its reason in words (`judge`), or only
+/// its property (`follows`, which a serialization search calls thousands of
+/// times, mostly on orders that fail).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Explain {
+    Yes,
+    No,
+}
+
 /// The choices an implementation may make where the contract allows several
 /// outcomes. [`Model::step`] uses the canonical ones; [`Model::judge`] derives
 /// them from the observed [`Ret`].
@@ -210,7 +219,7 @@ impl Model {
     /// Judges an observed outcome. On success the model has followed it; on
     /// failure the model is unchanged and the violated rule is named.
     pub fn judge(&mut self, op: &Op, observed: &Ret) -> Result<(), Violation> {
-        let choice = self.choice_for(op, observed)?;
+        let choice = self.choice_for(op, observed, Explain::Yes)?;
         let mut next = self.clone();
         let expected = next.apply(op, choice);
         if expected != *observed {
@@ -220,9 +229,24 @@ impl Model {
         Ok(())
     }
 
+    /// `judge`'s verdict alone, on a model the caller throws away on
+    /// `false` (as a serialization search does): no copy, and no message
+    /// for a rejection. On `true` the model has followed the outcome, and
+    /// keeps no effects (a search copies the model at every step, and has
+    /// no use for them).
+    pub fn follows(&mut self, op: &Op, observed: &Ret) -> bool {
+        let Ok(choice) = self.choice_for(op, observed, Explain::No) else { return false };
+        let follows = self.apply(op, choice) == *observed;
+        self.effects.clear();
+        follows
+    }
+
     /// Derives the implementation's choices from its outcome, rejecting those
-    /// the contract does not allow.
-    fn choice_for(&self, op: &Op, observed: &Ret) -> Result<Choice, Violation> {
+    /// the contract does not allow (with the reason in words if `explain`).
+    fn choice_for(&self, op: &Op, observed: &Ret, explain: Explain) -> Result<Choice, Violation> {
+        let reject = |property: Property, detail: &dyn Fn() -> String| {
+            Violation::new(property, if explain == Explain::Yes { detail() } else { String::new() })
+        };
         let Op::Acquire { addr, len, access, .. } = *op else {
             return Ok(Choice::default());
         };
@@ -255,16 +279,16 @@ impl Model {
                         //= spec.md#P1
                         None => (Property::P1, "it was never created"),
                     };
-                    return Err(Violation::new(prop, format!("hit on R{}, but {why}", reg.id)));
+                    return Err(reject(prop, &|| format!("hit on R{}, but {why}", reg.id)));
                 };
                 if pressure && !self.trims_logged {
-                    return Err(Violation::new(Property::C3, format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)));
+                    return Err(reject(Property::C3, &|| format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)));
                 }
                 if !r.findable {
                     let stale = !self.is_fresh(r);
-                    return Err(Violation::new(
+                    return Err(reject(
                         if stale { Property::P2 } else { Property::C1 },
-                        format!(
+                        &|| format!(
                             "hit on {} which left the lookup{}",
                             self.view(r),
                             if stale { " and holds frames no longer mapped" } else { "" }
@@ -272,39 +296,39 @@ impl Model {
                     ));
                 }
                 if !r.span.contains(&span) || !r.access.suffices_for(access) {
-                    return Err(Violation::new(
+                    return Err(reject(
                         Property::P1,
-                        format!("{} does not cover {range} with {access}", self.view(r)),
+                        &|| format!("{} does not cover {range} with {access}", self.view(r)),
                     ));
                 }
                 Ok(Choice { hit: Some(reg.id), pressure, ..Choice::default() })
             }
             Ret::Granted { hit: false, pressure, .. } => {
                 if let Some(id) = canonical {
-                    return Err(Violation::new(
+                    return Err(reject(
                         Property::C1,
-                        format!("miss although {} covers {range} with {access}", self.view(&self.regs[&id])),
+                        &|| format!("miss although {} covers {range} with {access}", self.view(&self.regs[&id])),
                     ));
                 }
                 Ok(Choice { pressure, ..Choice::default() })
             }
-            Ret::Failed { error: OpError::RetriesExhausted } if !self.concurrent => Err(Violation::new(
+            Ret::Failed { error: OpError::RetriesExhausted } if !self.concurrent => Err(reject(
                 //= spec.md#C4
                 Property::C4,
-                "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
+                &|| "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
             )),
             Ret::Failed {
                 error:
                     OpError::Registrar { failure: failure @ (RegistrarFailure::NoMemory | RegistrarFailure::Again), pressure: false },
-            } => Err(Violation::new(
+            } => Err(reject(
                 Property::C4,
-                format!("E5 {failure:?} without the pressure eviction and retry S5.4 requires"),
+                &|| format!("E5 {failure:?} without the pressure eviction and retry S5.4 requires"),
             )),
             Ret::Failed { error: e @ (OpError::Registrar { .. } | OpError::RetriesExhausted) } => {
                 if let Some(id) = canonical {
-                    return Err(Violation::new(
+                    return Err(reject(
                         Property::C1,
-                        format!("error `{e}` although R{id} covers {range}: a hit needs no registrar"),
+                        &|| format!("error `{e}` although R{id} covers {range}: a hit needs no registrar"),
                     ));
                 }
                 Ok(Choice { fail: Some(e), ..Choice::default() })
@@ -777,8 +801,9 @@ impl stateright::semantics::SequentialSpec for Model {
         self.step(op)
     }
 
+    /// stateright's testers call it on a copy they drop on `false`.
     fn is_valid_step(&mut self, op: &Op, ret: &Ret) -> bool {
-        self.judge(op, ret).is_ok()
+        self.follows(op, ret)
     }
 }
 

@@ -626,8 +626,11 @@ impl Ctx<'_> {
     /// A9's insert: every acquire's counter read before it has changed.
     fn count_insert(&mut self) {
         for th in self.s.threads.iter_mut() {
-            if let Some(acq) = th.acq.as_mut().filter(|a| a.inserts == InsertCount::Unchanged) {
-                acq.inserts = InsertCount::Changed;
+            // Read first: a write copies a thread the states share.
+            if th.acq.as_ref().is_some_and(|a| a.inserts == InsertCount::Unchanged) {
+                if let Some(acq) = th.acq.as_mut() {
+                    acq.inserts = InsertCount::Changed;
+                }
             }
         }
     }

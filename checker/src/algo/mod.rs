@@ -234,7 +234,7 @@ impl AlgoModel {
             gens: smallvec::smallvec![0; pages],
             done_gens: smallvec::smallvec![0; pages],
             lock: Lock::Free,
-            regs: Vec::new(),
+            regs: crate::shared::Shared::new(Vec::new()),
             next_id: 1,
             queue: Vec::new(),
             windows: Vec::new(),
@@ -257,7 +257,8 @@ impl AlgoModel {
             threads: self
                 .scripts
                 .iter()
-                .map(|s| Thread {
+                .map(|s| {
+                    crate::shared::Shared::new(Thread {
                     pc: if s.is_empty() { Pc::Done } else { Pc::Idle },
                     next_op: 0,
                     acq: None,
@@ -277,6 +278,7 @@ impl AlgoModel {
                     failing: false,
                     post: None,
                     sig: Sig::None,
+                    })
                 })
                 .collect(),
             monitor: Monitor {
@@ -306,7 +308,7 @@ impl AlgoModel {
             others: (1..self.cfg.caches)
                 .map(|_| CacheSide {
                     lock: Lock::Free,
-                    regs: Vec::new(),
+                    regs: crate::shared::Shared::new(Vec::new()),
                     next_id: 1,
                     queue: Vec::new(),
                     windows: Vec::new(),
