@@ -214,6 +214,11 @@ impl Hasher for Fingerprinter {
     fn write_usize(&mut self, i: usize) {
         self.push_varint(i as u64);
     }
+    #[inline(always)]
+    fn write_isize(&mut self, i: isize) {
+        // Enum discriminants come here: small, and never negative.
+        self.push_varint(i as u64);
+    }
     fn finish(&self) -> u64 {
         let mut h = self.inner.clone();
         h.write(&self.buf[..self.len]);

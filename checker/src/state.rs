@@ -549,7 +549,8 @@ pub struct State {
     /// Shared with the states before, each until it changes (a step moves
     /// one thread; the others are not copied).
     pub threads: Vec<crate::shared::Shared<Thread>>,
-    pub monitor: Monitor,
+    /// Shared with the states before until the monitor moves.
+    pub monitor: crate::shared::Shared<Monitor>,
     /// The registrar may still free memory at an A5 (once per run).
     pub registrar_free_left: bool,
     /// The cache may still free its own memory at an A9 (once per run).

@@ -281,7 +281,7 @@ impl AlgoModel {
                     })
                 })
                 .collect(),
-            monitor: Monitor {
+            monitor: crate::shared::Shared::new(Monitor {
                 pc: MonPc::Idle,
                 buf: Vec::new(),
                 dereg: Vec::new(),
@@ -291,7 +291,7 @@ impl AlgoModel {
                 popped: Vec::new(),
                 svc: None,
                 svc_from: Vec::new(),
-            },
+            }),
             lanes: if self.cfg.lanes {
                 vec![vec![Slot::default(); self.cfg.lane_slots as usize]; self.scripts.len()]
             } else {

@@ -211,9 +211,14 @@ impl AlgoModel {
                 ));
             }
         }
-        let mut actions = Vec::new();
-        self.actions(s, &mut actions);
-        if actions.is_empty() && !s.all_finished() {
+        // A thread that can step is an action (`actions` lists it first):
+        // the common case, without listing them all.
+        let movable = (0..s.threads.len()).any(|t| self.thread_enabled(&s.seen_from_cache(self.cache_of(t)), t)) || {
+            let mut actions = Vec::new();
+            self.actions(s, &mut actions);
+            !actions.is_empty()
+        };
+        if !movable && !s.all_finished() {
             let waiting: Vec<String> = (0..s.threads.len())
                 .filter(|&t| s.threads[t].pc != crate::state::Pc::Done)
                 .map(|t| format!("T{t} {}", self.blocked_on(s, t as u8)))
