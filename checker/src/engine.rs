@@ -162,9 +162,7 @@ impl Fingerprinter {
         self.buf[self.len..self.len + N].copy_from_slice(&bytes);
         self.len += N;
     }
-}
 
-impl Fingerprinter {
     /// A 64-bit value as one byte when below 255 (most are: lengths,
     /// discriminants, indices), else 255 and its eight bytes. The encoding
     /// is prefix-free, so a value's stream of writes still determines it,

@@ -31,6 +31,9 @@
 //! per page, bumped when the kernel releases the frames; a registration
 //! records the generations it pinned. A tiny address space: the pages the
 //! scripts use (2 for the generated scripts) plus one private page of the cache.
+//! Each thread, the registrations and the monitor are [`shared::Shared`]
+//! parts: a successor shares those its step did not change, and hashes each
+//! as its fingerprint, computed once per value.
 //!
 //! *Steps.* One action is one atomic step of one actor. Steps that only touch
 //! thread-local state or happen under the exclusive lock are merged where no
