@@ -43,6 +43,9 @@ python3 ci/readme-commands.py "$(bash ci/test-binary.sh src/main.rs)"
 # §A step tagged in the checker and the cache.
 step "citations"
 cargo run -q -p mrcache-citations
+# Formatting: the house style of rustfmt.toml, checked.
+step "cargo fmt"
+cargo fmt --all -- --check
 # Lints: every target, warnings are errors (impl/ also denies unsafe code
 # without a SAFETY comment, Cargo.toml [lints]).
 step "clippy"

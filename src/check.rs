@@ -10,8 +10,8 @@
 use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrcache_checker::{
-    check_with_progress, swarm_with_progress, CacheFrees, CheckConfig, Engine, MonitorKind, Mutant, Outcome, Progress, RunOptions,
-    Status, Strategy, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress,
+    check_with_progress, swarm_with_progress, CacheFrees, CheckConfig, Engine, MonitorKind, Mutant, Outcome, Progress, RunOptions, Status,
+    Strategy, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress,
 };
 use mrcache_model::OverlapPolicy;
 use mrcache_types::Op;
@@ -265,9 +265,7 @@ impl CheckArgs {
         }
         let mut notes = Vec::new();
         if let Some(m) = self.mutant {
-            if matches!(m, Mutant::MergeDropsLeased | Mutant::StaleMergePlan)
-                && self.policy.is_some_and(|p| p != OverlapPolicy::Merge)
-            {
+            if matches!(m, Mutant::MergeDropsLeased | Mutant::StaleMergePlan) && self.policy.is_some_and(|p| p != OverlapPolicy::Merge) {
                 bail!("mutant {m} exists only under --policy merge");
             }
             notes = m.adjust(&mut cfg);
@@ -285,9 +283,7 @@ impl CheckArgs {
         RunOptions {
             strategy,
             max_depth: self.max_depth,
-            workers: self
-                .workers
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+            workers: self.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
             stop_at_first_failure: !self.keep_going,
             timeout: self.timeout.map(Duration::from_secs),
             max_states: self.max_states,
@@ -355,10 +351,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<i32> {
     bar.enable_steady_tick(Duration::from_millis(120));
     let outcome = check_with_progress(&cfg, &opts, |p: &Progress| {
         let rate = p.states as f64 / p.elapsed.as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{} states ({} unique), {:.0} states/s, depth {}",
-            p.states, p.unique, rate, p.depth
-        ));
+        bar.set_message(format!("{} states ({} unique), {:.0} states/s, depth {}", p.states, p.unique, rate, p.depth));
     })
     .map_err(|e| anyhow!(e))?;
     bar.finish_and_clear();
@@ -392,9 +385,7 @@ impl CheckArgs {
             searches: self.searches,
             max_depth: self.max_depth.unwrap_or(d.max_depth),
             states_per_search: self.max_states.unwrap_or(d.states_per_search),
-            workers: self
-                .workers
-                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+            workers: self.workers.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
             timeout: self.timeout.map(Duration::from_secs),
             stop_at_first_failure: !self.keep_going,
             ..d
@@ -615,10 +606,7 @@ fn summary(o: &Outcome) -> String {
     }
     let unreached: Vec<&str> = o.unreached();
     if !unreached.is_empty() {
-        out += &format!(
-            "warning: {} reachability goal(s) not reached: this configuration does not exercise them\n",
-            unreached.len()
-        );
+        out += &format!("warning: {} reachability goal(s) not reached: this configuration does not exercise them\n", unreached.len());
     }
     let violated = o.violated();
     out += &if violated.is_empty() {
@@ -639,8 +627,7 @@ fn summary(o: &Outcome) -> String {
 pub fn explore(port: u16) -> anyhow::Result<()> {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     // stateright panics when it cannot bind: check first, with a clear error.
-    std::net::TcpListener::bind(addr)
-        .map_err(|e| anyhow!("cannot serve the Explorer on {addr}: {e} (is the port in use? try --port)"))?;
+    std::net::TcpListener::bind(addr).map_err(|e| anyhow!("cannot serve the Explorer on {addr}: {e} (is the port in use? try --port)"))?;
     let cfg = CheckConfig::default();
     eprintln!("mrcache explore: {} on http://{addr}/", cfg.describe());
     mrcache_checker::explore(&cfg, addr).map_err(|e| anyhow!(e))

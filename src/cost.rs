@@ -163,8 +163,7 @@ struct Buffer {
 
 impl Buffer {
     fn map(len: u64) -> Result<Buffer> {
-        let addr = mrcache::mem::map_anon(len, 0)
-            .map_err(|e| anyhow!("cannot map {} MiB to measure registration: {e}", len >> 20))?;
+        let addr = mrcache::mem::map_anon(len, 0).map_err(|e| anyhow!("cannot map {} MiB to measure registration: {e}", len >> 20))?;
         let len = len as usize;
         // Touch every page: registering memory that is in use, as MPI does,
         // not the first-touch faults.

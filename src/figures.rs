@@ -314,11 +314,7 @@ pub fn run_line(run: &PeersRun) -> String {
 
 /// The README's region: the run's line and the table.
 pub fn readme_region(run: &PeersRun) -> String {
-    format!(
-        "{}\n\n{}",
-        run_line(run),
-        peers_table(run)
-    )
+    format!("{}\n\n{}", run_line(run), peers_table(run))
 }
 
 /// docs/performance.md's region: the run, its provenance and notes, the
@@ -445,10 +441,7 @@ fn color(name: &str) -> &'static str {
 }
 
 fn svg_head(s: &mut String, w: f64, h: f64, title: &str) {
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" {SVG_FONT}>"
-    );
+    let _ = writeln!(s, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" {SVG_FONT}>");
     let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
     let _ = writeln!(s, "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"16\">{}</text>", w / 2.0, esc(title));
 }
@@ -474,8 +467,7 @@ fn legend(s: &mut String, x: f64, y: f64, items: &[(&str, &str)]) {
 /// row (log scale; the line at 1 is parity).
 pub fn ratio_svg(run: &PeersRun) -> String {
     let arms = ["C", "Rust"];
-    let rows: Vec<&PeersRow> =
-        run.rows.iter().filter(|r| r.mrcache.values().any(|a| a.ratio.is_some())).collect();
+    let rows: Vec<&PeersRow> = run.rows.iter().filter(|r| r.mrcache.values().any(|a| a.ratio.is_some())).collect();
     let (label_w, plot_w, bar_h) = (440.0, 440.0, 9.0);
     let group_h = bar_h * arms.len() as f64 + 8.0;
     let top = 62.0;
@@ -506,12 +498,8 @@ pub fn ratio_svg(run: &PeersRun) -> String {
             let by = y + 2.0 + bar_h * j as f64;
             let (x1, x2) = (ax.x(1.0), ax.x(ratio));
             let (bx, bw) = if x2 >= x1 { (x1, x2 - x1) } else { (x2, x1 - x2) };
-            let _ = writeln!(
-                s,
-                "<rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"{:.1}\" fill=\"{}\"/>",
-                bar_h - 1.0,
-                color(a)
-            );
+            let _ =
+                writeln!(s, "<rect x=\"{bx:.1}\" y=\"{by:.1}\" width=\"{bw:.1}\" height=\"{:.1}\" fill=\"{}\"/>", bar_h - 1.0, color(a));
             let _ = writeln!(
                 s,
                 "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\">{}</text>",
@@ -555,13 +543,7 @@ pub fn p99_svg(run: &PeersRun) -> String {
     svg_axis(&mut s, &ax, top - 4.0, bottom, |d| format!("{} {}", num(d), rows.first().map(|r| r.unit.as_str()).unwrap_or("")));
     let mut y = top;
     for (r, (b, gh)) in rows.iter().zip(bars.iter().zip(&heights)) {
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            label_w - 110.0,
-            y + gh / 2.0,
-            esc(&r.group)
-        );
+        let _ = writeln!(s, "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>", label_w - 110.0, y + gh / 2.0, esc(&r.group));
         for (j, (name, v, c)) in b.iter().enumerate() {
             let by = y + 4.0 + bar_h * j as f64;
             let x2 = ax.x(*v);
@@ -616,17 +598,14 @@ pub fn render(root: &Path) -> Result<Vec<(PathBuf, String)>> {
         .into_iter()
         .map(|n| Ok((n, read_json(&data.join(format!("{n}.json")))?)))
         .collect::<Result<_>>()?;
-    let page = |p: &str| -> Result<String> {
-        std::fs::read_to_string(root.join(p)).with_context(|| format!("cannot read {p}"))
-    };
+    let page = |p: &str| -> Result<String> { std::fs::read_to_string(root.join(p)).with_context(|| format!("cannot read {p}")) };
     let mut readme = replace_region(&page("README.md")?, "peers", &readme_region(&run)).context("README.md")?;
     for (name, t) in &tables {
         if t.rows.iter().any(|r| r.readme) {
             readme = replace_region(&readme, name, &readme_summary(t)).context("README.md")?;
         }
     }
-    let perf =
-        replace_region(&page("docs/performance.md")?, "peers", &performance_region(&run)).context("docs/performance.md")?;
+    let perf = replace_region(&page("docs/performance.md")?, "peers", &performance_region(&run)).context("docs/performance.md")?;
     let mut checking = page("docs/checking.md")?;
     for (name, t) in &tables {
         checking = replace_region(&checking, name, &figure_table(t)).context("docs/checking.md")?;

@@ -29,12 +29,12 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mrcache::registrar::counting::CountingRegistrar;
+use mrcache::{Cache, CacheConfig, Faults, OverlapPolicy};
 use mrcache_testkit::dma::{self, DmaConfig, MonitorKind};
 use mrcache_testkit::gen::OpGen;
 use mrcache_testkit::lin::{run_history, HistoryConfig};
 use mrcache_testkit::rng::{mix, Rng};
 use mrcache_testkit::{configs, Environment, TestRegistrar};
-use mrcache::{Cache, CacheConfig, Faults, OverlapPolicy};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -153,10 +153,7 @@ impl Summary {
     pub fn render(&self, args: &FuzzArgs) -> String {
         let mut s = String::new();
         let row = |name: &str, l: &LayerSummary, unit: &str| {
-            format!(
-                "  {name:<4} {:>10} {unit:<11} {:>12} ops {:>9} violations  {:>7.1} s\n",
-                l.cases, l.ops, l.violations, l.seconds
-            )
+            format!("  {name:<4} {:>10} {unit:<11} {:>12} ops {:>9} violations  {:>7.1} s\n", l.cases, l.ops, l.violations, l.seconds)
         };
         s += &format!(
             "mrcache fuzz: {:.1} s, seed {}{}\n",
@@ -194,10 +191,7 @@ impl Summary {
             self.seed,
             args.seconds,
             if args.layers.len() < 3 {
-                format!(
-                    " --layers {}",
-                    args.layers.iter().map(|l| format!("{l:?}").to_lowercase()).collect::<Vec<_>>().join(",")
-                )
+                format!(" --layers {}", args.layers.iter().map(|l| format!("{l:?}").to_lowercase()).collect::<Vec<_>>().join(","))
             } else {
                 String::new()
             },
@@ -254,15 +248,12 @@ fn seq_case(seed: u64, faults: Faults) -> Result<u64, Box<(String, mrcache::type
     let records = env.records().to_vec();
     match env.finish() {
         Ok(s) => Ok(s.ops as u64),
-        Err(d) => {
-            Err(Box::new((d.to_string(), mrcache_testkit::env::trace_of(&records, &config, "fuzz", describe(&d)))))
-        }
+        Err(d) => Err(Box::new((d.to_string(), mrcache_testkit::env::trace_of(&records, &config, "fuzz", describe(&d))))),
     }
 }
 
 /// Failing sequential cases written per run, at most.
 const MAX_TRACES: usize = 20;
-
 
 /// Runs `mrcache fuzz`. Returns the exit status (0: no violation).
 pub fn run(args: &FuzzArgs) -> Result<i32> {
@@ -302,10 +293,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
         ProgressBar::hidden()
     } else {
         let b = ProgressBar::new(total.as_secs());
-        b.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} s  {msg}")
-                .expect("valid template"),
-        );
+        b.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} s  {msg}").expect("valid template"));
         b.enable_steady_tick(Duration::from_millis(200));
         b
     };
@@ -398,11 +386,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<Summary> {
                         monitor,
                         faults,
                         policy: if dma_i % 2 == 0 { OverlapPolicy::Merge } else { OverlapPolicy::Independent },
-                        churn_in_register: if dma_i % 3 == 0 || args.mutant == Some(Mutant::SkipSeqRecheck) {
-                            250
-                        } else {
-                            0
-                        },
+                        churn_in_register: if dma_i % 3 == 0 || args.mutant == Some(Mutant::SkipSeqRecheck) { 250 } else { 0 },
                         ..DmaConfig::default()
                     };
                     let progress = AtomicU64::new(0);

@@ -22,4 +22,3 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod swarm;
-

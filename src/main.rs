@@ -2,9 +2,9 @@
 //! the concurrent algorithm. See README.md and spec.md.
 
 use clap::{Parser, Subcommand};
+use mrcache_cli::conform::builtin_adapter;
 #[cfg(feature = "testkit")]
 use mrcache_cli::fuzz;
-use mrcache_cli::conform::builtin_adapter;
 use mrcache_cli::{check, conform, cost, figures, plot, record, replay, report, swarm};
 use std::process::ExitCode;
 

@@ -166,14 +166,7 @@ fn category_chart(
             String::new()
         }
     };
-    mesh!(chart)
-        .x_desc(x_desc)
-        .y_desc("hit rate (%)")
-        .x_labels(n)
-        .x_label_formatter(&fmt)
-        .disable_x_mesh()
-        .draw()
-        .map_err(err)?;
+    mesh!(chart).x_desc(x_desc).y_desc("hit rate (%)").x_labels(n).x_label_formatter(&fmt).disable_x_mesh().draw().map_err(err)?;
     draw(&mut chart)?;
     legend(&mut chart, legend_at)?;
     root.present().map_err(err)?;
@@ -225,13 +218,7 @@ fn hits(t: &TraceReport, path: &Path) -> Result<()> {
                 .y_label_area_size(65)
                 .build_cartesian_2d(0f64..x_max(&t.series), $y)
                 .map_err(err)?;
-            mesh!(chart)
-                .x_desc(x_desc(&t.series))
-                .y_desc($what)
-                .x_labels(5)
-                .y_label_formatter($fmt)
-                .draw()
-                .map_err(err)?;
+            mesh!(chart).x_desc(x_desc(&t.series)).y_desc($what).x_labels(5).y_label_formatter($fmt).draw().map_err(err)?;
             for s in &t.series {
                 policy_line!(chart, s.policy, s.points.iter().map(|p| (x_of(p), get(p))));
             }
@@ -284,7 +271,10 @@ fn limits(t: &TraceReport, path: &Path) -> Result<()> {
                     .iter()
                     .enumerate()
                     .filter_map(|(i, l)| {
-                        t.limits.iter().find(|r| r.policy == p && r.eviction == e && r.max_pinned_bytes == *l).map(|r| (i as f64, r.hit_rate))
+                        t.limits
+                            .iter()
+                            .find(|r| r.policy == p && r.eviction == e && r.max_pinned_bytes == *l)
+                            .map(|r| (i as f64, r.hit_rate))
                     })
                     .collect();
                 let w = policy_width(p);

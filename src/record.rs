@@ -208,8 +208,7 @@ pub fn summarise(path: &Path) -> Result<RankSummary> {
     }
     let rank = trace.header.rank.unwrap_or(0);
     let stats_path = path.with_file_name(format!("rank-{rank}.stats.json"));
-    let recorder_stats =
-        std::fs::read_to_string(stats_path).ok().and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
+    let recorder_stats = std::fs::read_to_string(stats_path).ok().and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
     Ok(RankSummary {
         rank,
         path: path.to_path_buf(),

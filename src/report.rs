@@ -375,8 +375,7 @@ fn trace_report(
             "{name}: the cache's stats differ from the model's (merge, 16 MiB, LRU, threshold {sweep}):\n  model: {model:?}\n  cache: {cache:?}"
         );
     }
-    let impl_check =
-        ImplCheck { config: format!("merge, max_pinned_bytes 16 MiB, LRU, threshold {}", human(sweep)), model, cache };
+    let impl_check = ImplCheck { config: format!("merge, max_pinned_bytes 16 MiB, LRU, threshold {}", human(sweep)), model, cache };
 
     // Without a cache every kept acquire registers its pages and its release
     // deregisters them.
@@ -583,7 +582,8 @@ pub fn tables(r: &Report) -> String {
     }
 
     if r.cost_model.is_some() {
-        let _ = writeln!(out, "\n== registration time, with the cache against without (every acquire registers, every release deregisters)");
+        let _ =
+            writeln!(out, "\n== registration time, with the cache against without (every acquire registers, every release deregisters)");
         let _ = writeln!(
             out,
             "{:<w$} {:<27} {:>9} {:>7} {:>11} {:>12} {:>11} {:>9}",
@@ -613,7 +613,12 @@ pub fn tables(r: &Report) -> String {
         let _ = writeln!(
             out,
             "{:<w$} {}: stats equal ({} acquires, {} hits, {} registrations, {} evictions)",
-            t.label, t.impl_check.config, t.impl_check.cache.acquires, t.impl_check.cache.hits, t.impl_check.cache.registrations, t.impl_check.cache.evictions
+            t.label,
+            t.impl_check.config,
+            t.impl_check.cache.acquires,
+            t.impl_check.cache.hits,
+            t.impl_check.cache.registrations,
+            t.impl_check.cache.evictions
         );
     }
     out

@@ -215,7 +215,14 @@ fn submit(a: &SubmitArgs) -> anyhow::Result<i32> {
     std::fs::write(dir.join("check-options"), a.check_options.join(" ") + "\n")?;
     let script = dir.join("job.sh");
     std::fs::write(&script, job_script(a, &dir, &binary, ts.len()))?;
-    println!("{} tasks ({} configuration(s) x {} seed ranges of {} searches) written to {}", ts.len(), ts.len() as u64 / a.tasks, a.tasks, a.searches_per_task, dir.display());
+    println!(
+        "{} tasks ({} configuration(s) x {} seed ranges of {} searches) written to {}",
+        ts.len(),
+        ts.len() as u64 / a.tasks,
+        a.tasks,
+        a.searches_per_task,
+        dir.display()
+    );
     if a.no_submit {
         println!("not submitted: sbatch {}", script.display());
         return Ok(0);

@@ -203,7 +203,11 @@ fn hung_crashing_and_babbling_adapters_are_reported_per_case() {
     assert_eq!((x.verdict, x.rule.as_str(), x.line), (Verdict::Fail, "protocol", 2), "{x:?}");
     assert!(x.detail.contains("not-json"), "{}", x.detail);
     // A reply naming a registration no reg event reported.
-    let r = only(&format!("sh -c 'read x; echo '\\''{hello}'\\''; read y; echo {{\\\"seq\\\":1,\\\"ok\\\":true,\\\"reg\\\":9}}; sleep 5'"), &["seed-redux"], 2.0);
+    let r = only(
+        &format!("sh -c 'read x; echo '\\''{hello}'\\''; read y; echo {{\\\"seq\\\":1,\\\"ok\\\":true,\\\"reg\\\":9}}; sleep 5'"),
+        &["seed-redux"],
+        2.0,
+    );
     let x = &r.results[0];
     assert_eq!((x.verdict, x.rule.as_str()), (Verdict::Fail, "protocol"), "{x:?}");
     assert!(x.detail.contains("registration 9"), "{}", x.detail);
@@ -305,9 +309,8 @@ fn bad_cases_get_an_error_naming_file_line_and_field() {
     assert!(e.contains("unknown op `mem`") && e.contains(r#"{"mem": ...}"#) && !e.contains("mem ("), "{e}");
     let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p"}"#, p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl:1") && e.contains("spec"), "{e}");
-    let e = Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p", "spec": ["P1"], "expect": 1}"#, p)
-        .unwrap_err()
-        .to_string();
+    let e =
+        Case::parse(r#"{"mrcache_conformance": 1, "name": "x", "purpose": "p", "spec": ["P1"], "expect": 1}"#, p).unwrap_err().to_string();
     assert!(e.contains("unknown header field `expect`"), "{e}");
 }
 
@@ -325,8 +328,15 @@ fn the_fresh_readers_python_adapter_written_from_the_protocol_document_passes() 
     // their commands (`unmap_map_cycles`) `unsupported`, as the protocol
     // asks of a command an adapter does not implement.
     let newer = [
-        "alloc-jemalloc", "alloc-mimalloc", "during-register-scratch", "during-register-unmap-other",
-        "during-register-unmap-own", "fork-lock-held", "invalidation-queue-bound", "destroy-leased", "destroy-during-hook",
+        "alloc-jemalloc",
+        "alloc-mimalloc",
+        "during-register-scratch",
+        "during-register-unmap-other",
+        "during-register-unmap-own",
+        "fork-lock-held",
+        "invalidation-queue-bound",
+        "destroy-leased",
+        "destroy-during-hook",
         "monitor-restart-churn",
     ];
     let script = root().join("conformance/adapters/fresh_reader_toy.py");
@@ -342,15 +352,20 @@ fn the_fresh_readers_python_adapter_written_from_the_protocol_document_passes() 
         .collect();
     assert!(bad.is_empty(), "{}\n{}", bad.join("\n"), conform::table(&r));
     let r = run(format!("env FRESH_TOY_CAPS= python3 {}", script.display()));
-    let unsupported: BTreeSet<&str> =
-        r.results.iter().filter(|x| x.verdict == Verdict::Unsupported).map(|x| x.case.as_str()).collect();
+    let unsupported: BTreeSet<&str> = r.results.iter().filter(|x| x.verdict == Verdict::Unsupported).map(|x| x.case.as_str()).collect();
     let passed = r.results.iter().filter(|x| x.verdict == Verdict::Pass).count();
     assert_eq!(unsupported.len() + passed, r.results.len(), "{}", conform::table(&r));
     assert_eq!(
         unsupported,
         [
-            "flush-leased", "fork-cached", "fork-child-unmap", "limits-eviction", "limits-leased",
-            "race-concurrent-miss", "race-hook-before-release", "race-register-vs-unmap",
+            "flush-leased",
+            "fork-cached",
+            "fork-child-unmap",
+            "limits-eviction",
+            "limits-leased",
+            "race-concurrent-miss",
+            "race-hook-before-release",
+            "race-register-vs-unmap",
         ]
         .into_iter()
         .chain(newer)
@@ -369,8 +384,7 @@ fn a_peer_without_a_policy_is_judged_on_the_properties_and_its_overlap_reported(
     let r = conform::run(&a).expect("the suite runs");
     assert_eq!(r.declared_policy, None);
     assert!(failing(&r).is_empty(), "{}", conform::table(&r));
-    let diverging: BTreeSet<String> =
-        r.results.iter().filter(|x| x.verdict == Verdict::Diverges).map(|x| x.case.clone()).collect();
+    let diverging: BTreeSet<String> = r.results.iter().filter(|x| x.verdict == Verdict::Diverges).map(|x| x.case.clone()).collect();
     assert!(diverging.contains("overlap-partial") && diverging.contains("overlap-contained"), "{}", conform::table(&r));
     for x in r.results.iter().filter(|x| x.verdict == Verdict::Diverges) {
         assert!(x.rule.starts_with('C'), "{x:?}");

@@ -124,7 +124,8 @@ fn deferred_deregistration_is_judged_against_the_declared_bound() {
 #[test]
 fn a_query_answer_that_disagrees_with_the_events_is_a_protocol_failure() {
     // Registers nothing, answers a hit, and claims a registration in `query`.
-    let hello = r#"{"seq":0,"ok":true,"protocol":1,"name":"t","policy":"independent","caps":["query"],"arena":{"addr":"0x100000","len":1048576}}"#;
+    let hello =
+        r#"{"seq":0,"ok":true,"protocol":1,"name":"t","policy":"independent","caps":["query"],"arena":{"addr":"0x100000","len":1048576}}"#;
     let script = format!(
         "read x; echo '{hello}'; while read l; do s=$(echo \"$l\" | sed 's/.*\"seq\":\\([0-9]*\\).*/\\1/'); \
          case \"$l\" in *query*) echo \"{{\\\"seq\\\":$s,\\\"ok\\\":true,\\\"registrations\\\":1,\\\"pinned_bytes\\\":4096}}\";; \

@@ -184,11 +184,7 @@ fn every_available_peer_matches_the_verdict_table() {
         ("ucx-1.22.0", out.join("ucx-1.22.0").display().to_string(), Some(out.join("ucx-1.22.0"))),
         ("ompi-5.0.10", out.join("ompi-5.0.10").display().to_string(), Some(out.join("ompi-5.0.10"))),
         ("libfabric-2.6.0", out.join("libfabric-2.6.0").display().to_string(), Some(out.join("libfabric-2.6.0"))),
-        (
-            "libfabric-2.6.0",
-            format!("{} --uffd", out.join("libfabric-2.6.0").display()),
-            Some(out.join("libfabric-2.6.0")),
-        ),
+        ("libfabric-2.6.0", format!("{} --uffd", out.join("libfabric-2.6.0").display()), Some(out.join("libfabric-2.6.0"))),
     ];
     assert_eq!(columns.len(), adapters.len(), "CONFORMANCE.md's verdict table has one column per adapter");
     let mut diffs = Vec::new();
@@ -213,8 +209,11 @@ fn every_available_peer_matches_the_verdict_table() {
             eprintln!("{}", conform::table(&r));
             // The raw output of every run, kept: target/conformance-runs/.
             let runs = root().join("target/conformance-runs");
-            let name = format!("{col}-{label}{}{}.txt", if cmd.ends_with("--uffd") { "-uffd" } else { "" },
-                preload.map(|p| format!("-{p}")).unwrap_or_default());
+            let name = format!(
+                "{col}-{label}{}{}.txt",
+                if cmd.ends_with("--uffd") { "-uffd" } else { "" },
+                preload.map(|p| format!("-{p}")).unwrap_or_default()
+            );
             let _ = std::fs::create_dir_all(&runs);
             let _ = std::fs::write(runs.join(name), format!("{cmd}\n{}", conform::table(&r)));
             assert_eq!(r.results.len(), rows.len(), "{label}: the table and conformance/cases/ list different cases");

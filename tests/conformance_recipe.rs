@@ -44,14 +44,8 @@ fn the_implementers_recipe_runs_as_written_with_the_toy() {
         if cmd.starts_with("cargo build") || cmd.starts_with("export PATH=") {
             continue;
         }
-        let out = Command::new("bash")
-            .arg("-c")
-            .arg(cmd)
-            .current_dir(root())
-            .env("HOME", &home)
-            .env("PATH", &path)
-            .output()
-            .expect("bash runs");
+        let out =
+            Command::new("bash").arg("-c").arg(cmd).current_dir(root()).env("HOME", &home).env("PATH", &path).output().expect("bash runs");
         let want = if comment.contains("exit status 1") { 1 } else { 0 };
         assert_eq!(
             out.status.code(),

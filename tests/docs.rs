@@ -48,9 +48,7 @@ fn the_readme_is_at_most_300_lines() {
 /// and target: case-insensitive, a single space, then a digit.
 fn numbered_reference(line: &str) -> bool {
     let l = line.to_lowercase();
-    ["session ", "issue "].iter().any(|w| {
-        l.match_indices(w).any(|(i, _)| l[i + w.len()..].starts_with(|c: char| c.is_ascii_digit()))
-    })
+    ["session ", "issue "].iter().any(|w| l.match_indices(w).any(|(i, _)| l[i + w.len()..].starts_with(|c: char| c.is_ascii_digit())))
 }
 
 fn walk(dir: &Path, out: &mut Vec<String>) {

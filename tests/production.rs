@@ -86,9 +86,7 @@ fn a_library_user_gets_neither_the_model_nor_stateright() {
     std::fs::write(dir.join("src/lib.rs"), "pub use mrcache::Cache;\n").unwrap();
     // The workspace's versions, so that the tree resolves offline.
     std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
-    let tree = run(Command::new(env!("CARGO"))
-        .args(["tree", "-e", "normal", "--offline", "--prefix", "none"])
-        .current_dir(&dir));
+    let tree = run(Command::new(env!("CARGO")).args(["tree", "-e", "normal", "--offline", "--prefix", "none"]).current_dir(&dir));
     assert!(tree.contains("mrcache-types"), "{tree}");
     for unwanted in ["mrcache-model", "stateright"] {
         assert!(!tree.contains(unwanted), "a library user gets {unwanted}:\n{tree}");

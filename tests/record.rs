@@ -44,11 +44,8 @@ fn build_tiny(dir: &Path) -> PathBuf {
 fn printed_addresses(stdout: &str) -> HashMap<u32, HashMap<String, u64>> {
     let mut by_rank = HashMap::new();
     for line in stdout.lines().filter(|l| l.starts_with("ADDR ")) {
-        let fields: HashMap<String, String> = line[5..]
-            .split_whitespace()
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let fields: HashMap<String, String> =
+            line[5..].split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let rank: u32 = fields["rank"].parse().unwrap();
         by_rank.insert(rank, fields.iter().filter(|(k, _)| *k != "rank").map(|(k, v)| (k.clone(), hex(v))).collect());
     }
@@ -68,11 +65,7 @@ fn acquire_at(trace: &Trace, addr: u64) -> Vec<(usize, u64, u64, Access)> {
 }
 
 fn release_index(trace: &Trace, lease: u64) -> usize {
-    trace
-        .records
-        .iter()
-        .position(|r| r.op == Op::Release { lease })
-        .unwrap_or_else(|| panic!("lease L{lease} is never released"))
+    trace.records.iter().position(|r| r.op == Op::Release { lease }).unwrap_or_else(|| panic!("lease L{lease} is never released"))
 }
 
 #[test]
@@ -116,11 +109,8 @@ fn records_a_tiny_mpi_program_at_two_ranks() {
         let [(ri, rlease, rlen, racc)] = acquire_at(&trace, a["rbuf"])[..] else { panic!("one acquire of rbuf") };
         let [(si, slease, slen, sacc)] = acquire_at(&trace, a["sbuf"])[..] else { panic!("one acquire of sbuf") };
         assert_eq!((rlen, racc, slen, sacc), (262144, recv, 262144, send));
-        let marker = trace
-            .records
-            .iter()
-            .position(|r| matches!(r.op, Op::Alloc { len: 777777, .. }))
-            .expect("the marker allocation is recorded");
+        let marker =
+            trace.records.iter().position(|r| matches!(r.op, Op::Alloc { len: 777777, .. })).expect("the marker allocation is recorded");
         assert!(ri < si && si < marker, "Irecv then Isend then the marker");
         assert!(release_index(&trace, rlease) > marker && release_index(&trace, slease) > marker, "released at Waitall");
 
@@ -159,11 +149,8 @@ fn records_a_tiny_mpi_program_at_two_ranks() {
         assert_eq!((mem_a, win_a), (win, win));
         assert!(release_index(&trace, win_l) < release_index(&trace, mem_l));
         let [(oi, ol, 128, Access::LOCAL_READ)] = acquire_at(&trace, a["origin"])[..] else { panic!("Put origin") };
-        let put_marker = trace
-            .records
-            .iter()
-            .position(|r| matches!(r.op, Op::Alloc { len: 555555, .. }))
-            .expect("the second marker is recorded");
+        let put_marker =
+            trace.records.iter().position(|r| matches!(r.op, Op::Alloc { len: 555555, .. })).expect("the second marker is recorded");
         assert!(oi < put_marker && put_marker < release_index(&trace, ol), "the Put's origin is held until the fence");
 
         // 6. Release events: the application's munmap, and the derived munmap
@@ -197,8 +184,7 @@ fn records_a_tiny_mpi_program_at_two_ranks() {
 
         // The recorder's own counters.
         let stats: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out_dir.join(format!("rank-{rank}.stats.json"))).unwrap())
-                .unwrap();
+            serde_json::from_str(&std::fs::read_to_string(out_dir.join(format!("rank-{rank}.stats.json"))).unwrap()).unwrap();
         assert_eq!(stats["records"].as_u64(), Some(trace.records.len() as u64), "{stats}");
         assert_eq!(stats["open_requests"].as_u64(), Some(0), "{stats}");
     }

@@ -56,9 +56,7 @@ fn shipped_traces_replay_with_expected_stats() {
         assert_eq!(key(&r.stats), *want, "{name}: {:?}", r.stats);
     }
     // Every shipped hand-written trace is in the table above.
-    let shipped = std::fs::read_dir(traces_dir()).unwrap().filter(|e| {
-        e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl")
-    });
+    let shipped = std::fs::read_dir(traces_dir()).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl"));
     assert_eq!(shipped.count(), cases.len());
 }
 
@@ -88,11 +86,7 @@ fn a_wrong_expectation_is_reported_with_its_line() {
 #[test]
 fn cli_prints_stats_and_json() {
     let exe = env!("CARGO_BIN_EXE_mrcache");
-    let out = std::process::Command::new(exe)
-        .args(["replay", "--json"])
-        .arg(traces_dir().join("seed-redux.jsonl"))
-        .output()
-        .unwrap();
+    let out = std::process::Command::new(exe).args(["replay", "--json"]).arg(traces_dir().join("seed-redux.jsonl")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["stats"]["hits"], 3);

@@ -8,11 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn mrcache(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mrcache"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("mrcache runs")
+    Command::new(env!("CARGO_BIN_EXE_mrcache")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("mrcache runs")
 }
 
 fn text(o: &Output) -> String {
@@ -109,7 +105,11 @@ fn a_job_written_without_slurm_runs_and_is_collected() {
     // Without the mutant's tasks: every task reported, no violation.
     std::fs::remove_file(dir.join("task-3.json")).unwrap();
     run_task(&dir, 2);
-    std::fs::write(dir.join("tasks.tsv"), std::fs::read_to_string(dir.join("tasks.tsv")).unwrap().lines().take(2).map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    std::fs::write(
+        dir.join("tasks.tsv"),
+        std::fs::read_to_string(dir.join("tasks.tsv")).unwrap().lines().take(2).map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
     let o = mrcache(&["swarm", "collect", d]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("2 of 2 tasks reported"), "{}", text(&o));

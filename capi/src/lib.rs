@@ -19,27 +19,27 @@
 mod escape;
 mod registrar;
 mod slab;
-mod thread_token;
-mod threads;
 mod status;
 mod sync;
 #[cfg(test)]
 mod tests;
+mod thread_token;
+mod threads;
 
 pub use registrar::mrcache_registrar_t;
 pub use slab::mrcache_lease_t;
 pub use status::mrcache_status_t;
 
+use mrcache_impl::sync::AtomicWord;
 use mrcache_impl::{Cache, CacheConfig, Config, EvictionPolicy, Lease, Limits, MonitorThread, Monitoring, OverlapPolicy};
 use mrcache_types::{Access, ReleaseKind};
 use registrar::{not_in_callback, CRegistrar};
 use slab::LeaseSlab;
-use threads::ThreadBucket;
 use status::*;
 use std::ffi::{c_char, c_int, c_void};
-use mrcache_impl::sync::AtomicWord;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use threads::ThreadBucket;
 
 /// Access flags (`mrcache_acquire`'s `access`; combine with `|`). 0 is local read.
 pub const MRCACHE_ACCESS_LOCAL_READ: u32 = 0;
@@ -525,12 +525,8 @@ pub unsafe extern "C-unwind" fn mrcache_lease_view(
     guard(|| {
         let h = check!(handle cache; non_null view);
         let (_, v) = h.leases.read(lease)?;
-        let out = mrcache_view_t {
-            id: v.id,
-            addr: v.addr as usize as *mut c_void,
-            len: v.len as usize,
-            access: u32::from(v.access.bits()),
-        };
+        let out =
+            mrcache_view_t { id: v.id, addr: v.addr as usize as *mut c_void, len: v.len as usize, access: u32::from(v.access.bits()) };
         // SAFETY: non-null and writable (header).
         unsafe { view.write(out) };
         Ok(())

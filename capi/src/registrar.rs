@@ -394,7 +394,9 @@ unsafe impl Sync for CHandle {}
 fn escaped(callback: &'static str, ended: Ended) -> RegistrarError {
     let detail = match ended {
         Ended::Threw(what) => format!("the {callback} callback threw an exception ({what}); it was caught and destroyed"),
-        Ended::Exit => format!("the {callback} callback called pthread_exit (or was cancelled); the thread exits when the library call returns"),
+        Ended::Exit => {
+            format!("the {callback} callback called pthread_exit (or was cancelled); the thread exits when the library call returns")
+        }
         Ended::Returned(_) => unreachable!("a callback that returned did not escape"),
     };
     RegistrarError::from_errno(callback, libc::ECANCELED, detail)
@@ -514,7 +516,15 @@ pub(crate) mod verbs {
 mod tests {
     use super::*;
 
-    unsafe extern "C" fn never_reg(_: *mut c_void, _: *mut c_void, _: usize, _: u32, _: *mut *mut c_void, _: *mut u32, _: *mut u32) -> c_int {
+    unsafe extern "C" fn never_reg(
+        _: *mut c_void,
+        _: *mut c_void,
+        _: usize,
+        _: u32,
+        _: *mut *mut c_void,
+        _: *mut u32,
+        _: *mut u32,
+    ) -> c_int {
         libc::EINVAL
     }
 

@@ -41,11 +41,11 @@
 
 use crate::registrar::CRegistrar;
 use crate::status::{Failure, MRCACHE_INVALID_LEASE, MRCACHE_TOO_MANY_LEASES};
+use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, UnsafeCell};
 use crate::threads::ThreadBucket;
 use mrcache_impl::registrar::Keys;
 use mrcache_impl::Lease;
 use mrcache_types::RegView;
-use crate::sync::{fence, AtomicPtr, AtomicU32, AtomicU64, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
@@ -133,12 +133,8 @@ pub(crate) enum SlabMutant {
 
 #[cfg(any(test, loom))]
 impl SlabMutant {
-    pub(crate) const ALL: [SlabMutant; 4] = [
-        SlabMutant::TagNotIncremented,
-        SlabMutant::NoGenerationCheck,
-        SlabMutant::NoSeqlockRecheck,
-        SlabMutant::LocalListKeepsGeneration,
-    ];
+    pub(crate) const ALL: [SlabMutant; 4] =
+        [SlabMutant::TagNotIncremented, SlabMutant::NoGenerationCheck, SlabMutant::NoSeqlockRecheck, SlabMutant::LocalListKeepsGeneration];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -357,7 +353,9 @@ impl<L: Held> LeaseSlab<L> {
         // SAFETY: the slot is ours (popped or fresh, not LIVE): nobody else
         // touches the cell until the LIVE store below publishes it.
         #[cfg(not(loom))]
-        unsafe { (*slot.lease.get()).write(lease) };
+        unsafe {
+            (*slot.lease.get()).write(lease)
+        };
         // SAFETY: as above; loom checks the access against the happens-before order.
         #[cfg(loom)]
         slot.lease.with_mut(|cell| unsafe { (*cell).write(lease) });
@@ -419,7 +417,9 @@ impl<L: Held> LeaseSlab<L> {
         // it is dropped once (no handle reaches a slot that is not LIVE, and
         // no insert reaches it until `_back` returns it to a free list).
         #[cfg(not(loom))]
-        unsafe { L::drop_in(slot.lease.get()) };
+        unsafe {
+            L::drop_in(slot.lease.get())
+        };
         // SAFETY: as above; loom checks the access against the happens-before order.
         #[cfg(loom)]
         slot.lease.with_mut(|cell| unsafe { L::drop_in(cell) });
@@ -435,8 +435,7 @@ impl<L: Held> LeaseSlab<L> {
         }
         let keys = Keys { lkey: slot.lkey.load(Ordering::Relaxed), rkey: slot.rkey.load(Ordering::Relaxed) };
         let access = mrcache_types::Access::from_bits(slot.access.load(Ordering::Relaxed) as u8);
-        let (id, addr, len) =
-            (slot.id.load(Ordering::Relaxed), slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed));
+        let (id, addr, len) = (slot.id.load(Ordering::Relaxed), slot.addr.load(Ordering::Relaxed), slot.len.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
         if !self.broken(SlabMutant::NoSeqlockRecheck) && slot.state.load(Ordering::Relaxed) != live {
             return Err(invalid(h));
@@ -499,7 +498,6 @@ impl<L> Drop for LeaseSlab<L> {
         }
     }
 }
-
 
 #[cfg(test)]
 mod models;

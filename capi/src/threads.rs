@@ -43,9 +43,9 @@
 //!   forked ([`mrcache_impl::cache::forking_thread`]); for any other it is
 //!   a vanished thread's, and is cleared.
 
+use crate::sync::{self, LoomMutant};
 use crate::thread_token::{bucket, thread_token};
 use mrcache_impl::cache::{fork_generation, forking_thread};
-use crate::sync::{self, LoomMutant};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Free slots a thread keeps for itself, per cache (the bucket's last

@@ -187,13 +187,7 @@ fn reenter(c: &Counting) {
     let st = unsafe { mrcache_acquire(cache, (2usize << 32) as *const c_void, 4096, 0, &mut l) };
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
     let others = unsafe {
-        [
-            mrcache_flush(cache),
-            mrcache_trim(cache),
-            mrcache_destroy(cache),
-            mrcache_release(cache, l),
-            mrcache_monitor_start(cache),
-        ]
+        [mrcache_flush(cache), mrcache_trim(cache), mrcache_destroy(cache), mrcache_release(cache, l), mrcache_monitor_start(cache)]
     };
     assert!(others.iter().all(|s| *s == MRCACHE_BUSY), "{others:?}");
     c.reentry.store(st as i32, Ordering::SeqCst);
@@ -267,14 +261,7 @@ fn y_calls_into_x(_: &Counting) {
     let x = NESTED_X.load(Ordering::SeqCst) as *mut mrcache_t;
     let mut l = mrcache_lease_t::default();
     // SAFETY: the C API called as C calls it: the pointers are valid or NULL on purpose, handles live.
-    let got = unsafe {
-        [
-            mrcache_acquire(x, nested_addr(3), 4096, 0, &mut l),
-            mrcache_release(x, l),
-            mrcache_flush(x),
-            mrcache_trim(x),
-        ]
-    };
+    let got = unsafe { [mrcache_acquire(x, nested_addr(3), 4096, 0, &mut l), mrcache_release(x, l), mrcache_flush(x), mrcache_trim(x)] };
     NESTED_IN_Y.with(|f| f.set(false));
     for st in got {
         let counter = if st == MRCACHE_BUSY { &NESTED_BUSY } else { &NESTED_OTHER };

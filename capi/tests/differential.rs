@@ -29,16 +29,29 @@ const BASE: u64 = 1 << 32;
 
 #[derive(Clone, Debug)]
 enum Step {
-    Acquire { page: u64, offset: u64, len: u64, access: u8 },
+    Acquire {
+        page: u64,
+        offset: u64,
+        len: u64,
+        access: u8,
+    },
     /// Releases the `k`-th held lease (modulo), or, if none is held, a stale one.
-    Release { k: usize },
+    Release {
+        k: usize,
+    },
     /// Releases an already released lease again.
     DoubleRelease,
-    Invalidate { page: u64, len: u64 },
+    Invalidate {
+        page: u64,
+        len: u64,
+    },
     Flush,
     Trim,
     /// E1 / E2 on acquire and on invalidate.
-    BadRange { empty: bool, invalidate: bool },
+    BadRange {
+        empty: bool,
+        invalidate: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {

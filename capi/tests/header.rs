@@ -8,12 +8,7 @@ fn checked_in_header_is_fresh() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("capi/cbindgen.toml");
     let mut fresh = Vec::new();
-    cbindgen::Builder::new()
-        .with_crate(dir)
-        .with_config(config)
-        .generate()
-        .expect("cbindgen generates the header")
-        .write(&mut fresh);
+    cbindgen::Builder::new().with_crate(dir).with_config(config).generate().expect("cbindgen generates the header").write(&mut fresh);
     let fresh = String::from_utf8(fresh).expect("utf-8 header");
     let path = dir.join("include/mrcache.h");
     if std::env::var_os("MRCACHE_BLESS_HEADER").is_some() {

@@ -148,22 +148,20 @@ impl Mutant {
                         .into(),
                 );
             }
-            Mutant::LaneNoHeavyBarrier
-            | Mutant::LaneNoRecheck
-            | Mutant::LaneRevokeNoPin
-            | Mutant::LaneDetachedNoMutex
+            Mutant::LaneNoHeavyBarrier | Mutant::LaneNoRecheck | Mutant::LaneRevokeNoPin | Mutant::LaneDetachedNoMutex
                 if cfg.scripts.is_none() =>
             {
                 cfg.lanes = true;
                 cfg.scripts = Some(lane_scripts());
-                changed.push("--lanes and the lane scripts (T0: acquire A, release, acquire A, release; T1: acquire A, release, munmap A)".into());
+                changed.push(
+                    "--lanes and the lane scripts (T0: acquire A, release, acquire A, release; T1: acquire A, release, munmap A)".into(),
+                );
             }
             Mutant::LaneQueueLenOnly if cfg.scripts.is_none() => {
                 cfg.lanes = true;
                 cfg.scripts = Some(lane_drain_scripts());
                 changed.push(
-                    "--lanes and the drain scripts (T0: acquire A, release, acquire B; T1: acquire A, release, munmap A, acquire A)"
-                        .into(),
+                    "--lanes and the drain scripts (T0: acquire A, release, acquire B; T1: acquire A, release, munmap A, acquire A)".into(),
                 );
             }
             Mutant::LaneHitIgnoresKey if cfg.scripts.is_none() => {
@@ -356,9 +354,7 @@ impl Mutant {
             }
             Mutant::FlushKeepsLeased | Mutant::FlushDeregsLeased if cfg.scripts.is_none() => {
                 cfg.scripts = Some(flush_scripts());
-                changed.push(
-                    "the flush scripts (T0: acquire A, flush, release A, acquire B; T1: acquire B, release, munmap B)".into(),
-                );
+                changed.push("the flush scripts (T0: acquire A, flush, release A, acquire B; T1: acquire B, release, munmap B)".into());
             }
             Mutant::EndClosesOldest if cfg.scripts.is_none() => {
                 cfg.scripts = Some(window_scripts());
@@ -725,9 +721,18 @@ impl fmt::Display for Span {
 /// A script operation in the checker's compact form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScriptOp {
-    Acquire { lease: LeaseId, span: Span, access: Access },
-    Release { lease: LeaseId },
-    Event { kind: ReleaseKind, span: Span },
+    Acquire {
+        lease: LeaseId,
+        span: Span,
+        access: Access,
+    },
+    Release {
+        lease: LeaseId,
+    },
+    Event {
+        kind: ReleaseKind,
+        span: Span,
+    },
     /// The user's flush of the cache (spec.md#S2.5).
     Flush,
     /// The process forks; this thread goes on in the child (spec.md#S2.6, F1).
@@ -810,11 +815,7 @@ pub fn compact_pages(scripts: &[Vec<Op>]) -> Vec<Vec<Op>> {
     cuts.sort_unstable();
     cuts.dedup();
     // Pieces [cuts[i], cuts[i+1]) covered by some range, numbered in order.
-    let covered: Vec<u64> = cuts
-        .windows(2)
-        .filter(|w| spans.iter().any(|&(a, b)| a <= w[0] && w[1] <= b))
-        .map(|w| w[0])
-        .collect();
+    let covered: Vec<u64> = cuts.windows(2).filter(|w| spans.iter().any(|&(a, b)| a <= w[0] && w[1] <= b)).map(|w| w[0]).collect();
     let page_of = |cut: u64| covered.partition_point(|&c| c < cut) as u64;
     let remap = |addr: u64, len: u64| {
         let p = Range { addr, len }.pages(PAGE_SIZE);
@@ -871,10 +872,7 @@ pub fn lru_scripts() -> Vec<Vec<Op>> {
 /// the chunk; T1's miss on p[1,3) registers p[0,4), which overlaps and
 /// contains T0's (a merge, an uncache).
 pub fn chunk_scripts() -> Vec<Vec<Op>> {
-    vec![
-        vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)],
-        vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 3, RW), rel(11)],
-    ]
+    vec![vec![acq(1, 0, 1, RR), rel(1), acq(2, 1, 2, RR)], vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 3, RW), rel(11)]]
 }
 
 /// Scripts for cost-aware eviction (spec.md#S6.3) under `max_regions` 2:
@@ -888,17 +886,7 @@ pub fn chunk_scripts() -> Vec<Vec<Op>> {
 /// then hits).
 pub fn cost_scripts() -> Vec<Vec<Op>> {
     vec![
-        vec![
-            acq(1, 2, 3, RR),
-            rel(1),
-            acq(2, 0, 2, RR),
-            rel(2),
-            acq(3, 4, 6, RR),
-            rel(3),
-            acq(4, 6, 7, RR),
-            rel(4),
-            acq(5, 2, 3, RR),
-        ],
+        vec![acq(1, 2, 3, RR), rel(1), acq(2, 0, 2, RR), rel(2), acq(3, 4, 6, RR), rel(3), acq(4, 6, 7, RR), rel(4), acq(5, 2, 3, RR)],
         vec![acq(11, 0, 2, RR), rel(11)],
     ]
 }
@@ -936,10 +924,7 @@ pub fn fork_scripts() -> Vec<Vec<Op>> {
 /// must not hit A, which the flush took out; T1's munmap of B may
 /// invalidate what the flush left, or find nothing.
 pub fn flush_scripts() -> Vec<Vec<Op>> {
-    vec![
-        vec![acq(1, 0, 2, RR), Op::Flush, rel(1), acq(2, 1, 2, RR)],
-        vec![acq(11, 1, 2, RW), rel(11), ev(ReleaseKind::Munmap, 1, 2)],
-    ]
+    vec![vec![acq(1, 0, 2, RR), Op::Flush, rel(1), acq(2, 1, 2, RR)], vec![acq(11, 1, 2, RW), rel(11), ev(ReleaseKind::Munmap, 1, 2)]]
 }
 
 /// Scripts where T1's miss on B goes over `max_regions 1` while T0 holds A,
@@ -953,10 +938,7 @@ pub fn flush_scripts() -> Vec<Vec<Op>> {
 /// order, since the release returned before the munmap began
 /// (`flag-at-second-pass`).
 pub fn limit_event_scripts() -> Vec<Vec<Op>> {
-    vec![
-        vec![acq(1, 0, 1, RR), rel(1), ev(ReleaseKind::Munmap, 1, 2)],
-        vec![acq(11, 1, 2, RR), acq(12, 0, 1, RR)],
-    ]
+    vec![vec![acq(1, 0, 1, RR), rel(1), ev(ReleaseKind::Munmap, 1, 2)], vec![acq(11, 1, 2, RR), acq(12, 0, 1, RR)]]
 }
 
 /// Scripts for the lanes (LN1–LN6): T1 inserts A, so T0's first acquire is an
@@ -964,10 +946,7 @@ pub fn limit_event_scripts() -> Vec<Vec<Op>> {
 /// (LN1) released on the lane (LN3); T1's munmap of A revokes the slot (LN5)
 /// wherever T0 is.
 pub fn lane_scripts() -> Vec<Vec<Op>> {
-    vec![
-        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)],
-        vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1)],
-    ]
+    vec![vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR), rel(2)], vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1)]]
 }
 
 /// Scripts where T1's miss on B, over `max_regions` 1, notes while T0 may
@@ -1052,10 +1031,7 @@ pub fn lane_claim_scripts() -> Vec<Vec<Op>> {
 /// that closes T1's window instead of its own lets T0 cache B with the
 /// frames T1 is releasing, and T1's acquire after its release hits it.
 pub fn window_scripts() -> Vec<Vec<Op>> {
-    vec![
-        vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR)],
-        vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 2, RR)],
-    ]
+    vec![vec![ev(ReleaseKind::Munmap, 0, 1), acq(1, 1, 2, RR)], vec![ev(ReleaseKind::Munmap, 1, 2), acq(11, 1, 2, RR)]]
 }
 
 /// Scripts where T1's acquire of A is planned inside T0's window on A and
@@ -1074,7 +1050,10 @@ pub fn window_closed_scripts() -> Vec<Vec<Op>> {
 /// at once (W3); T1's acquire of A after its munmap returned reads the
 /// memo between the two.
 pub fn memo_pending_scripts() -> Vec<Vec<Op>> {
-    vec![vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR)], vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), acq(12, 0, 1, RR)]]
+    vec![
+        vec![acq(1, 0, 1, RR), rel(1), acq(2, 0, 1, RR)],
+        vec![acq(11, 0, 1, RR), rel(11), ev(ReleaseKind::Munmap, 0, 1), acq(12, 0, 1, RR)],
+    ]
 }
 
 /// Scripts for A0's key recheck (with `memo`): T0's A1 hit memoizes its

@@ -24,12 +24,12 @@
 //! Workers share work by donation: a worker whose stack is deep gives the
 //! oldest half of it (with the paths) to the pool when some worker is idle.
 
+use stateright::{Expectation, Model, Property};
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-use stateright::{Expectation, Model, Property};
 
 /// Shards of the fingerprint table: a power of two, so that growing one
 /// shard (which briefly holds the old and new slots) costs little memory
@@ -147,7 +147,8 @@ pub(crate) struct Fingerprinter {
 
 impl Default for Fingerprinter {
     fn default() -> Self {
-        let keys = ahash::RandomState::with_seeds(0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89);
+        let keys =
+            ahash::RandomState::with_seeds(0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89);
         Fingerprinter { inner: keys.build_hasher(), buf: [0; FINGERPRINT_CHUNK], len: 0 }
     }
 }
@@ -348,11 +349,8 @@ where
         }
     });
     tick(shared.table.len());
-    let violated = shared
-        .properties
-        .iter()
-        .zip(&shared.discovered)
-        .any(|(p, d)| p.expectation == Expectation::Always && d.load(Ordering::Relaxed));
+    let violated =
+        shared.properties.iter().zip(&shared.discovered).any(|(p, d)| p.expectation == Expectation::Always && d.load(Ordering::Relaxed));
     Found {
         unique: shared.table.len(),
         generated: counters.generated.load(Ordering::Relaxed),

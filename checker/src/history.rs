@@ -282,12 +282,8 @@ impl History {
         if !self.record.valid {
             return false;
         }
-        let threads: Vec<ThreadView<'_>> = self
-            .record
-            .threads
-            .iter()
-            .map(|t| ThreadView { id: t.id, done: t.done.in_order(), in_flight: t.in_flight.as_ref() })
-            .collect();
+        let threads: Vec<ThreadView<'_>> =
+            self.record.threads.iter().map(|t| ThreadView { id: t.id, done: t.done.in_order(), in_flight: t.in_flight.as_ref() }).collect();
         // Bounded: each level serializes one more operation.
         let mut next = vec![0usize; threads.len()];
         let mut placed = vec![false; threads.len()];
@@ -448,8 +444,7 @@ mod tests {
             }
         }
         // Distinct testers map to distinct histories: as many of each.
-        let testers: std::collections::HashSet<u64> =
-            seen.values().map(crate::engine::fingerprint).collect();
+        let testers: std::collections::HashSet<u64> = seen.values().map(crate::engine::fingerprint).collect();
         assert_eq!(testers.len(), seen.len(), "two different histories with equal testers");
         assert!(verdicts[0] > 100 && verdicts[1] > 100, "both verdicts occur: {verdicts:?}");
     }

@@ -254,7 +254,7 @@ pub use config::{default_scripts, kdreg2_scripts, CacheFrees, CheckConfig, Monit
 pub use mutant::Mutant;
 pub use pinned::{pinned3_configs, pinned_configs, Pinned};
 pub use report::{counterexample_trace, counterexample_trace_of, timeline};
-pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
-pub use run::{check, check_with_progress, explore, Counterexample, Outcome, Engine, Progress, RunOptions, Status, Strategy, Verdict};
+pub use run::{check, check_with_progress, explore, Counterexample, Engine, Outcome, Progress, RunOptions, Status, Strategy, Verdict};
 pub use state::State;
+pub use swarm::{swarm, swarm_with_progress, SwarmMode, SwarmOptions, SwarmOutcome, SwarmProgress, SwarmSummary, SwarmViolation};
 pub use waits::{check_waits, WaitConfig, WaitModel, WaitMutant, WaitOutcome};

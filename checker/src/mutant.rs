@@ -349,10 +349,7 @@ impl Mutant {
 
     /// The mutant breaks M3/M4: it needs `CheckConfig::remove` (async monitor).
     pub fn needs_remove(&self) -> bool {
-        matches!(
-            self,
-            Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache | Mutant::ProofWithoutAck | Mutant::ProofKernelOutside
-        )
+        matches!(self, Mutant::RemoveWithoutWindow | Mutant::RemoveWindowOneCache | Mutant::ProofWithoutAck | Mutant::ProofKernelOutside)
     }
 
     /// The mutant needs a configuration past exhaustive checking (3 threads x

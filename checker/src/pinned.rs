@@ -96,17 +96,12 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // so each insert notes and evicts, and a leased entry keeps the
         // cache over the limit until its release (R2).
         "2x3+pinned-bytes" => CheckConfig { max_pinned_bytes: Some(4096), ..base(2, 3) },
-        "2x3+nested+limit" => CheckConfig {
-            registrar_frees: Some(1),
-            cache_frees: Some(CacheFrees::Private),
-            max_regions: Some(1),
-            ..base(2, 3)
-        },
+        "2x3+nested+limit" => {
+            CheckConfig { registrar_frees: Some(1), cache_frees: Some(CacheFrees::Private), max_regions: Some(1), ..base(2, 3) }
+        }
         // Freeing watched memory under the lock deadlocks with userfaultfd
         // (spec.md#S7.3 forbids it): sync monitor only.
-        "2x3+cache-app-page" if monitor == MonitorKind::Sync => {
-            CheckConfig { cache_frees: Some(CacheFrees::AppPage(1)), ..base(2, 3) }
-        }
+        "2x3+cache-app-page" if monitor == MonitorKind::Sync => CheckConfig { cache_frees: Some(CacheFrees::AppPage(1)), ..base(2, 3) },
         "2x3+cache-app-page" => return None,
         // One attempt only: the registrar's free makes it stale, so E6 is reachable.
         "2x3+e6" => CheckConfig { registrar_frees: Some(1), max_retries: 1, ..base(2, 3) },
@@ -123,17 +118,10 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // an event taken off the queue by a drain before its revoke (the
         // draining count of LN1).
         "lanes" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_scripts()), ..base(2, 3) },
-        "lanes+limit" => {
-            CheckConfig { lanes: true, scripts: Some(crate::config::lane_scripts()), max_regions: Some(1), ..base(2, 3) }
-        }
+        "lanes+limit" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_scripts()), max_regions: Some(1), ..base(2, 3) },
         // A miss over the limit notes while another thread may hold a lane
         // lease on the LRU entry (the note revokes that entry's slot, LN5).
-        "lanes+note" => CheckConfig {
-            lanes: true,
-            scripts: Some(crate::config::lane_note_scripts()),
-            max_regions: Some(1),
-            ..base(2, 3)
-        },
+        "lanes+note" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_note_scripts()), max_regions: Some(1), ..base(2, 3) },
         "lanes-drain" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) },
         // A slot re-keyed while it may still count a lease (LN2's rule).
         "lanes-reuse" => CheckConfig { lanes: true, scripts: Some(crate::config::lane_reuse_scripts()), ..base(2, 3) },
@@ -157,9 +145,7 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // Two caches on one userfaultfd monitor (spec.md#S7.6, M5, M6): T0 on
         // cache 0 unmaps a page both caches cached; T1 on cache 1 acquires it
         // again (`event-to-one-cache`).
-        "shared" | "2x4+shared" | "2x3+shared+remove" | "shared+remove" | "2x3+attached" if monitor != MonitorKind::Async => {
-            return None
-        }
+        "shared" | "2x4+shared" | "2x3+shared+remove" | "shared+remove" | "2x3+attached" if monitor != MonitorKind::Async => return None,
         // One cache attached to the process's monitor (M6: the ring, the
         // gate, the drains), with two threads on it: the generated 2x3
         // scripts as T0 and T2 on cache 0, T1 (on cache 1) idle.
@@ -177,9 +163,7 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+shared+remove" => CheckConfig { caches: 2, remove: true, ..base(2, 3) },
         // T1 on cache 1 registers A between the REMOVE's read and its zap,
         // then acquires A again after the madvise returned.
-        "shared+remove" => {
-            CheckConfig { caches: 2, remove: true, scripts: Some(crate::config::shared_remove_scripts()), ..base(2, 3) }
-        }
+        "shared+remove" => CheckConfig { caches: 2, remove: true, scripts: Some(crate::config::shared_remove_scripts()), ..base(2, 3) },
         // A0, the lock-free hit: the generated scripts, and the lane drain
         // scripts (a drain that took a munmap's event off the queue and
         // revokes before it applies it: A0's draining count).
@@ -194,20 +178,14 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // A0 between a windowed entry's insert and its take-out
         // (`lockless-takes-pending`): with the pair, sync only; one policy.
         "memo-pending" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
-        "memo-pending" => CheckConfig {
-            lockless: true,
-            memo: true,
-            pair: true,
-            scripts: Some(crate::config::memo_pending_scripts()),
-            ..base(2, 3)
-        },
+        "memo-pending" => {
+            CheckConfig { lockless: true, memo: true, pair: true, scripts: Some(crate::config::memo_pending_scripts()), ..base(2, 3) }
+        }
         // Entry memory reused twice between A0's read and its
         // compare-exchange (`lockless-no-key-recheck`): one policy, one
         // monitor (the async one adds nothing to A0's reads).
         "memo-reuse" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => return None,
-        "memo-reuse" => {
-            CheckConfig { lockless: true, memo: true, scripts: Some(crate::config::memo_reuse_scripts()), ..base(2, 3) }
-        }
+        "memo-reuse" => CheckConfig { lockless: true, memo: true, scripts: Some(crate::config::memo_reuse_scripts()), ..base(2, 3) },
         // T0 inserts A between T1's lookups of A (after its A1, after its
         // A4). Its scripts have no overlaps of different keys: one policy.
         "lookup-skips" if policy != OverlapPolicy::Independent => return None,
@@ -219,20 +197,11 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+limit+steps" => CheckConfig { release_steps: true, max_regions: Some(1), ..base(2, 3) },
         // The same with the LRU scripts: an eviction between the decrement
         // and a late touch (`release-touch-after-decrement`).
-        "lru+steps" => CheckConfig {
-            release_steps: true,
-            scripts: Some(crate::config::lru_scripts()),
-            max_regions: Some(2),
-            ..base(2, 3)
-        },
+        "lru+steps" => CheckConfig { release_steps: true, scripts: Some(crate::config::lru_scripts()), max_regions: Some(2), ..base(2, 3) },
         // The cache skips A1 only on a thread with a lane: the same with lanes.
-        "lanes+limit+skip" => CheckConfig {
-            lanes: true,
-            skip_a1: true,
-            scripts: Some(crate::config::lane_scripts()),
-            max_regions: Some(1),
-            ..base(2, 3)
-        },
+        "lanes+limit+skip" => {
+            CheckConfig { lanes: true, skip_a1: true, scripts: Some(crate::config::lane_scripts()), max_regions: Some(1), ..base(2, 3) }
+        }
         // Without limits, the ENOMEM trim (S2.8) is the one note: A0's hits
         // before, after and between its compare-exchanges (one step each, as
         // in the cache; loom's `lockless_hit_vs_trim` checks the same race
@@ -248,25 +217,18 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // The LRU scripts with the restamp skip (`restamp-skip-when-recent`,
         // `lru-skips-restamp`). Their scripts have no overlaps: one policy.
         "lru+restamp" if policy != OverlapPolicy::Independent => return None,
-        "lru+restamp" => CheckConfig {
-            restamp_skip: true,
-            scripts: Some(crate::config::lru_scripts()),
-            max_regions: Some(2),
-            ..base(2, 3)
-        },
+        "lru+restamp" => {
+            CheckConfig { restamp_skip: true, scripts: Some(crate::config::lru_scripts()), max_regions: Some(2), ..base(2, 3) }
+        }
         // The lanes as built: two slots per lane, direct-mapped, with A and C
         // in one slot (`lane-hit-ignores-key`). Their scripts have no
         // overlapping ranges: one policy.
         // The lane protocol does not depend on the monitor (the lane
         // families above run both): the sync monitor only.
-        "lanes-collide" | "lanes-remote" | "lanes-claims"
-            if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync =>
-        {
+        "lanes-collide" | "lanes-remote" | "lanes-claims" if policy != OverlapPolicy::Independent || monitor != MonitorKind::Sync => {
             return None
         }
-        "lanes-collide" => {
-            CheckConfig { lanes: true, lane_slots: 2, scripts: Some(crate::config::lane_collide_scripts()), ..base(2, 3) }
-        }
+        "lanes-collide" => CheckConfig { lanes: true, lane_slots: 2, scripts: Some(crate::config::lane_collide_scripts()), ..base(2, 3) },
         // A lane lease released on another thread (`remote`, read before
         // `held` in separate steps by LN4 and LN5), beside the owner's lane
         // hits on the same slot (`lane-remote-writes-held`).
@@ -274,24 +236,15 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // Lane claims given back with a lane lease out and claimed by the
         // other thread, which hits the old owner's memo
         // (`lane-release-by-acquirer`).
-        "lanes-claims" => {
-            CheckConfig { lanes: true, give_backs: 2, scripts: Some(crate::config::lane_claim_scripts()), ..base(2, 3) }
-        }
-        "lockless-drain" => {
-            CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) }
-        }
+        "lanes-claims" => CheckConfig { lanes: true, give_backs: 2, scripts: Some(crate::config::lane_claim_scripts()), ..base(2, 3) },
+        "lockless-drain" => CheckConfig { lockless: true, lanes: true, scripts: Some(crate::config::lane_drain_scripts()), ..base(2, 3) },
         // M4 as the prover's steps (S7.5): the scan, the signals, each
         // thread's acknowledgement at a return to user mode, the close; the
         // madvise's zap and its return two steps (`proof-without-ack`,
         // `proof-kernel-outside`). Async only, one cache.
         "remove+proof" | "2x3+remove+proof" if monitor != MonitorKind::Async => return None,
         "2x3+remove+proof" => CheckConfig { remove: true, proof_steps: true, ..base(2, 3) },
-        "remove+proof" => CheckConfig {
-            remove: true,
-            proof_steps: true,
-            scripts: Some(crate::config::remove_scripts()),
-            ..base(2, 3)
-        },
+        "remove+proof" => CheckConfig { remove: true, proof_steps: true, scripts: Some(crate::config::remove_scripts()), ..base(2, 3) },
         // A11's post-unlock drain as the cache runs it (unlock, then rounds
         // of a queue check and a try of the lock), with the cache freeing
         // its own page under the lock: a hook's event queued while a round
@@ -301,9 +254,7 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         "2x3+drain-rounds" => CheckConfig { drain_rounds: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
         // And A0 beside the rounds: its hits check the queue a drain round
         // has not emptied yet.
-        "lockless+drain-rounds" => {
-            CheckConfig { drain_rounds: true, lockless: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) }
-        }
+        "lockless+drain-rounds" => CheckConfig { drain_rounds: true, lockless: true, cache_frees: Some(CacheFrees::Private), ..base(2, 3) },
         // The user's flush (S2.5) while the flusher holds a lease and the
         // other thread registers, holds, releases or unmaps an overlapping
         // entry; with a limit (the flush clears the over-limit flag); and
@@ -331,12 +282,9 @@ fn family(name: &str, policy: OverlapPolicy, monitor: MonitorKind) -> Option<Che
         // holds only the hooks' (nested events under async, one at most here).
         "hull" | "2x3+nested+hull" if monitor != MonitorKind::Sync => return None,
         "hull" => CheckConfig { max_unreleased: 1, scripts: Some(crate::config::hull_scripts()), ..base(2, 3) },
-        "2x3+nested+hull" => CheckConfig {
-            max_unreleased: 1,
-            registrar_frees: Some(1),
-            cache_frees: Some(CacheFrees::Private),
-            ..base(2, 3)
-        },
+        "2x3+nested+hull" => {
+            CheckConfig { max_unreleased: 1, registrar_frees: Some(1), cache_frees: Some(CacheFrees::Private), ..base(2, 3) }
+        }
         // A fork (F1) while the other thread is anywhere in the cache;
         // with a limit (a miss's A6-A11 section, R2). Sync only: a
         // userfaultfd monitor does not follow the child (S2.6).
@@ -678,7 +626,8 @@ pub fn problems(p: &Pinned, out: &Outcome) -> Vec<String> {
         problems.push("no registration was served inside a REMOVE window".to_string());
     }
     if p.unique_states == 0 {
-        problems.push(format!("{} unique states, none pinned (recount: `mrcache check --pinned [--threads3] --recount`)", out.unique_states));
+        problems
+            .push(format!("{} unique states, none pinned (recount: `mrcache check --pinned [--threads3] --recount`)", out.unique_states));
     } else if out.unique_states != p.unique_states {
         problems.push(format!("{} unique states, pinned {}", out.unique_states, p.unique_states));
     }

@@ -39,11 +39,7 @@ pub fn path_actions(path: &Path<State, Action>) -> Vec<Action> {
 
 /// Completed operations in the order they returned: (thread, nested, op, ret).
 fn completed(steps: &[ReplayStep]) -> Vec<(u8, bool, Op, Ret)> {
-    steps
-        .iter()
-        .flat_map(|s| s.events.iter())
-        .filter_map(|e| e.ret.map(|r| (e.thread, e.nested, e.op, r)))
-        .collect()
+    steps.iter().flat_map(|s| s.events.iter()).filter_map(|e| e.ret.map(|r| (e.thread, e.nested, e.op, r))).collect()
 }
 
 /// Why `property` fails in the last state of the replayed `steps`.
@@ -60,12 +56,22 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
                 let r = &s.seen_from_cache(c).regs[b.handle as usize];
                 let on = if s.others.is_empty() { format!("#{}", b.handle) } else { format!("cache {c}'s #{}", b.handle) };
                 if property == props::P1 {
-                    format!("T{} was granted L{} on {on} ({}), which does not cover the request with its access", b.thread, b.lease, reg_line(b.handle, r))
+                    format!(
+                        "T{} was granted L{} on {on} ({}), which does not cover the request with its access",
+                        b.thread,
+                        b.lease,
+                        reg_line(b.handle, r)
+                    )
                 } else {
                     format!(
                         "T{} was granted L{} on {on} ({}): it pinned generation {} of page {}, but a release event \
                          that completed before the acquire was invoked had installed generation {}",
-                        b.thread, b.lease, reg_line(b.handle, r), b.pinned, b.page, b.needed
+                        b.thread,
+                        b.lease,
+                        reg_line(b.handle, r),
+                        b.pinned,
+                        b.page,
+                        b.needed
                     )
                 }
             })
@@ -99,11 +105,7 @@ pub fn violation_detail(model: &AlgoModel, init: &State, steps: &[ReplayStep], p
                     })
                     .collect();
                 let held = if held.is_empty() { String::new() } else { format!(" ({} held)", held.join(", ")) };
-                format!(
-                    "registration {} was deregistered while its state word counts {} lease(s){held}",
-                    reg_line(h as u8, r),
-                    r.leases
-                )
+                format!("registration {} was deregistered while its state word counts {} lease(s){held}", reg_line(h as u8, r), r.leases)
             })
             .unwrap_or_default(),
         props::P4 => s

@@ -19,7 +19,9 @@ pub enum Strategy {
     Bfs,
     Dfs,
     /// Random walks from the initial state.
-    Simulation { seed: u64 },
+    Simulation {
+        seed: u64,
+    },
 }
 
 impl std::fmt::Display for Strategy {
@@ -172,11 +174,7 @@ pub fn check(cfg: &CheckConfig, opts: &RunOptions) -> Result<Outcome, String> {
 }
 
 /// Checks `cfg`, calling `progress` regularly while the checker runs.
-pub fn check_with_progress(
-    cfg: &CheckConfig,
-    opts: &RunOptions,
-    progress: impl FnMut(&Progress),
-) -> Result<Outcome, String> {
+pub fn check_with_progress(cfg: &CheckConfig, opts: &RunOptions, progress: impl FnMut(&Progress)) -> Result<Outcome, String> {
     let model = AlgoModel::new(cfg.clone())?;
     let mut progress = progress;
     if opts.engine == Engine::Fast
@@ -344,12 +342,8 @@ fn drive<C: Checker<AlgoModel>>(
     mut progress: impl FnMut(&Progress),
 ) -> (usize, usize, usize, Found) {
     let handles = checker.handles();
-    let report = |c: &C| Progress {
-        states: c.state_count(),
-        unique: c.unique_state_count(),
-        depth: c.max_depth(),
-        elapsed: start.elapsed(),
-    };
+    let report =
+        |c: &C| Progress { states: c.state_count(), unique: c.unique_state_count(), depth: c.max_depth(), elapsed: start.elapsed() };
     progress(&report(&checker));
     let mut last = Instant::now();
     while !handles.iter().all(|h| h.is_finished()) {

@@ -2,8 +2,8 @@
 //! program counter and locals, and the history for the linearizability check.
 
 use crate::config::Span;
-use smallvec::SmallVec;
 use mrcache_types::{Access, LeaseId, ReleaseKind};
+use smallvec::SmallVec;
 use std::fmt;
 
 /// One generation per page (a configuration has a few pages): kept inline,
@@ -102,19 +102,31 @@ pub enum Pc {
     /// its decrement of the state word (mutant
     /// `release-flag-before-decrement`: `flag` is the over-limit flag it
     /// loaded before the decrement).
-    R1Dec { h: Handle, flag: Option<bool> },
+    R1Dec {
+        h: Handle,
+        flag: Option<bool>,
+    },
     /// `CheckConfig::release_steps`: R1's decrement took the count to 0
     /// without INVALID; next, its load of the over-limit flag (R2 if set).
     R1Flag,
     R2,
     /// Lanes: LN1's store of `held + 1` into the store buffer (the slot of
     /// the thread's lane and the entry its `ptr` held at LN1's first load).
-    LN1Store { slot: u8, h: Handle },
+    LN1Store {
+        slot: u8,
+        h: Handle,
+    },
     /// Lanes: LN1's reload of `ptr` after the light barrier.
-    LN1Load { slot: u8, h: Handle },
+    LN1Load {
+        slot: u8,
+        h: Handle,
+    },
     /// Lanes: LN1 reloaded null (a revoke): it takes the lanes mutex and
     /// reads the slot's pin (still counting its `held + 1`).
-    LN1Pin { slot: u8, h: Handle },
+    LN1Pin {
+        slot: u8,
+        h: Handle,
+    },
     /// Lanes: after an LN1 undo (mutant `lane-undo-despite-pin`: and its
     /// LN4): A1 (check the queue, take the lock shared).
     A1,
@@ -124,14 +136,29 @@ pub enum Pc {
     /// Lanes: LN3's reload of `ptr` after its store of `held - 1` (the
     /// owner) or its atomic add to `remote` (another thread), on slot `slot`
     /// of lane `lane`.
-    LN3Load { lane: u8, slot: u8, h: Handle },
+    LN3Load {
+        lane: u8,
+        slot: u8,
+        h: Handle,
+    },
     /// Lanes: LN4, the detached release of the lane lease on `h` (it takes
     /// the lanes mutex and reads the slot's count); `then_a1`: an LN1 undo
     /// (mutant `lane-undo-despite-pin`), the acquire continues at A1.
-    LN4 { lane: u8, slot: u8, h: Handle, then_a1: bool },
+    LN4 {
+        lane: u8,
+        slot: u8,
+        h: Handle,
+        then_a1: bool,
+    },
     /// Lanes, where other threads can add to `remote` meanwhile: LN4 holds
     /// the lanes mutex and has read `remote`; next it reads `held`.
-    LN4Held { lane: u8, slot: u8, h: Handle, then_a1: bool, remote: u8 },
+    LN4Held {
+        lane: u8,
+        slot: u8,
+        h: Handle,
+        then_a1: bool,
+        remote: u8,
+    },
     /// Lanes: R2 run by an LN1 undo's LN4 (mutant `lane-undo-despite-pin`),
     /// then A1.
     R2ThenA1,
@@ -147,7 +174,10 @@ pub enum Pc {
     /// next, still under the lock, it takes the entry out at once (W3) or
     /// publishes it (clears PENDING), then A10/A11 (`alt`: the cache frees
     /// its own memory there; `windowed`: the record was, W3).
-    A9Pub { alt: bool, windowed: bool },
+    A9Pub {
+        alt: bool,
+        windowed: bool,
+    },
     /// Running a script release event (its steps are in [`Thread::ev`]).
     Event,
     /// A flush (spec.md#S2.5) invoked; next, its exclusive section (one
@@ -617,9 +647,7 @@ impl State {
 
     /// No operation is in flight on any thread (the monitor may be busy).
     pub fn quiescent(&self) -> bool {
-        self.threads
-            .iter()
-            .all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
+        self.threads.iter().all(|t| matches!(t.pc, Pc::Idle | Pc::Done) && t.ev.is_none() && t.toctou.is_empty() && t.post.is_none())
     }
 
     /// Every script finished and nothing is left to do for anyone.
@@ -689,9 +717,10 @@ impl State {
 
     /// Where lane lease `lease` is counted: (the thread holding it, lane, slot).
     pub fn lane_lease(&self, lease: LeaseId) -> Option<(usize, u8, u8)> {
-        self.threads.iter().enumerate().find_map(|(t, th)| {
-            th.lane_leases.iter().find(|(l, _, _)| *l == lease).map(|&(_, lane, slot)| (t, lane, slot))
-        })
+        self.threads
+            .iter()
+            .enumerate()
+            .find_map(|(t, th)| th.lane_leases.iter().find(|(l, _, _)| *l == lease).map(|&(_, lane, slot)| (t, lane, slot)))
     }
 
     /// Some thread holds a lease (state word or lane) on registration `h`.
@@ -702,8 +731,7 @@ impl State {
     /// An actor is running LN5, or an LN4 between its two count reads: it
     /// holds the lanes mutex.
     pub fn lanes_mutex_held(&self) -> bool {
-        self.monitor.revoke.is_some()
-            || self.threads.iter().any(|t| t.revoke.is_some() || matches!(t.pc, Pc::LN4Held { .. }))
+        self.monitor.revoke.is_some() || self.threads.iter().any(|t| t.revoke.is_some() || matches!(t.pc, Pc::LN4Held { .. }))
     }
 
     /// The registrations of every cache (one unless `CheckConfig::caches`).
@@ -733,8 +761,7 @@ impl State {
             rest += &format!(" | open windows {:?}", self.windows);
         }
         if !self.remove_windows.is_empty() {
-            let w: Vec<String> =
-                self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
+            let w: Vec<String> = self.remove_windows.iter().map(|(s, m)| format!("{s} (T{}'s madvise, op {})", m.thread, m.op)).collect();
             rest += &format!(" | REMOVE windows for M4 {}", w.join(", "));
         }
         for p in &self.proofs {
@@ -745,13 +772,8 @@ impl State {
                 rest += &format!(" | M4 proving {}: not scanned yet", p.span);
             }
         }
-        let sigs: Vec<String> = self
-            .threads
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.sig != Sig::None)
-            .map(|(i, t)| format!("T{i} {:?}", t.sig))
-            .collect();
+        let sigs: Vec<String> =
+            self.threads.iter().enumerate().filter(|(_, t)| t.sig != Sig::None).map(|(i, t)| format!("T{i} {:?}", t.sig)).collect();
         if !sigs.is_empty() {
             rest += &format!(" | proof signals {}", sigs.join(", "));
         }

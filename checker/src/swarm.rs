@@ -424,11 +424,8 @@ pub fn swarm_with_progress(
         progress(&report());
     });
     let m = merged.into_inner().expect("no worker panicked");
-    let counterexample = m
-        .violations
-        .iter()
-        .next()
-        .map(|(&seed, (name, actions))| (seed, counterexample_of(&model, name, actions.clone())));
+    let counterexample =
+        m.violations.iter().next().map(|(&seed, (name, actions))| (seed, counterexample_of(&model, name, actions.clone())));
     let summary = SwarmSummary {
         config: cfg.describe(),
         mode: opts.mode,
@@ -443,11 +440,7 @@ pub fn swarm_with_progress(
         max_depth: depth.into_inner() as usize,
         elapsed_secs: start.elapsed().as_secs_f64(),
         reached: m.reached.iter().map(|s| s.to_string()).collect(),
-        violations: m
-            .violations
-            .iter()
-            .map(|(&seed, (p, a))| SwarmViolation { seed, property: p.to_string(), steps: a.len() })
-            .collect(),
+        violations: m.violations.iter().map(|(&seed, (p, a))| SwarmViolation { seed, property: p.to_string(), steps: a.len() }).collect(),
     };
     Ok(SwarmOutcome { summary, counterexample })
 }

@@ -293,15 +293,7 @@ impl Op {
         match self {
             Op::Acquire => acquire(Res::Cache0),
             Op::AcquireFrees => {
-                vec![
-                    Lock(Res::Cache0),
-                    Lock(Res::Heap),
-                    Release,
-                    AwaitRead,
-                    Unlock(Res::Heap),
-                    Gate,
-                    Unlock(Res::Cache0),
-                ]
+                vec![Lock(Res::Cache0), Lock(Res::Heap), Release, AwaitRead, Unlock(Res::Heap), Gate, Unlock(Res::Cache0)]
             }
             Op::FreeBrk => Cb::Free.body(),
             Op::Callback(cb) => cb.body(),
@@ -464,16 +456,7 @@ impl WaitConfig {
     fn reader_round(&self) -> Vec<Step> {
         use Step::*;
         if self.is(WaitMutant::ReaderTakesCacheLock) {
-            return vec![
-                Poll,
-                Lock(Res::Cache0),
-                Lock(Res::Cache1),
-                ClockOdd,
-                Read,
-                Unlock(Res::Cache1),
-                Unlock(Res::Cache0),
-                EvenWake,
-            ];
+            return vec![Poll, Lock(Res::Cache0), Lock(Res::Cache1), ClockOdd, Read, Unlock(Res::Cache1), Unlock(Res::Cache0), EvenWake];
         }
         let mut round = vec![PollOdd];
         if self.is(WaitMutant::ReaderAllocates) {
@@ -490,14 +473,7 @@ impl WaitConfig {
     fn service_round(&self) -> Vec<Step> {
         use Step::*;
         if self.is(WaitMutant::MembersLockAcrossCallbacks) {
-            return vec![
-                AwaitWake,
-                Lock(Res::Members),
-                Drain(Res::Cache0),
-                Brief(Res::Cache1),
-                Callback,
-                Unlock(Res::Members),
-            ];
+            return vec![AwaitWake, Lock(Res::Members), Drain(Res::Cache0), Brief(Res::Cache1), Callback, Unlock(Res::Members)];
         }
         let mut round = vec![AwaitWake, Brief(Res::Members), Drain(Res::Cache0), Brief(Res::Cache1)];
         if !self.is(WaitMutant::ReaderRunsDeregs) {
@@ -726,9 +702,7 @@ impl WaitModel {
             WAction::Step(t) => {
                 let step = s.th[t.idx()].next().expect("a step");
                 match step {
-                    Step::ChildLock(Res::Process)
-                        if matches!(s.child_copy[Res::Process.idx()], Inherited::Ghost(_)) =>
-                    {
+                    Step::ChildLock(Res::Process) if matches!(s.child_copy[Res::Process.idx()], Inherited::Ghost(_)) => {
                         format!("{t}: takes over the process lock (held by a parent's thread)")
                     }
                     Step::Callback => format!("{t}: no callback (no extras left)"),
@@ -924,16 +898,13 @@ impl Model for WaitModel {
                 })
             }),
             Property::sometimes(S_SERVICE_CALLBACK_READ, |m: &WaitModel, s| {
-                matches!(m.wait_of(s, Tid::Service), Wait::On(_, Why::Read))
-                    && s.holder[Res::Cache0.idx()] != Some(Tid::Service)
+                matches!(m.wait_of(s, Tid::Service), Wait::On(_, Why::Read)) && s.holder[Res::Cache0.idx()] != Some(Tid::Service)
             }),
             Property::sometimes(S_TAKEOVER, |_, s: &WState| {
                 s.th[Tid::Child.idx()].next() == Some(Step::ChildLock(Res::Process))
                     && matches!(s.child_copy[Res::Process.idx()], Inherited::Ghost(_))
             }),
-            Property::sometimes(S_GATE, |m: &WaitModel, s| {
-                m.threads().any(|t| matches!(m.wait_of(s, t), Wait::On(_, Why::Clock)))
-            }),
+            Property::sometimes(S_GATE, |m: &WaitModel, s| m.threads().any(|t| matches!(m.wait_of(s, t), Wait::On(_, Why::Clock)))),
         ]
     }
 }
@@ -986,18 +957,12 @@ pub struct WaitOutcome {
 impl WaitOutcome {
     /// The `always`/`eventually` properties violated.
     pub fn violated(&self) -> Vec<&'static str> {
-        [NO_WAIT_CYCLE, READER_NEVER_BLOCKS, ALL_APP_THREADS_FINISH]
-            .into_iter()
-            .filter(|p| self.discoveries.contains_key(p))
-            .collect()
+        [NO_WAIT_CYCLE, READER_NEVER_BLOCKS, ALL_APP_THREADS_FINISH].into_iter().filter(|p| self.discoveries.contains_key(p)).collect()
     }
 
     /// The `sometimes` goals not reached.
     pub fn unreached(&self) -> Vec<&'static str> {
-        [S_CHAIN, S_SERVICE_CALLBACK_READ, S_TAKEOVER, S_GATE]
-            .into_iter()
-            .filter(|p| !self.discoveries.contains_key(p))
-            .collect()
+        [S_CHAIN, S_SERVICE_CALLBACK_READ, S_TAKEOVER, S_GATE].into_iter().filter(|p| !self.discoveries.contains_key(p)).collect()
     }
 
     /// Every property holds and the run completed.

@@ -17,10 +17,8 @@ fn violated_first(cfg: CheckConfig) -> &'static str {
 /// until the event is read, and reading needs the lock: P6.
 #[test]
 fn freeing_watched_memory_under_the_lock_deadlocks_with_uffd() {
-    let cfg = CheckConfig {
-        cache_frees: Some(CacheFrees::AppPage(1)),
-        ..CheckConfig::new(2, 3, OverlapPolicy::Independent, MonitorKind::Async)
-    };
+    let cfg =
+        CheckConfig { cache_frees: Some(CacheFrees::AppPage(1)), ..CheckConfig::new(2, 3, OverlapPolicy::Independent, MonitorKind::Async) };
     assert_eq!(violated_first(cfg), props::P6);
 }
 
@@ -31,8 +29,7 @@ fn freeing_watched_memory_under_the_lock_deadlocks_with_uffd() {
 #[test]
 //= spec.md#S7.4
 fn an_event_delivered_before_the_release_breaks_freshness_with_uffd_too() {
-    let cfg = CheckConfig::new(2, 3, OverlapPolicy::Independent, MonitorKind::Async)
-        .with_mutant(Mutant::NotifyBeforeRelease);
+    let cfg = CheckConfig::new(2, 3, OverlapPolicy::Independent, MonitorKind::Async).with_mutant(Mutant::NotifyBeforeRelease);
     assert_eq!(violated_first(cfg), props::P2);
 }
 

@@ -18,26 +18,14 @@ fn caught(m: Mutant) {
         None => {
             let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
             let violated = out.violated().iter().map(|v| v.to_string()).collect();
-            let c = out
-                .counterexample
-                .unwrap_or_else(|| panic!("mutant {} is not caught: {} states", m.name(), out.unique_states));
+            let c = out.counterexample.unwrap_or_else(|| panic!("mutant {} is not caught: {} states", m.name(), out.unique_states));
             (c, violated)
         }
     };
     let expected = m.caught_by()[0];
-    assert_eq!(
-        c.property, expected,
-        "mutant {} violates {:?}; expected {expected} first\n{}",
-        m.name(),
-        violated,
-        c.timeline
-    );
+    assert_eq!(c.property, expected, "mutant {} violates {:?}; expected {expected} first\n{}", m.name(), violated, c.timeline);
     for v in violated.iter().map(|v| v.as_str()) {
-        assert!(
-            m.caught_by().contains(&v) || matches!(v, props::P4 | props::LINEARIZABLE),
-            "mutant {} also violates {v}",
-            m.name()
-        );
+        assert!(m.caught_by().contains(&v) || matches!(v, props::P4 | props::LINEARIZABLE), "mutant {} also violates {v}", m.name());
     }
     let id = props::spec_id(expected);
     assert!(c.timeline.contains(&format!("VIOLATED: {expected} (spec.md#{id})")), "{}", c.timeline);
@@ -174,7 +162,8 @@ fn m68_lane_undo_despite_pin() {
 /// `lane-undo-despite-pin`, whose sync checks are already in the full tier).
 #[test]
 fn lane_mutants_are_caught_under_the_async_monitor_too() {
-    for m in Mutant::ALL.into_iter().filter(|m| m.needs_lanes() && !matches!(m, Mutant::LaneReleaseByAcquirer | Mutant::LaneUndoDespitePin)) {
+    for m in Mutant::ALL.into_iter().filter(|m| m.needs_lanes() && !matches!(m, Mutant::LaneReleaseByAcquirer | Mutant::LaneUndoDespitePin))
+    {
         let cfg = CheckConfig { monitor: mrcache_checker::MonitorKind::Async, ..CheckConfig::default() }.with_mutant(m);
         let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
         let c = out.counterexample.unwrap_or_else(|| panic!("{} is not caught under async", m.name()));
@@ -191,11 +180,7 @@ fn event_to_one_cache_is_caught_on_the_generated_scripts() {
     use mrcache_checker::MonitorKind;
     use mrcache_model::OverlapPolicy;
     for policy in [OverlapPolicy::Independent, OverlapPolicy::Merge, OverlapPolicy::NoMergeUncacheContained] {
-        let cfg = CheckConfig {
-            caches: 2,
-            mutant: Some(Mutant::EventToOneCache),
-            ..CheckConfig::new(2, 4, policy, MonitorKind::Async)
-        };
+        let cfg = CheckConfig { caches: 2, mutant: Some(Mutant::EventToOneCache), ..CheckConfig::new(2, 4, policy, MonitorKind::Async) };
         let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
         let c = out.counterexample.unwrap_or_else(|| panic!("not caught on 2x4+shared under {policy:?}"));
         assert_eq!(c.property, props::P2, "{policy:?}\n{}", c.timeline);
@@ -231,10 +216,7 @@ fn gate_mutants_are_caught_with_one_attached_cache() {
 #[test]
 fn every_property_has_a_mutant() {
     for p in [props::P1, props::P2, props::P3, props::P4, props::P5, props::LINEARIZABLE, props::P6, props::L1] {
-        assert!(
-            Mutant::ALL.iter().any(|m| m.caught_by().contains(&p)),
-            "no mutant violates {p}"
-        );
+        assert!(Mutant::ALL.iter().any(|m| m.caught_by().contains(&p)), "no mutant violates {p}");
     }
 }
 

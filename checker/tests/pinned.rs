@@ -6,10 +6,7 @@
 use mrcache_checker::{check, pinned_configs, props, RunOptions};
 
 fn check_family(family: &str) {
-    let configs: Vec<_> = pinned_configs()
-        .into_iter()
-        .filter(|p| p.name.split(' ').next() == Some(family))
-        .collect();
+    let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.split(' ').next() == Some(family)).collect();
     assert!(!configs.is_empty(), "no pinned configuration in family {family}");
     let opts = RunOptions { workers: 1, stop_at_first_failure: false, ..RunOptions::default() };
     let mut failures = Vec::new();
@@ -146,10 +143,7 @@ fn the_release_steps_families_catch_the_release_mutants() {
     use mrcache_checker::Mutant;
     let opts = RunOptions { workers: 1, ..RunOptions::default() };
     for (family, mutants) in [
-        (
-            "2x3+limit+steps ",
-            &[Mutant::ReleaseFlagBeforeDecrement, Mutant::NoReleaseEviction, Mutant::OverLimitFlagLate][..],
-        ),
+        ("2x3+limit+steps ", &[Mutant::ReleaseFlagBeforeDecrement, Mutant::NoReleaseEviction, Mutant::OverLimitFlagLate][..]),
         ("lru+steps ", &[Mutant::ReleaseTouchAfterDecrement, Mutant::ReleaseNoLruTouch][..]),
     ] {
         let configs: Vec<_> = pinned_configs().into_iter().filter(|p| p.name.starts_with(family)).collect();
@@ -271,9 +265,9 @@ fn lanes_remote_reaches_a_remote_release_and_a_split_count() {
     use mrcache_checker::state::RevokePhase;
     let states = reachable("lanes-remote");
     assert!(states.iter().any(|s| s.lanes.iter().flatten().any(|sl| sl.remote > 0)), "no remote release");
-    let split = states.iter().any(|s| {
-        s.threads.iter().filter_map(|t| t.revoke.as_ref()).any(|r| matches!(r.phase, RevokePhase::Held(_, n) if n > 0))
-    });
+    let split = states
+        .iter()
+        .any(|s| s.threads.iter().filter_map(|t| t.revoke.as_ref()).any(|r| matches!(r.phase, RevokePhase::Held(_, n) if n > 0)));
     assert!(split, "no LN5 read a remote count above 0 before its read of held");
 }
 
@@ -307,7 +301,9 @@ fn remove_proof_waits_for_the_madvise_to_return() {
         }
     }
     assert!(signalled_inside, "the prover never signals a thread inside its madvise");
-    let closed = states.iter().any(|s| s.threads[0].next_op > 0 && s.remove_windows.is_empty() && s.threads[1].pc != mrcache_checker::state::Pc::Done);
+    let closed = states
+        .iter()
+        .any(|s| s.threads[0].next_op > 0 && s.remove_windows.is_empty() && s.threads[1].pc != mrcache_checker::state::Pc::Done);
     assert!(closed, "no window closes while a script still runs");
 }
 

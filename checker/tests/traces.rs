@@ -34,7 +34,8 @@ fn the_timeline_names_threads_steps_lock_and_truth() {
     let cfg = CheckConfig::default().with_mutant(Mutant::NoSeqRecheck);
     let out = check(&cfg, &RunOptions { workers: 1, ..RunOptions::default() }).unwrap();
     let tl = out.counterexample.unwrap().timeline;
-    for needle in ["T0 A5", "A7-A9", "lock exclusive(T", "truth p0:g0 p1:g1", "R2 findable", "VIOLATED: always: P2 freshness (spec.md#P2)"] {
+    for needle in ["T0 A5", "A7-A9", "lock exclusive(T", "truth p0:g0 p1:g1", "R2 findable", "VIOLATED: always: P2 freshness (spec.md#P2)"]
+    {
         assert!(tl.contains(needle), "missing `{needle}` in\n{tl}");
     }
 }

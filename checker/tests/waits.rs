@@ -4,8 +4,8 @@
 //! each mutant (an old hang put back) is caught with a short counterexample.
 
 use mrcache_checker::waits::{
-    check_waits, pinned_wait_configs, WaitConfig, WaitMutant, ALL_APP_THREADS_FINISH, NO_WAIT_CYCLE,
-    READER_NEVER_BLOCKS, S_CHAIN, S_GATE, S_SERVICE_CALLBACK_READ, S_TAKEOVER,
+    check_waits, pinned_wait_configs, WaitConfig, WaitMutant, ALL_APP_THREADS_FINISH, NO_WAIT_CYCLE, READER_NEVER_BLOCKS, S_CHAIN, S_GATE,
+    S_SERVICE_CALLBACK_READ, S_TAKEOVER,
 };
 
 fn check_pinned(heavy: bool) {

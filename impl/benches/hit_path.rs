@@ -120,9 +120,7 @@ fn two_threads(c: &mut Criterion) {
             })
         };
         let name = if lanes { "mrcache" } else { "mrcache, lanes off" };
-        g.bench_function(name, |b| {
-            b.iter(|| cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release())
-        });
+        g.bench_function(name, |b| b.iter(|| cache.acquire(black_box(base), REGION, Access::LOCAL_WRITE).unwrap().release()));
         // An owned lease on the measured thread (the partner borrows).
         if lanes {
             g.bench_function("mrcache, owned lease (partner borrowed)", |b| {

@@ -118,8 +118,14 @@ fn main() {
     if counts.is_empty() {
         counts = vec![1, 4, 16, 64];
     }
-    println!("madvise(DONTNEED) of a cached, watched 2-page buffer, {rounds} rounds; other threads {}", if busy { "spinning" } else { "idle" });
-    println!("{:>7} {:>28} {:>28} {:>32}", "threads", "plain: madvise p50/p99 µs", "proof: madvise p50/p99 µs", "proof: window open p50/p99 µs");
+    println!(
+        "madvise(DONTNEED) of a cached, watched 2-page buffer, {rounds} rounds; other threads {}",
+        if busy { "spinning" } else { "idle" }
+    );
+    println!(
+        "{:>7} {:>28} {:>28} {:>32}",
+        "threads", "plain: madvise p50/p99 µs", "proof: madvise p50/p99 µs", "proof: window open p50/p99 µs"
+    );
     for &t in &counts {
         let (mut plain, _, _) = run(t, rounds, false, busy);
         let (mut call, mut window, unproven) = run(t, rounds, true, busy);

@@ -31,9 +31,7 @@ fn map(at: Option<u64>) -> u64 {
     };
     // SAFETY: a private anonymous mapping; with MAP_FIXED it replaces only the
     // example's own buffer, on which no lease is held.
-    let p = unsafe {
-        libc::mmap(addr, LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0)
-    };
+    let p = unsafe { libc::mmap(addr, LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0) };
     assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
     p as u64
 }

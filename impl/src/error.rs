@@ -133,4 +133,3 @@ mod tests {
         assert_eq!(unnamed.matches(&range.to_string()).count(), 1, "{unnamed}");
     }
 }
-

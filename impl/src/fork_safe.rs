@@ -125,9 +125,7 @@ impl ForkSafeOnce {
                 ONCE_DONE => return,
                 ONCE_NEW => self.state.compare_exchange(ONCE_NEW, running, Ordering::Acquire, Ordering::Relaxed).is_ok(),
                 // A fork copied it running in the parent: run it here.
-                other if other != running => {
-                    self.state.compare_exchange(other, running, Ordering::Acquire, Ordering::Relaxed).is_ok()
-                }
+                other if other != running => self.state.compare_exchange(other, running, Ordering::Acquire, Ordering::Relaxed).is_ok(),
                 _ => {
                     std::thread::yield_now();
                     false

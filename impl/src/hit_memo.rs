@@ -587,4 +587,3 @@ mod tests {
         assert_ne!(idx.answers_version(), v, "every removal moves it");
     }
 }
-

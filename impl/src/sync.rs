@@ -36,9 +36,7 @@ pub use std::sync::{
 /// under loom. Spelled `plain::AtomicU64` etc. at every use, so that a reader
 /// sees which atomics loom explores. `Ordering` is the same type in both.
 pub mod plain {
-    pub use std::sync::atomic::{
-        compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
-    };
+    pub use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 }
 
 /// A 64-bit atomic word: std's, or loom's under `--cfg loom`. The

@@ -28,12 +28,7 @@ impl Registrar for Escaping {
         self.inner.register(range, access)
     }
 
-    fn register_abandonable(
-        &self,
-        range: Range,
-        access: Access,
-        on_abandon: &mut dyn FnMut(),
-    ) -> Result<Self::Handle, RegistrarError> {
+    fn register_abandonable(&self, range: Range, access: Access, on_abandon: &mut dyn FnMut()) -> Result<Self::Handle, RegistrarError> {
         if self.escapes.load(Ordering::SeqCst) > 0 {
             self.escapes.fetch_sub(1, Ordering::SeqCst);
             if self.abandons {

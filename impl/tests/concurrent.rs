@@ -5,9 +5,9 @@
 //! began). At the end: no panic, no leak (after dropping every lease and
 //! flushing, nothing is registered), and consistent counters.
 
-use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, Range, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Faults, Lease, Limits, OverlapPolicy, ReleaseEvent};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -29,12 +29,7 @@ impl Rng {
 
 const ACCESSES: [Access; 3] = [Access::LOCAL_READ, Access::REMOTE_READ, Access::REMOTE_WRITE];
 
-fn worker<'c>(
-    cache: &'c Cache<GenRegistrar>,
-    pages: &Pages,
-    seed: u64,
-    ops: usize,
-) -> (Vec<Lease<'c, GenRegistrar>>, u64) {
+fn worker<'c>(cache: &'c Cache<GenRegistrar>, pages: &Pages, seed: u64, ops: usize) -> (Vec<Lease<'c, GenRegistrar>>, u64) {
     let mut rng = Rng(seed);
     let mut leases: Vec<Lease<'c, GenRegistrar>> = Vec::new();
     let mut granted = 0;
@@ -104,9 +99,7 @@ fn smoke_with(cache_config: CacheConfig, ops: usize) {
             while !stop.load(Ordering::Relaxed) {
                 let addr = rng.below(PAGES) * P;
                 let bumped = pages.bump(addr, P);
-                cache.drain_with(|evs| {
-                    evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(addr, P).unwrap()))
-                });
+                cache.drain_with(|evs| evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(addr, P).unwrap())));
                 pages.complete(&bumped);
                 std::thread::yield_now();
             }
@@ -147,11 +140,7 @@ fn smoke_with(cache_config: CacheConfig, ops: usize) {
     assert_eq!(s.releases, granted, "{s:?}");
     assert_eq!(s.hits + s.misses, granted);
     let d = cache.diagnostics();
-    assert_eq!(
-        cache.registrar().registered.load(Ordering::SeqCst),
-        s.registrations + d.discarded_registrations,
-        "{s:?} {d:?}"
-    );
+    assert_eq!(cache.registrar().registered.load(Ordering::SeqCst), s.registrations + d.discarded_registrations, "{s:?} {d:?}");
     assert_eq!(d.dereg_failures, 0);
 }
 

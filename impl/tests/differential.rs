@@ -21,11 +21,11 @@
 //! without an id (A7/A8) deregistered in the same op; a release event raised
 //! inside `register` ordered before its acquire; handles a fork forgot.
 
-use mrcache_testkit::gen::prop::{self as gen, Found};
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache_testkit::{configs, Environment, TestRegistrar};
 use mrcache::types::{Access, Op, ReleaseKind, ADDRESS_LIMIT};
 use mrcache::{Cache, CacheConfig, Config, Faults};
+use mrcache_testkit::gen::prop::{self as gen, Found};
+use mrcache_testkit::{configs, Environment, TestRegistrar};
 
 const P: u64 = 4096;
 const RR: Access = Access::REMOTE_READ;
@@ -254,10 +254,8 @@ fn cases() -> u32 {
 /// Fails with the minimal trace, after writing it to `traces/regressions/`.
 fn no_divergence(name: &str, found: Option<Found>) {
     if let Some(f) = found {
-        let name = format!(
-            "proptest-{name}-{:016x}",
-            mrcache_testkit::rng::mix(f.trace.to_jsonl().len() as u64 ^ f.divergence.index as u64)
-        );
+        let name =
+            format!("proptest-{name}-{:016x}", mrcache_testkit::rng::mix(f.trace.to_jsonl().len() as u64 ^ f.divergence.index as u64));
         let path = gen::save_trace(&f.trace, &name, true);
         panic!(
             "the cache diverges from the model: {}\nminimal case: {:?}\ntrace written to {} (commit it: tests/traces.rs replays it)",
@@ -278,8 +276,7 @@ fn swarm_cases_agree_with_the_model() {
 #[test]
 fn swarm_cases_agree_under_merge_with_events_inside_register() {
     // Merge is where an event during registration changes the outcome.
-    let merge: Vec<usize> =
-        (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
+    let merge: Vec<usize> = (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
     no_divergence("merge", gen::search("merge", cases() / 3, 60, Faults::default(), Some(&merge)));
 }
 
@@ -300,13 +297,8 @@ fn catches(name: &str, faults: Faults, configs: Option<&[usize]>, max_ops: usize
 
 fn replays_on_the_real_cache(found: &Found) {
     let config = mrcache_testkit::env::config_from_trace(&found.trace).unwrap();
-    mrcache_testkit::env::replay_trace(
-        CountingRegistrar::default(),
-        &found.trace,
-        config,
-        mrcache_testkit::env::Expectations::Exact,
-    )
-    .unwrap_or_else(|d| panic!("the real cache fails the mutant's minimal trace: {d}"));
+    mrcache_testkit::env::replay_trace(CountingRegistrar::default(), &found.trace, config, mrcache_testkit::env::Expectations::Exact)
+        .unwrap_or_else(|d| panic!("the real cache fails the mutant's minimal trace: {d}"));
 }
 
 #[test]
@@ -331,8 +323,7 @@ fn catches_monitor_off() {
 fn catches_skip_seq_recheck_with_an_event_inside_register() {
     let mut faults = Faults::default();
     faults.skip_seq_recheck = true;
-    let merge: Vec<usize> =
-        (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
+    let merge: Vec<usize> = (0..configs().len()).filter(|&i| configs()[i].policy == mrcache::OverlapPolicy::Merge).collect();
     let found = catches("skip-seq-recheck", faults, Some(&merge), 5);
     replays_on_the_real_cache(&found);
 }
@@ -365,12 +356,8 @@ fn catches_lru_skips_restamp() {
 #[test]
 fn fault_switches_are_the_shared_list() {
     let debug = format!("{:?}", Faults::default());
-    let fields: Vec<&str> = debug
-        .trim_start_matches("Faults {")
-        .trim_end_matches('}')
-        .split(',')
-        .map(|f| f.split(':').next().unwrap().trim())
-        .collect();
+    let fields: Vec<&str> =
+        debug.trim_start_matches("Faults {").trim_end_matches('}').split(',').map(|f| f.split(':').next().unwrap().trim()).collect();
     let listed: Vec<&str> = mrcache::types::mutants::FAULT_SWITCHES.iter().map(|f| f.field).collect();
     assert_eq!(fields, listed);
 }

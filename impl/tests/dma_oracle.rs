@@ -19,9 +19,9 @@
 //! spawns a test's thread when another test ends, and a thread created
 //! while a churn has a hole open could get its stack mapped into the arena.
 
+use mrcache::{Faults, OverlapPolicy};
 use mrcache_testkit::dma::{self, DmaConfig, DmaReport, MonitorKind};
 use mrcache_testkit::watchdog::{contention, must_finish};
-use mrcache::{Faults, OverlapPolicy};
 use std::time::Duration;
 
 /// Acquires per run of the short versions.
@@ -53,8 +53,8 @@ fn skip_unless_available(monitor: MonitorKind) -> bool {
 
 fn run(name: &str, cfg: DmaConfig) -> DmaReport {
     let name2 = name.to_string();
-    let r = must_finish(name, Duration::from_secs(120), move || dma::run(&cfg, None))
-        .unwrap_or_else(|e| panic!("{name2}: set-up failed: {e}"));
+    let r =
+        must_finish(name, Duration::from_secs(120), move || dma::run(&cfg, None)).unwrap_or_else(|e| panic!("{name2}: set-up failed: {e}"));
     eprintln!("{name}: {}", r.render());
     if let Some(s) = &r.first_stale {
         eprintln!("{name}: first stale DMA: {s}");
@@ -133,27 +133,20 @@ fn no_stale_dma_under_merge() {
 /// the allowed outcome when every attempt was hit.
 fn releases_inside_register_no_deadlock_no_stale_dma() {
     let _g = serial();
-    for (name, monitor) in
-        [("uffd, release in register", MonitorKind::Uffd), ("explicit, release in register", MonitorKind::Explicit)]
-    {
+    for (name, monitor) in [("uffd, release in register", MonitorKind::Uffd), ("explicit, release in register", MonitorKind::Explicit)] {
         if skip_unless_available(monitor) {
             return;
         }
         let r = run(name, DmaConfig { churn_in_register: 500, ..cfg(4, monitor) });
         assert_clean(name, &r);
         assert!(r.register_churns > 500, "{name}: {} releases inside register", r.register_churns);
-        assert!(
-            r.diagnostics.stale_retries > 100,
-            "{name}: the cache retried stale registrations: {:?}",
-            r.diagnostics
-        );
+        assert!(r.diagnostics.stale_retries > 100, "{name}: the cache retried stale registrations: {:?}", r.diagnostics);
     }
 }
 
 fn teeth_monitor_off_gives_stale_dmas() {
     let _g = serial();
-    for (name, monitor) in [("uffd, monitor off", MonitorKind::Uffd), ("explicit, monitor off", MonitorKind::Explicit)]
-    {
+    for (name, monitor) in [("uffd, monitor off", MonitorKind::Uffd), ("explicit, monitor off", MonitorKind::Explicit)] {
         if skip_unless_available(monitor) {
             return;
         }
@@ -177,9 +170,7 @@ fn teeth_monitor_off_gives_stale_dmas() {
 
 fn teeth_skip_seq_recheck_gives_stale_dmas() {
     let _g = serial();
-    for (name, monitor) in
-        [("uffd, skip recheck", MonitorKind::Uffd), ("explicit, skip recheck", MonitorKind::Explicit)]
-    {
+    for (name, monitor) in [("uffd, skip recheck", MonitorKind::Uffd), ("explicit, skip recheck", MonitorKind::Explicit)] {
         if skip_unless_available(monitor) {
             return;
         }
@@ -241,8 +232,8 @@ fn stress() {
     let name = format!("stress {monitor:?} {policy:?} seed {seed}");
     let cfg = DmaConfig { seed, ops, monitor, policy, churn_in_register, ..DmaConfig::default() };
     let n2 = name.clone();
-    let r = must_finish(&name, Duration::from_secs(3600), move || dma::run(&cfg, None))
-        .unwrap_or_else(|e| panic!("{n2}: set-up failed: {e}"));
+    let r =
+        must_finish(&name, Duration::from_secs(3600), move || dma::run(&cfg, None)).unwrap_or_else(|e| panic!("{n2}: set-up failed: {e}"));
     println!("{name}: {}", r.render());
     println!(
         "FIGURES ops={} stale_dmas={} pfn_mismatches={} pfn_checked={} churned_acquires={} churns={} register_churns={} seconds={:.1}",
@@ -257,12 +248,7 @@ fn stress() {
     );
     assert_eq!(r.stale_dmas, 0, "{name}: {:?}", r.first_stale);
     assert_eq!(r.pfn_mismatches, 0, "{name}");
-    assert_eq!(
-        (r.coverage_violations, r.dma_failures, r.unexpected_errors),
-        (0, 0, 0),
-        "{name}: {:?}",
-        r.first_unexpected_error
-    );
+    assert_eq!((r.coverage_violations, r.dma_failures, r.unexpected_errors), (0, 0, 0), "{name}: {:?}", r.first_unexpected_error);
     assert!(r.cleanup.is_ok(), "{name}: {:?}", r.cleanup);
     assert_eq!(r.ops, ops);
     assert!(r.churned_acquires * 10 >= r.ops, "{name}: only {} churned acquires", r.churned_acquires);

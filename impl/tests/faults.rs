@@ -5,10 +5,10 @@
 //! the cache and the judged model must agree.
 
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache_testkit::registrar::{Call, TestRegistrar};
 use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret};
 use mrcache::{Cache, CacheConfig, Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_model::Model;
+use mrcache_testkit::registrar::{Call, TestRegistrar};
 use mrcache_testkit::Apply;
 use std::collections::HashMap;
 
@@ -93,12 +93,7 @@ fn merge_replans_after_the_pressure_eviction() {
     // request and entry 2, as the model (which plans after evicting) says.
     let rets = judged(
         Config::with_policy(OverlapPolicy::Merge),
-        &[
-            (acq(1, 0, 2 * P), &[]),
-            (rel(1), &[]),
-            (acq(2, 4 * P, 2 * P), &[]),
-            (acq(3, P, 4 * P), &[Some(libc::ENOMEM)]),
-        ],
+        &[(acq(1, 0, 2 * P), &[]), (rel(1), &[]), (acq(2, 4 * P, 2 * P), &[]), (acq(3, P, 4 * P), &[Some(libc::ENOMEM)])],
         true,
     );
     match rets[3] {
@@ -113,12 +108,7 @@ fn merge_replans_after_the_pressure_eviction() {
 fn enomem_twice_is_e5_after_evicting() {
     let rets = judged(
         Config { limits: Limits { max_regions: Some(8), ..Limits::default() }, ..Config::default() },
-        &[
-            (acq(1, 0, P), &[]),
-            (rel(1), &[]),
-            (acq(2, 4 * P, P), &[Some(libc::ENOMEM), Some(libc::ENOMEM)]),
-            (acq(3, 0, P), &[]),
-        ],
+        &[(acq(1, 0, P), &[]), (rel(1), &[]), (acq(2, 4 * P, P), &[Some(libc::ENOMEM), Some(libc::ENOMEM)]), (acq(3, 0, P), &[])],
         true,
     );
     assert_eq!(rets[2], Ret::Failed { error: OpError::Registrar { failure: RegistrarFailure::NoMemory, pressure: true } });
@@ -199,10 +189,10 @@ fn bad_config_is_an_error_not_a_panic() {
 
 mod injected {
     use mrcache::registrar::counting::CountingRegistrar;
-    use mrcache_testkit::gen::OpGen;
-    use mrcache_testkit::{configs, Environment, TestRegistrar};
     use mrcache::types::{OpError, Ret};
     use mrcache::{Cache, CacheConfig};
+    use mrcache_testkit::gen::OpGen;
+    use mrcache_testkit::{configs, Environment, TestRegistrar};
 
     /// ENOMEM, EAGAIN, EFAULT and EINVAL at random points (seeded), under
     /// every configuration: every outcome is judged by the model, the stats
@@ -236,9 +226,7 @@ mod injected {
                 assert_eq!(cache.registrar().live(), s.stats.forgotten, "nothing leaks but what forks forgot");
             }
         }
-        eprintln!(
-            "{ops} ops: {e5} E5 ({e5_pressure} after a pressure eviction), {granted_pressure} grants after pressure"
-        );
+        eprintln!("{ops} ops: {e5} E5 ({e5_pressure} after a pressure eviction), {granted_pressure} grants after pressure");
         assert!(e5 > 100 && e5_pressure > 10 && granted_pressure > 10, "{e5} {e5_pressure} {granted_pressure}");
     }
 
@@ -251,8 +239,8 @@ mod injected {
     /// reports that the eviction happened.
     #[test]
     fn pressure_then_stale_retry_keeps_the_pressure_flag() {
-        use mrcache_testkit::env::HookEvent;
         use mrcache::types::{Access, Op, ReleaseKind};
+        use mrcache_testkit::env::HookEvent;
         use std::sync::Arc;
         let config = mrcache::Config::default();
         let cache = Arc::new(Cache::new(TestRegistrar::new(CountingRegistrar::default()), CacheConfig::explicit_with(config)));
@@ -277,9 +265,9 @@ mod injected {
 
 mod bad_input {
     use mrcache::registrar::uring::UringRegistrar;
-    use mrcache_testkit::{Environment, TestRegistrar};
     use mrcache::types::{Access, Op, OpError, RegistrarFailure, ReleaseKind, Ret, ADDRESS_LIMIT};
     use mrcache::{Cache, CacheConfig, Config};
+    use mrcache_testkit::{Environment, TestRegistrar};
 
     const P: u64 = 4096;
     const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
@@ -342,10 +330,7 @@ mod bad_input {
             (acq(1, base, P), Some(Ret::Failed { error: OpError::LeaseInUse { lease: 1 } })),
             (Op::Release { lease: 9 }, Some(Ret::Failed { error: OpError::UnknownLease { lease: 9 } })),
             (acq(2, base + P, P), None),
-            (
-                Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: base, len: 0 },
-                Some(Ret::Failed { error: OpError::EmptyRange }),
-            ),
+            (Op::ReleaseEvent { kind: ReleaseKind::Munmap, addr: base, len: 0 }, Some(Ret::Failed { error: OpError::EmptyRange })),
             (Op::Release { lease: 1 }, Some(Ret::Done)),
             (Op::Release { lease: 1 }, Some(Ret::Failed { error: OpError::UnknownLease { lease: 1 } })),
         ];

@@ -237,8 +237,7 @@ fn lane_slots_must_be_a_power_of_two_in_range() {
         assert!(err.to_string().contains("lane_slots"), "{err}");
     }
     for good in [2, 64, 1 << 16] {
-        let c = Cache::try_new(CountingRegistrar::default(), CacheConfig { lane_slots: good, ..CacheConfig::explicit() })
-            .unwrap();
+        let c = Cache::try_new(CountingRegistrar::default(), CacheConfig { lane_slots: good, ..CacheConfig::explicit() }).unwrap();
         warm(&c, A);
         drop(c.acquire(A, LEN, Access::LOCAL_WRITE).unwrap());
         assert_eq!(c.diagnostics().lane_hits, 1);

@@ -7,7 +7,7 @@
 //! the model's state), then prints how far the deepest orders got, the
 //! judge's objections there, and the model's state before each objection.
 
-use mrcache::types::{Access, OpError, Op, RegView, ReleaseKind, Ret};
+use mrcache::types::{Access, Op, OpError, RegView, ReleaseKind, Ret};
 use mrcache::{Config, EvictionPolicy, Limits, OverlapPolicy};
 use mrcache_model::Model;
 use std::collections::HashSet;
@@ -86,9 +86,7 @@ fn parse(text: &str) -> (Config, Vec<Ev>) {
             let parts: Vec<&str> = desc.split(" / ").map(str::trim).collect();
             let policy: OverlapPolicy = parts[0].parse().unwrap();
             let eviction = if parts[1] == "CostAware" { EvictionPolicy::CostAware } else { EvictionPolicy::Lru };
-            let num = |p: &str| -> Option<u64> {
-                p.split_once("Some(").map(|(_, n)| n.trim_end_matches(')').parse().unwrap())
-            };
+            let num = |p: &str| -> Option<u64> { p.split_once("Some(").map(|(_, n)| n.trim_end_matches(')').parse().unwrap()) };
             let chunk_pages = parts[2].trim_start_matches("chunk ").parse().unwrap();
             config = Some(Config {
                 policy,
@@ -214,7 +212,9 @@ fn explain() {
     let mut s = Search { ops, ev_op, visited: HashSet::new(), deepest: 0, objections: Vec::new(), found: None };
     let model = Model::new(config).concurrent().trims_logged();
     s.dfs(0, 0, model, &mut Vec::new());
-    let name = |s: &Search, i: usize| format!("T{} {} -> {}", s.ops[i].thread, s.ops[i].op, s.ops[i].ret.map_or("pending".into(), |r| r.to_string()));
+    let name = |s: &Search, i: usize| {
+        format!("T{} {} -> {}", s.ops[i].thread, s.ops[i].op, s.ops[i].ret.map_or("pending".into(), |r| r.to_string()))
+    };
     if let Some(p) = &s.found {
         eprintln!("LINEARIZABLE:");
         for &i in p {

@@ -15,10 +15,10 @@
 //! makes the entry invalid for every later acquire, which the broken cache
 //! still hits). With `monitor_off` (release events ignored) too.
 
-use mrcache_testkit::lin::{campaign, run_history, Event, HistoryConfig};
-use mrcache_testkit::watchdog::must_finish;
 use mrcache::types::Op;
 use mrcache::{Config, Faults, OverlapPolicy};
+use mrcache_testkit::lin::{campaign, run_history, Event, HistoryConfig};
+use mrcache_testkit::watchdog::must_finish;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -49,11 +49,7 @@ fn short_histories_are_linearizable() {
         let mut histories = 0;
         for (i, config) in mrcache_testkit::lin::configs().into_iter().enumerate() {
             for threads in 2..=4u32 {
-                let hc = HistoryConfig {
-                    threads,
-                    ops_per_thread: if threads == 4 { 3 } else { 4 },
-                    ..HistoryConfig::new(config)
-                };
+                let hc = HistoryConfig { threads, ops_per_thread: if threads == 4 { 3 } else { 4 }, ..HistoryConfig::new(config) };
                 let n = 150 * scale();
                 ops += check_all(hc, 0x11_0000 + (i as u64) * 16 + u64::from(threads), n);
                 histories += n;

@@ -334,10 +334,7 @@ fn all_deregistered_once(cache: &Cache<CountingRegistrar>) {
     cache.flush();
     let r = cache.registrar();
     assert_eq!(r.live(), 0);
-    assert_eq!(
-        r.registered.load(std::sync::atomic::Ordering::SeqCst),
-        r.deregistered.load(std::sync::atomic::Ordering::SeqCst)
-    );
+    assert_eq!(r.registered.load(std::sync::atomic::Ordering::SeqCst), r.deregistered.load(std::sync::atomic::Ordering::SeqCst));
     assert_eq!(cache.diagnostics().pinned_slots, 0, "every pin returned");
 }
 
@@ -545,7 +542,6 @@ fn memo_hit_vs_invalidation() {
         all_deregistered_once(&cache);
     });
 }
-
 
 // ---------------------------------------------------------------------------
 // 7. A0 against a removal and the reuse of the entry's memory

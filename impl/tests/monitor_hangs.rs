@@ -69,11 +69,8 @@ fn diagnose(pgid: i32) -> String {
             let tid = t.file_name().to_string_lossy().to_string();
             let base = format!("/proc/{pid}/task/{tid}");
             let wchan = read(format!("{base}/wchan"));
-            report += &format!(
-                "  thread {tid} ({}) wchan {wchan} syscall {}\n",
-                read(format!("{base}/comm")),
-                read(format!("{base}/syscall"))
-            );
+            report +=
+                &format!("  thread {tid} ({}) wchan {wchan} syscall {}\n", read(format!("{base}/comm")), read(format!("{base}/syscall")));
             for line in read(format!("{base}/stack")).lines() {
                 report += &format!("      {line}\n");
             }
@@ -214,10 +211,7 @@ type Monitored = (Arc<Cache<AllocRegistrar>>, MonitorThread);
 
 /// A cache with the userfaultfd monitor, or the child's SKIP exit code.
 fn monitored(counts: &Arc<Counts>, on_dereg: Option<Hook>) -> Result<Monitored, i32> {
-    let cache = Arc::new(Cache::new(
-        AllocRegistrar::new(counts, on_dereg),
-        CacheConfig::default().monitored_by(Monitoring::Userfaultfd),
-    ));
+    let cache = Arc::new(Cache::new(AllocRegistrar::new(counts, on_dereg), CacheConfig::default().monitored_by(Monitoring::Userfaultfd)));
     match MonitorThread::start(&cache) {
         Ok(m) => Ok((cache, m)),
         Err(e) => {
@@ -328,7 +322,11 @@ fn heap_traffic_with_an_allocating_registrar() {
         let hits = cache.stats().hits;
         stop((cache, monitor));
         let ok = errors.load(Ordering::Relaxed) == 0 && hits > 0 && balanced("heap_traffic", &counts);
-        if ok { 0 } else { 1 }
+        if ok {
+            0
+        } else {
+            1
+        }
     });
 }
 
@@ -356,7 +354,11 @@ fn dereg_munmaps_its_registered_memory() {
             wait_deregs(&counts, before + 1);
         }
         stop(m);
-        if balanced("dereg_munmaps", &counts) { 0 } else { 1 }
+        if balanced("dereg_munmaps", &counts) {
+            0
+        } else {
+            1
+        }
     });
 }
 
@@ -421,7 +423,11 @@ fn dereg_frees_its_registered_buffer() {
             wait_deregs(&counts, before + 1);
         }
         stop(m);
-        if balanced("dereg_frees", &counts) { 0 } else { 1 }
+        if balanced("dereg_frees", &counts) {
+            0
+        } else {
+            1
+        }
     });
 }
 
@@ -483,7 +489,11 @@ fn other_cache_scenario(action: u8) -> i32 {
         }
     }
     stop(a);
-    if balanced("A", &counts_a) && balanced("the other caches", &counts_other) { 0 } else { 1 }
+    if balanced("A", &counts_a) && balanced("the other caches", &counts_other) {
+        0
+    } else {
+        1
+    }
 }
 
 #[test]
@@ -564,6 +574,10 @@ fn a_fork_child_creates_its_own_monitored_cache() {
         for t in churn {
             t.join().unwrap();
         }
-        if bad == 0 && balanced("the parent's caches", &counts) { 0 } else { 1 }
+        if bad == 0 && balanced("the parent's caches", &counts) {
+            0
+        } else {
+            1
+        }
     });
 }

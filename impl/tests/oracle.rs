@@ -26,11 +26,11 @@
 //! `oracle_catches_p4_leak_deregistration`; `dma_oracle.rs`: the teeth).
 //! The minimal counterexamples are traces under `traces/regressions/oracle-*`.
 
-use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::registrar::counting::{CountingHandle, CountingRegistrar};
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
 use mrcache::types::{Access, Range, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, ReleaseEvent};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -146,11 +146,7 @@ fn leak_alarm_was_a_check_beside_a_running_monitor_round() {
     cache.registrar().close();
     let monitor = std::thread::spawn({
         let cache = cache.clone();
-        move || {
-            cache.drain_with(|evs| {
-                evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(0x1000, P).unwrap()))
-            })
-        }
+        move || cache.drain_with(|evs| evs.push(ReleaseEvent::of(ReleaseKind::MadviseDontneed, Range::new(0x1000, P).unwrap())))
     });
     cache.registrar().wait_for_waiter();
     // The harness's old teardown, with the monitor thread still running.

@@ -26,10 +26,10 @@
 
 use mrcache::registrar::counting::CountingRegistrar;
 use mrcache::registrar::{Keys, Registrar, RegistrarError};
-use mrcache_testkit::lin::{Event, History};
-use mrcache_testkit::Apply;
 use mrcache::types::{Access, LeaseId, Op, Range, ReleaseKind, Ret};
 use mrcache::{Cache, CacheConfig, Config, Limits};
+use mrcache_testkit::lin::{Event, History};
+use mrcache_testkit::Apply;
 use std::collections::HashMap;
 use std::sync::mpsc::channel;
 use std::sync::Mutex;

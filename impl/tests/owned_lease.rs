@@ -317,7 +317,7 @@ fn leases_of_a_replaced_generation_still_count() {
     assert_eq!(l.cache().diagnostics().leaked_for_owned_leases, 1);
     let cache = l.cache() as *const mrcache::Cache<Tracked>;
     l.release(); // a no-op on the cache (S2.6), then the count
-    // SAFETY: leaked (checked above or below), so alive for good.
+                 // SAFETY: leaked (checked above or below), so alive for good.
     assert_eq!(unsafe { &*cache }.diagnostics().owned_leases, 0);
 }
 

@@ -46,9 +46,9 @@ fn child(cache: &Cache<CountingRegistrar>) -> i32 {
 fn a_raw_fork_is_seen_by_the_slow_paths() {
     let cache = Cache::new(CountingRegistrar::default(), CacheConfig::explicit());
     drop(cache.acquire(0, P, RR).unwrap()); // cached in the parent
-    // SAFETY: a fork without atfork handlers, from a process whose other
-    // threads (the test harness's) hold no lock the child needs: the child
-    // runs `child` on this thread's data and then `_exit`s.
+                                            // SAFETY: a fork without atfork handlers, from a process whose other
+                                            // threads (the test harness's) hold no lock the child needs: the child
+                                            // runs `child` on this thread's data and then `_exit`s.
     let pid = unsafe { libc::syscall(libc::SYS_fork) } as libc::pid_t;
     assert!(pid >= 0, "SYS_fork failed");
     if pid == 0 {

@@ -5,9 +5,9 @@
 //! event is queued and drained by the next holder). Also the fault switches,
 //! each shown to break what it should.
 
-use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, OpError, Range, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, EventSource, Faults, ReleaseEvent};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -23,12 +23,7 @@ fn reentrant_cache(config: CacheConfig, times: u32, event: fn(Range) -> (u64, u6
 }
 
 /// Same, but the first `skip` calls raise nothing.
-fn reentrant_cache_after(
-    config: CacheConfig,
-    skip: u32,
-    times: u32,
-    event: fn(Range) -> (u64, u64),
-) -> (Arc<GenCache>, Arc<Pages>) {
+fn reentrant_cache_after(config: CacheConfig, skip: u32, times: u32, event: fn(Range) -> (u64, u64)) -> (Arc<GenCache>, Arc<Pages>) {
     let pages = Arc::new(Pages::new(64, P));
     let slot: Arc<OnceLock<Weak<GenCache>>> = Arc::new(OnceLock::new());
     let left = Arc::new(AtomicU32::new(times));

@@ -15,9 +15,9 @@
 //! - bad arguments: E1, E2, E7 (an unmatched end changes nothing);
 //! - a stress test: threads acquiring while others run begin/release/end.
 
-use mrcache_testkit::generations::{GenRegistrar, Pages};
 use mrcache::types::{Access, ReleaseKind};
 use mrcache::{Cache, CacheConfig, Config, Error, OverlapPolicy};
+use mrcache_testkit::generations::{GenRegistrar, Pages};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -343,10 +343,8 @@ fn the_last_detach_returns_even_when_the_monitors_own_stacks_are_watched() {
     // (64 MiB-aligned) are left out: the monitor's own frees may trim them
     // while it runs, which this test does not address.
     let arena_align = 64 << 20;
-    let mut new: Vec<(u64, u64)> = anonymous_rw_mappings()
-        .into_iter()
-        .filter(|m| !before.contains(m) && m.0 % arena_align != 0 && *m != stack)
-        .collect();
+    let mut new: Vec<(u64, u64)> =
+        anonymous_rw_mappings().into_iter().filter(|m| !before.contains(m) && m.0 % arena_align != 0 && *m != stack).collect();
     new.push(stack);
     for &(start, end) in &new {
         drop(cache.acquire(start, end - start, Access::LOCAL_WRITE).unwrap());

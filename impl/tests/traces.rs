@@ -23,9 +23,9 @@
 //! expectations, observed under another interleaving, are not required.
 
 use mrcache::registrar::counting::CountingRegistrar;
-use mrcache_testkit::env::{config_from_trace, replay_trace, Expectations};
 use mrcache::types::trace::Trace;
 use mrcache::types::Stats;
+use mrcache_testkit::env::{config_from_trace, replay_trace, Expectations};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -52,9 +52,7 @@ fn load(path: &Path) -> Trace {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let text = if path.extension().is_some_and(|e| e == "gz") {
         let mut s = String::new();
-        flate2::read::GzDecoder::new(&bytes[..])
-            .read_to_string(&mut s)
-            .unwrap_or_else(|e| panic!("{}: gzip: {e}", path.display()));
+        flate2::read::GzDecoder::new(&bytes[..]).read_to_string(&mut s).unwrap_or_else(|e| panic!("{}: gzip: {e}", path.display()));
         s
     } else {
         String::from_utf8(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

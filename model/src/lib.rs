@@ -26,9 +26,7 @@ pub mod props;
 pub use mrcache_types::config::{Config, EvictionPolicy, Limits, OverlapPolicy};
 pub use props::{Property, Violation};
 
-use mrcache_types::{
-    Access, LeaseId, Op, OpError, PageSpan, Range, RegView, RegistrarFailure, Ret, Stats,
-};
+use mrcache_types::{Access, LeaseId, Op, OpError, PageSpan, Range, RegView, RegistrarFailure, Ret, Stats};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A registration's identity: its creation order among cached registrations,
@@ -57,10 +55,17 @@ pub struct Registration {
 /// in [`Ret`] because its timing may legitimately differ (spec.md#S2.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Effect {
-    Register { view: RegView },
-    Deregister { view: RegView, reason: DeregReason },
+    Register {
+        view: RegView,
+    },
+    Deregister {
+        view: RegView,
+        reason: DeregReason,
+    },
     /// Dropped without a registrar call: the child after fork (S2.6).
-    Forget { view: RegView },
+    Forget {
+        view: RegView,
+    },
 }
 
 /// Why a registration was deregistered.
@@ -282,33 +287,30 @@ impl Model {
                     return Err(reject(prop, &|| format!("hit on R{}, but {why}", reg.id)));
                 };
                 if pressure && !self.trims_logged {
-                    return Err(reject(Property::C3, &|| format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)));
+                    return Err(reject(Property::C3, &|| {
+                        format!("hit on R{} reports a pressure eviction, which only a miss can cause", reg.id)
+                    }));
                 }
                 if !r.findable {
                     let stale = !self.is_fresh(r);
-                    return Err(reject(
-                        if stale { Property::P2 } else { Property::C1 },
-                        &|| format!(
+                    return Err(reject(if stale { Property::P2 } else { Property::C1 }, &|| {
+                        format!(
                             "hit on {} which left the lookup{}",
                             self.view(r),
                             if stale { " and holds frames no longer mapped" } else { "" }
-                        ),
-                    ));
+                        )
+                    }));
                 }
                 if !r.span.contains(&span) || !r.access.suffices_for(access) {
-                    return Err(reject(
-                        Property::P1,
-                        &|| format!("{} does not cover {range} with {access}", self.view(r)),
-                    ));
+                    return Err(reject(Property::P1, &|| format!("{} does not cover {range} with {access}", self.view(r))));
                 }
                 Ok(Choice { hit: Some(reg.id), pressure, ..Choice::default() })
             }
             Ret::Granted { hit: false, pressure, .. } => {
                 if let Some(id) = canonical {
-                    return Err(reject(
-                        Property::C1,
-                        &|| format!("miss although {} covers {range} with {access}", self.view(&self.regs[&id])),
-                    ));
+                    return Err(reject(Property::C1, &|| {
+                        format!("miss although {} covers {range} with {access}", self.view(&self.regs[&id]))
+                    }));
                 }
                 Ok(Choice { pressure, ..Choice::default() })
             }
@@ -318,18 +320,11 @@ impl Model {
                 &|| "E6 (retries exhausted) needs a concurrent release event: impossible in a sequential history".into(),
             )),
             Ret::Failed {
-                error:
-                    OpError::Registrar { failure: failure @ (RegistrarFailure::NoMemory | RegistrarFailure::Again), pressure: false },
-            } => Err(reject(
-                Property::C4,
-                &|| format!("E5 {failure:?} without the pressure eviction and retry S5.4 requires"),
-            )),
+                error: OpError::Registrar { failure: failure @ (RegistrarFailure::NoMemory | RegistrarFailure::Again), pressure: false },
+            } => Err(reject(Property::C4, &|| format!("E5 {failure:?} without the pressure eviction and retry S5.4 requires"))),
             Ret::Failed { error: e @ (OpError::Registrar { .. } | OpError::RetriesExhausted) } => {
                 if let Some(id) = canonical {
-                    return Err(reject(
-                        Property::C1,
-                        &|| format!("error `{e}` although R{id} covers {range}: a hit needs no registrar"),
-                    ));
+                    return Err(reject(Property::C1, &|| format!("error `{e}` although R{id} covers {range}: a hit needs no registrar")));
                 }
                 Ok(Choice { fail: Some(e), ..Choice::default() })
             }
@@ -362,14 +357,12 @@ impl Model {
             return Ok(());
         }
         match self.regs.get(&id) {
-            Some(r) if r.leases > 0 => Err(Violation::new(
-                Property::P3,
-                format!("{} deregistered while it holds {} lease(s)", self.view(r), r.leases),
-            )),
-            Some(r) => Err(Violation::new(
-                Property::C3,
-                format!("{} deregistered while still cached and not due for eviction", self.view(r)),
-            )),
+            Some(r) if r.leases > 0 => {
+                Err(Violation::new(Property::P3, format!("{} deregistered while it holds {} lease(s)", self.view(r), r.leases)))
+            }
+            Some(r) => {
+                Err(Violation::new(Property::C3, format!("{} deregistered while still cached and not due for eviction", self.view(r))))
+            }
             None if id < self.next_id => {
                 //= spec.md#P4
                 Err(Violation::new(Property::P4, format!("R{id} deregistered a second time")))
@@ -390,10 +383,7 @@ impl Model {
         //# if a findable entry covers the request's pages with sufficient access,
         //# the lease is taken on it; the canonical choice is the oldest (lowest id)
         //# such entry
-        self.regs
-            .values()
-            .find(|r| r.findable && r.span.contains(&span) && r.access.suffices_for(access))
-            .map(|r| r.id)
+        self.regs.values().find(|r| r.findable && r.span.contains(&span) && r.access.suffices_for(access)).map(|r| r.id)
     }
 
     fn is_fresh(&self, r: &Registration) -> bool {
@@ -504,11 +494,8 @@ impl Model {
                 // Grow to the union of every overlapping findable entry, until
                 // nothing more overlaps. Each round adds an entry, so it ends.
                 loop {
-                    let more: Vec<&Registration> = self
-                        .regs
-                        .values()
-                        .filter(|r| r.findable && !displaced.contains(&r.id) && r.span.overlaps(&new_span))
-                        .collect();
+                    let more: Vec<&Registration> =
+                        self.regs.values().filter(|r| r.findable && !displaced.contains(&r.id) && r.span.overlaps(&new_span)).collect();
                     if more.is_empty() {
                         break;
                     }
@@ -540,16 +527,7 @@ impl Model {
         let bytes = span.count() * self.config.page_size;
         self.regs.insert(
             id,
-            Registration {
-                id,
-                span,
-                access,
-                registered_at: self.event_seq,
-                findable: true,
-                leases: 0,
-                last_use: 0,
-                priority: 0,
-            },
+            Registration { id, span, access, registered_at: self.event_seq, findable: true, leases: 0, last_use: 0, priority: 0 },
         );
         self.stats.registrations += 1;
         self.stats.bytes_registered = self.stats.bytes_registered.saturating_add(bytes);
@@ -625,8 +603,7 @@ impl Model {
         let span = range.pages(self.config.page_size);
         self.event_seq += 1;
         self.events.push((span, self.event_seq));
-        let hit: Vec<RegId> =
-            self.regs.values().filter(|r| r.findable && r.span.overlaps(&span)).map(|r| r.id).collect();
+        let hit: Vec<RegId> = self.regs.values().filter(|r| r.findable && r.span.overlaps(&span)).map(|r| r.id).collect();
         for id in hit {
             self.stats.invalidations += 1;
             if self.regs[&id].leases > 0 {
@@ -711,16 +688,12 @@ impl Model {
     }
 
     fn cached_bytes(&self) -> u64 {
-        self.regs
-            .values()
-            .filter(|r| r.findable)
-            .fold(0u64, |sum, r| sum.saturating_add(r.span.count() * self.config.page_size))
+        self.regs.values().filter(|r| r.findable).fold(0u64, |sum, r| sum.saturating_add(r.span.count() * self.config.page_size))
     }
 
     fn over_limits(&self) -> bool {
         let l = &self.config.limits;
-        l.max_regions.is_some_and(|m| self.stats.cached_entries > m)
-            || l.max_pinned_bytes.is_some_and(|m| self.cached_bytes() > m)
+        l.max_regions.is_some_and(|m| self.stats.cached_entries > m) || l.max_pinned_bytes.is_some_and(|m| self.cached_bytes() > m)
     }
 
     //= spec.md#S6.3

@@ -154,12 +154,8 @@ impl Property {
             Property::LeasedInvalidated => "sometimes: a leased entry is invalidated",
             Property::Merge => "sometimes: a merge happens",
             Property::Uncache => "sometimes: a miss uncaches a contained or containing entry",
-            Property::EventDuringRegistration => {
-                "sometimes: a release event arrives during a registration (in-flight record stale)"
-            }
-            Property::ReadNotApplied => {
-                "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight"
-            }
+            Property::EventDuringRegistration => "sometimes: a release event arrives during a registration (in-flight record stale)",
+            Property::ReadNotApplied => "sometimes: the monitor has read an event, not yet applied, while an acquire is in flight",
             Property::HookDeferred => "sometimes: a hook finds the lock busy and leaves its event queued",
             Property::TrimEvicts => "sometimes: an ENOMEM trim evicts an entry (S5.4)",
             Property::Windowed => "sometimes: a registration planned inside a release window is served uncached (W3)",

@@ -101,7 +101,11 @@ fn p1_coverage() {
     rejects(indep(), &[(acq(1, 0x1000, 0x2000), miss(1, 0x1000, 0x1000))], Property::P1);
     // Rejected: a hit with too little access.
     let rw = Access::REMOTE_WRITE;
-    rejects(indep(), &[(acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)), (acq_with(2, 0x1000, 0x1000, rw), hit(1, 0x1000, 0x1000))], Property::P1);
+    rejects(
+        indep(),
+        &[(acq(1, 0x1000, 0x1000), miss(1, 0x1000, 0x1000)), (acq_with(2, 0x1000, 0x1000, rw), hit(1, 0x1000, 0x1000))],
+        Property::P1,
+    );
 }
 
 #[test]
@@ -123,11 +127,7 @@ fn p2_freshness_partial_free_while_leased() {
     // Rejected: a hit on the invalidated, still-leased R1 (MVAPICH2's dreg).
     rejects(indep(), &[h[0], h[1], (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x3000))], Property::P2);
     // Rejected: the same after R1 was deregistered.
-    rejects(
-        indep(),
-        &[h[0], (rel(1), DONE), h[1], (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x3000))],
-        Property::P2,
-    );
+    rejects(indep(), &[h[0], (rel(1), DONE), h[1], (acq(2, 0x1000, 0x1000), hit(1, 0x1000, 0x3000))], Property::P2);
 }
 
 #[test]
@@ -427,7 +427,8 @@ fn no_merge_uncache_contained_keeps_the_displaced_rights() {
     assert_eq!((m.stats().uncached, m.stats().registrations), (1, 2));
     // Registering the requested access alone breaks C2.
     let mut narrow = h[..3].to_vec();
-    narrow[2].1 = Ret::Granted { reg: RegView { id: 2, addr: 0x1000, len: 0x2000, access: Access::LOCAL_WRITE }, hit: false, pressure: false };
+    narrow[2].1 =
+        Ret::Granted { reg: RegView { id: 2, addr: 0x1000, len: 0x2000, access: Access::LOCAL_WRITE }, hit: false, pressure: false };
     rejects(c, &narrow, Property::C2);
 }
 

@@ -57,7 +57,8 @@ impl MemKind {
 
     /// What a `during_register` list may hold: memory operations on the
     /// arena that take no block name, and `scratch`.
-    pub const DURING_REGISTER: [MemKind; 5] = [MemKind::Munmap, MemKind::Mmap, MemKind::MmapFixed, MemKind::MadviseDontneed, MemKind::Scratch];
+    pub const DURING_REGISTER: [MemKind; 5] =
+        [MemKind::Munmap, MemKind::Mmap, MemKind::MmapFixed, MemKind::MadviseDontneed, MemKind::Scratch];
     pub fn name(self) -> &'static str {
         MemKind::ALL.iter().find(|(_, k)| *k == self).map(|(n, _)| *n).unwrap_or("?")
     }
@@ -103,7 +104,19 @@ pub enum Record {
     /// (`during`).
     Op { op: Op, buf: Option<String>, thread: u64, pause: bool, during: Vec<DuringOp> },
     /// A memory operation, addresses relative to `buf` (default: the arena).
-    Mem { kind: MemKind, buf: Option<String>, name: Option<String>, addr: u64, len: u64, new_len: u64, count: u64, rounds: u64, thread: u64, pause: bool, background: bool },
+    Mem {
+        kind: MemKind,
+        buf: Option<String>,
+        name: Option<String>,
+        addr: u64,
+        len: u64,
+        new_len: u64,
+        count: u64,
+        rounds: u64,
+        thread: u64,
+        pause: bool,
+        background: bool,
+    },
     /// `{"ctl": "rss_mark"}` (`max_growth` None): note the adapter's resident
     /// set; `{"ctl": "rss_check", "max_growth": B}`: it grew by at most `B`
     /// bytes since the last mark (L2).
@@ -187,10 +200,9 @@ const MEMORY_OPS: [&str; 3] = ["release_event", "alloc", "free"];
 fn unknown_op(e: serde_json::Error, at: &str) -> anyhow::Error {
     let msg = e.to_string();
     match msg.strip_prefix("unknown variant `").and_then(|r| r.split_once('`')) {
-        Some((name, _)) => anyhow!(
-            "{at}: unknown op `{name}` (expected one of {}; a memory operation is a {{\"mem\": ...}} record)",
-            CASE_OPS.join(", ")
-        ),
+        Some((name, _)) => {
+            anyhow!("{at}: unknown op `{name}` (expected one of {}; a memory operation is a {{\"mem\": ...}} record)", CASE_OPS.join(", "))
+        }
         None => anyhow!("{at}: not an op: {msg}"),
     }
 }
@@ -277,7 +289,11 @@ fn check_records(records: &[(usize, Record)], path: &Path, arena: u64, needs: &[
                     }
                     for d in during {
                         if d.kind != MemKind::Scratch && !in_arena(d.addr, d.len) {
-                            bail!("{at}: during_register: [{:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes", d.addr, d.addr.saturating_add(d.len));
+                            bail!(
+                                "{at}: during_register: [{:#x}, {:#x}) lies outside the arena's first {arena:#x} bytes",
+                                d.addr,
+                                d.addr.saturating_add(d.len)
+                            );
                         }
                     }
                 }
@@ -393,7 +409,13 @@ fn header_arena(h: &Map<String, Value>, at: &str) -> Result<u64> {
 }
 
 /// A data record's lease must be held and its bytes in the arena (or a named `buf`).
-fn check_data_record(d: &super::DataRecord, held: &std::collections::HashSet<u64>, bufs: &std::collections::HashSet<&str>, at: &str, arena: u64) -> Result<()> {
+fn check_data_record(
+    d: &super::DataRecord,
+    held: &std::collections::HashSet<u64>,
+    bufs: &std::collections::HashSet<&str>,
+    at: &str,
+    arena: u64,
+) -> Result<()> {
     if let Some(l) = d.lease {
         if !held.contains(&l) {
             bail!("{at}: `{}` through lease {l}, which is not held here", d.kind.name());
@@ -425,7 +447,8 @@ impl Case {
             Some(v) if v.as_u64() == Some(1) => {}
             _ => bail!("{at}: the header must start with \"mrcache_conformance\": 1"),
         }
-        const HEADER: [&str; 9] = ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes", "arena", "preload"];
+        const HEADER: [&str; 9] =
+            ["mrcache_conformance", "name", "purpose", "spec", "needs", "max_regions", "max_pinned_bytes", "arena", "preload"];
         if let Some(k) = h.keys().find(|k| !HEADER.contains(&k.as_str())) {
             bail!("{at}: unknown header field `{k}` (expected one of {})", HEADER.join(", "));
         }
@@ -462,8 +485,7 @@ impl Case {
         for (i, line) in lines {
             let n = i + 1;
             let at = format!("{}:{n}", path.display());
-            let mut obj: Map<String, Value> =
-                serde_json::from_str(line).with_context(|| format!("{at}: not a JSON object"))?;
+            let mut obj: Map<String, Value> = serde_json::from_str(line).with_context(|| format!("{at}: not a JSON object"))?;
             let thread = field_u64(&obj, "thread", &at)?.unwrap_or(0);
             let pause = field_bool(&obj, "pause", &at)?;
             let buf = field_str(&obj, "buf", &at)?;
@@ -472,7 +494,8 @@ impl Case {
                     "continue" => records.push((n, Record::Continue { thread })),
                     "rss_mark" => records.push((n, Record::Rss { max_growth: None })),
                     "rss_check" => {
-                        let m = field_u64(&obj, "max_growth", &at)?.ok_or_else(|| anyhow!("{at}: `rss_check` needs `max_growth` (bytes)"))?;
+                        let m =
+                            field_u64(&obj, "max_growth", &at)?.ok_or_else(|| anyhow!("{at}: `rss_check` needs `max_growth` (bytes)"))?;
                         records.push((n, Record::Rss { max_growth: Some(m) }));
                     }
                     "destroy" => records.push((n, Record::Lifecycle { create: false, thread })),
@@ -481,16 +504,12 @@ impl Case {
                     other => bail!("{at}: unknown ctl `{other}` (expected continue, rss_mark, rss_check, destroy, create, join)"),
                 }
             } else if let Some(mem) = field_str(&obj, "mem", &at)? {
-                let kind = MemKind::ALL
-                    .iter()
-                    .find(|(s, _)| *s == mem)
-                    .map(|(_, k)| *k)
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "{at}: unknown memory operation `{mem}` (expected {})",
-                            MemKind::ALL.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
-                        )
-                    })?;
+                let kind = MemKind::ALL.iter().find(|(s, _)| *s == mem).map(|(_, k)| *k).ok_or_else(|| {
+                    anyhow!(
+                        "{at}: unknown memory operation `{mem}` (expected {})",
+                        MemKind::ALL.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
                 let addr = field_u64(&obj, "addr", &at)?.unwrap_or(0);
                 let len = field_u64(&obj, "len", &at)?.unwrap_or(0);
                 let new_len = field_u64(&obj, "new_len", &at)?.unwrap_or(0);

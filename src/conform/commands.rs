@@ -9,8 +9,8 @@
 //! thread may still be paused when the case ends.
 
 use super::adapter_process::Line;
-use super::hello::ALL_ACCESS;
 use super::case::DuringOp;
+use super::hello::ALL_ACCESS;
 use super::{stop, CaseRun, MemKind, Pending, PendingKind, Record, Stop};
 use mrcache_types::{Op, Range, ReleaseKind};
 use serde_json::{json, Value};
@@ -96,7 +96,8 @@ impl CaseRun<'_> {
                     }
                 }
                 Record::Mem { kind, buf, name, addr, len, new_len, count, rounds, thread, pause, background } => {
-                    let (cmd_seq, mut cmd, pk) = self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
+                    let (cmd_seq, mut cmd, pk) =
+                        self.mem_command(*kind, buf.as_deref(), name.clone(), *addr, *len, *new_len, *thread, *pause, line)?;
                     if matches!(kind, MemKind::Scratch | MemKind::UnmapMapCycles) {
                         cmd["count"] = json!(count);
                     }
@@ -138,10 +139,7 @@ impl CaseRun<'_> {
 
     pub(super) fn resolve(&self, buf: Option<&str>, off: u64, len: u64, line: usize) -> Result<u64, Stop> {
         let name = buf.unwrap_or("arena");
-        let (base, size) = *self
-            .bufs
-            .get(name)
-            .ok_or_else(|| stop("protocol", line, format!("case error: unknown buf `{name}`")))?;
+        let (base, size) = *self.bufs.get(name).ok_or_else(|| stop("protocol", line, format!("case error: unknown buf `{name}`")))?;
         if off.checked_add(len).is_none_or(|e| e > size) {
             return Err(stop("protocol", line, format!("case error: {off:#x}+{len:#x} falls outside `{name}` ({size:#x} bytes)")));
         }
@@ -168,11 +166,9 @@ impl CaseRun<'_> {
                 json!({"seq": seq, "cmd": "release", "thread": thread, "lease": lease}),
                 PendingKind::Release { lease, model_op: *op },
             ),
-            Op::Flush | Op::Trim | Op::Fork => (
-                seq,
-                json!({"seq": seq, "cmd": op.name(), "thread": thread}),
-                PendingKind::Model { model_op: *op },
-            ),
+            Op::Flush | Op::Trim | Op::Fork => {
+                (seq, json!({"seq": seq, "cmd": op.name(), "thread": thread}), PendingKind::Model { model_op: *op })
+            }
             _ => return Err(stop("protocol", line, format!("case error: `{}` cannot be sent", op.name()))),
         })
     }
@@ -343,7 +339,11 @@ impl CaseRun<'_> {
                 }
                 Ok(Line::TooLong) => {
                     let how = self.ad.end_after_too_long();
-                    return Err(stop("protocol", line, format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE)));
+                    return Err(stop(
+                        "protocol",
+                        line,
+                        format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE),
+                    ));
                 }
                 Ok(Line::Eof) => {
                     let how = self.ad.exit_status();

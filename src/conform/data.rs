@@ -268,8 +268,7 @@ impl CaseRun<'_> {
                         (DataKind::DmaOut, Writer::App { .. }) => "the device does not see what the application wrote",
                         _ => "the bytes differ from the last write",
                     };
-                    let detail =
-                        format!("{what}: {} {want:#04x} at {a:#x}, {who} {got:#04x} there (case line {pl})", describe(w));
+                    let detail = format!("{what}: {} {want:#04x} at {a:#x}, {who} {got:#04x} there (case line {pl})", describe(w));
                     self.ad.note(format!("  (case line {pl}: stale DMA observed: {detail})"));
                     if self.data.stale.is_none() {
                         self.data.stale = Some(detail);

@@ -105,7 +105,9 @@ impl CaseRun<'_> {
             self.record_failure(Finding {
                 rule: "L1".into(),
                 line,
-                detail: format!("R{m}: due at case line {since_line}, deregistered {lag} operation(s) later; the hello's l1_bound.ops is {k}"),
+                detail: format!(
+                    "R{m}: due at case line {since_line}, deregistered {lag} operation(s) later; the hello's l1_bound.ops is {k}"
+                ),
             });
         }
     }
@@ -180,8 +182,7 @@ impl CaseRun<'_> {
             return Ok(());
         }
         let Some(model) = self.models.first().filter(|_| self.gaps.own_policy) else { return Ok(()) };
-        let (m_regs, m_bytes) =
-            model.registrations().fold((0u64, 0u64), |(n, b), r| (n + 1, b + model.view(r).len));
+        let (m_regs, m_bytes) = model.registrations().fold((0u64, 0u64), |(n, b), r| (n + 1, b + model.view(r).len));
         let (over_regs, over_bytes) = (regs.saturating_sub(m_regs), bytes.saturating_sub(m_bytes));
         let b = self.gaps.bound;
         let too_many = b.registrations.is_some_and(|k| over_regs > k);

@@ -33,7 +33,8 @@ pub(super) struct Hello {
     pub(super) registrar: Option<String>,
 }
 
-pub(super) const ALL_ACCESS: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
+pub(super) const ALL_ACCESS: Access =
+    Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE).union(Access::REMOTE_ATOMIC);
 
 pub(super) fn parse_hello(v: &Value, at: &str) -> Result<Hello, String> {
     let o = v.as_object().ok_or_else(|| format!("{at}: the hello reply is not an object"))?;

@@ -35,7 +35,16 @@ fn replay_entry(m: &mut Model, e: &Entry) -> bool {
 
 impl CaseRun<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn acquired(&mut self, id: u64, lease: LeaseId, span: PageSpan, access: Access, model_op: &Op, p: &Pending, pl: usize) -> Result<(), Stop> {
+    pub(super) fn acquired(
+        &mut self,
+        id: u64,
+        lease: LeaseId,
+        span: PageSpan,
+        access: Access,
+        model_op: &Op,
+        p: &Pending,
+        pl: usize,
+    ) -> Result<(), Stop> {
         let Some(reg) = self.regs.get(&id).cloned() else {
             return Err(stop("protocol", pl, format!("the acquire reply names registration {id}, which no reg event reported")));
         };
@@ -67,7 +76,14 @@ impl CaseRun<'_> {
 
     /// P3 (served by a deregistered registration), P1 and P2 of an acquire
     /// served by `reg`.
-    fn physical_acquire_check(&self, id: u64, reg: &PhysReg, span: PageSpan, access: Access, p: &Pending) -> Option<(&'static str, String)> {
+    fn physical_acquire_check(
+        &self,
+        id: u64,
+        reg: &PhysReg,
+        span: PageSpan,
+        access: Access,
+        p: &Pending,
+    ) -> Option<(&'static str, String)> {
         if reg.deregistered {
             return Some(("P3", format!("acquire served by registration {id} {}, already deregistered", reg.range)));
         }
@@ -75,24 +91,47 @@ impl CaseRun<'_> {
         if !reg.span.contains(&span) || !reg.access.suffices_for(access) {
             return Some((
                 "P1",
-                format!("registration {id} {} {} does not cover the request {} with {access}", reg.range, reg.access, span.bytes(self.page)),
+                format!(
+                    "registration {id} {} {} does not cover the request {} with {access}",
+                    reg.range,
+                    reg.access,
+                    span.bytes(self.page)
+                ),
             ));
         }
         // P2
         if let Some((ev, _)) = self.events.iter().find(|(s, q)| *q > reg.at && *q <= p.events_at && s.overlaps(&span)) {
-            let what = if ev.end == u64::MAX { "a fork (the child maps copies)".to_string() } else { format!("a release of {}", ev.bytes(self.page)) };
-            return Some(("P2", format!("acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames", reg.range)));
+            let what = if ev.end == u64::MAX {
+                "a fork (the child maps copies)".to_string()
+            } else {
+                format!("a release of {}", ev.bytes(self.page))
+            };
+            return Some((
+                "P2",
+                format!(
+                    "acquire served by registration {id} {}, registered before {what} that returned before the acquire began: stale frames",
+                    reg.range
+                ),
+            ));
         }
         None
     }
 
     pub(super) fn dereg(&mut self, id: u64, line: usize) -> Result<(), Stop> {
         let Some(reg) = self.regs.get(&id).cloned() else {
-            self.record_failure(Finding { rule: "P4".into(), line, detail: format!("deregistration of registration {id}, which was never registered") });
+            self.record_failure(Finding {
+                rule: "P4".into(),
+                line,
+                detail: format!("deregistration of registration {id}, which was never registered"),
+            });
             return Ok(());
         };
         if reg.deregistered {
-            self.record_failure(Finding { rule: "P4".into(), line, detail: format!("registration {id} {} deregistered a second time", reg.range) });
+            self.record_failure(Finding {
+                rule: "P4".into(),
+                line,
+                detail: format!("registration {id} {} deregistered a second time", reg.range),
+            });
             return Ok(());
         }
         // Leases on it, minus those whose release is in flight (a peer may
@@ -218,10 +257,8 @@ impl CaseRun<'_> {
                 let lag = self.ops_done.saturating_sub(since_op);
                 self.l1_judge_lag(m, lag, since_line, line);
                 if lag > 0 && self.l1_worst.as_ref().is_none_or(|(w, _)| lag > *w) {
-                    self.l1_worst = Some((
-                        lag,
-                        format!("R{m}: due at case line {since_line}, deregistered {lag} op(s) later (case line {line})"),
-                    ));
+                    self.l1_worst =
+                        Some((lag, format!("R{m}: due at case line {since_line}, deregistered {lag} op(s) later (case line {line})")));
                 }
             }
             if !self.models.is_empty() {

@@ -40,8 +40,8 @@ mod adapter_process;
 pub mod builtin_adapter;
 mod case;
 mod commands;
-mod gaps;
 mod data;
+mod gaps;
 mod hello;
 mod judge;
 mod replies;
@@ -140,8 +140,7 @@ impl AdapterDidNotStart {
     pub const EXIT_STATUS: u8 = 3;
 
     fn new(adapter: &str, first: &CaseResult) -> Self {
-        let stderr: Vec<&str> =
-            first.transcript.iter().filter_map(|l| l.strip_prefix("stderr: ")).collect();
+        let stderr: Vec<&str> = first.transcript.iter().filter_map(|l| l.strip_prefix("stderr: ")).collect();
         let mut message = format!("the adapter did not start: `{adapter}`: {}", first.detail.trim_start_matches("the adapter "));
         if !stderr.is_empty() {
             message.push_str(&format!("; its stderr: {}", stderr.join(" | ")));
@@ -239,18 +238,44 @@ struct PhysReg {
 
 #[derive(Clone, Debug)]
 enum PendingKind {
-    Acquire { lease: LeaseId, span: PageSpan, access: Access, model_op: Op },
-    Release { lease: LeaseId, model_op: Op },
-    Mem { kind: MemKind, name: Option<String>, len: u64, model_ops: Vec<Op>, spans: Vec<PageSpan> },
-    Model { model_op: Op },
-    Data { kind: DataKind, lease: Option<LeaseId>, addr: u64, len: u64, byte: Option<u8> },
+    Acquire {
+        lease: LeaseId,
+        span: PageSpan,
+        access: Access,
+        model_op: Op,
+    },
+    Release {
+        lease: LeaseId,
+        model_op: Op,
+    },
+    Mem {
+        kind: MemKind,
+        name: Option<String>,
+        len: u64,
+        model_ops: Vec<Op>,
+        spans: Vec<PageSpan>,
+    },
+    Model {
+        model_op: Op,
+    },
+    Data {
+        kind: DataKind,
+        lease: Option<LeaseId>,
+        addr: u64,
+        len: u64,
+        byte: Option<u8>,
+    },
     Continue,
     /// A `query` of pinned bytes and live registrations (gaps.rs).
     Query,
     /// An `rss` (a mark, or a check against `max_growth` bytes).
-    Rss { max_growth: Option<u64> },
+    Rss {
+        max_growth: Option<u64>,
+    },
     /// A `destroy` (`create` false) or `create` of the adapter's cache.
-    Lifecycle { create: bool },
+    Lifecycle {
+        create: bool,
+    },
 }
 
 #[derive(Clone, Debug)]

@@ -22,11 +22,16 @@ impl CaseRun<'_> {
         if let Some(ev) = o.get("ev") {
             match ev.as_str() {
                 Some("reg") => {
-                    let id = field_u64(o, "id", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `id`")))?;
-                    let addr = field_u64(o, "addr", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `addr`")))?;
-                    let len = field_u64(o, "len", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `len`")))?;
+                    let id =
+                        field_u64(o, "id", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `id`")))?;
+                    let addr =
+                        field_u64(o, "addr", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `addr`")))?;
+                    let len =
+                        field_u64(o, "len", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: reg needs `len`")))?;
                     let access = match o.get("access") {
-                        Some(Value::String(s)) => s.parse::<Access>().map_err(|e| stop("protocol", line, format!("{at}: field `access`: {e}")))?,
+                        Some(Value::String(s)) => {
+                            s.parse::<Access>().map_err(|e| stop("protocol", line, format!("{at}: field `access`: {e}")))?
+                        }
                         None if self.access_classes.as_ref().is_some_and(|c| c.len() == 1) => ALL_ACCESS,
                         _ => return Err(stop("protocol", line, format!("{at}: reg needs `access`"))),
                     };
@@ -37,12 +42,21 @@ impl CaseRun<'_> {
                     self.reg_order += 1;
                     self.regs.insert(
                         id,
-                        PhysReg { span: range.pages(self.page), range, access, at: self.event_seq, order: self.reg_order, deregistered: false, model_id: None },
+                        PhysReg {
+                            span: range.pages(self.page),
+                            range,
+                            access,
+                            at: self.event_seq,
+                            order: self.reg_order,
+                            deregistered: false,
+                            model_id: None,
+                        },
                     );
                     self.during_performed(line);
                 }
                 Some("dereg") => {
-                    let id = field_u64(o, "id", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: dereg needs `id`")))?;
+                    let id =
+                        field_u64(o, "id", &at).map_err(bad)?.ok_or_else(|| stop("protocol", line, format!("{at}: dereg needs `id`")))?;
                     self.dereg(id, line)?;
                 }
                 Some("paused") => {
@@ -107,7 +121,10 @@ impl CaseRun<'_> {
             return self.data_reply(o, kind, lease, addr, len, byte, pl);
         }
         if !ok && o.get("unsupported").and_then(Value::as_bool) == Some(true) {
-            return Err(Stop::Unsupported(pl, format!("the adapter does not support case line {pl}: {}", o.get("error").and_then(Value::as_str).unwrap_or(""))));
+            return Err(Stop::Unsupported(
+                pl,
+                format!("the adapter does not support case line {pl}: {}", o.get("error").and_then(Value::as_str).unwrap_or("")),
+            ));
         }
         let err_text = o.get("error").and_then(Value::as_str).unwrap_or("(no error text)").to_string();
         match p.kind.clone() {
@@ -139,7 +156,9 @@ impl CaseRun<'_> {
                     self.judge_model(&model_op, &Ret::Failed { error: OpError::Registrar { failure, pressure: false } }, pl);
                     self.note_divergence_or_fail(pl, format!("acquire failed: {err_text}"))?;
                 } else {
-                    let id = field_u64(o, "reg", &at).map_err(bad)?.ok_or_else(|| stop("protocol", pl, format!("{at}: an acquire reply needs `reg`")))?;
+                    let id = field_u64(o, "reg", &at)
+                        .map_err(bad)?
+                        .ok_or_else(|| stop("protocol", pl, format!("{at}: an acquire reply needs `reg`")))?;
                     self.acquired(id, lease, span, access, &model_op, &p, pl)?;
                 }
             }
@@ -162,7 +181,9 @@ impl CaseRun<'_> {
                     return Err(stop("mem-op", pl, format!("{} failed under this cache: {err_text}", kind.name())));
                 }
                 if let Some(n) = name {
-                    let addr = field_u64(o, "addr", &at).map_err(bad)?.ok_or_else(|| stop("protocol", pl, format!("{at}: {} needs `addr` in its reply", kind.name())))?;
+                    let addr = field_u64(o, "addr", &at)
+                        .map_err(bad)?
+                        .ok_or_else(|| stop("protocol", pl, format!("{at}: {} needs `addr` in its reply", kind.name())))?;
                     self.bufs.insert(n, (addr, len));
                     if kind == MemKind::Malloc {
                         self.judge_model(&Op::Alloc { addr, len }, &Ret::Done, pl);
@@ -262,7 +283,9 @@ impl CaseRun<'_> {
             return Err(stop("protocol", line, format!("rss failed: {}", o.get("error").and_then(Value::as_str).unwrap_or(""))));
         }
         let at = "the rss reply";
-        let rss = field_u64(o, "rss", at).map_err(|e| stop("protocol", line, e.to_string()))?.ok_or_else(|| stop("protocol", line, "an rss reply needs `rss` (bytes)".into()))?;
+        let rss = field_u64(o, "rss", at)
+            .map_err(|e| stop("protocol", line, e.to_string()))?
+            .ok_or_else(|| stop("protocol", line, "an rss reply needs `rss` (bytes)".into()))?;
         match (max_growth, self.rss_mark) {
             (None, _) => self.rss_mark = Some((rss, line)),
             (Some(max), Some((mark, mark_line))) => {

@@ -125,9 +125,7 @@ pub fn table(r: &RunReport) -> String {
         count(Verdict::Unsupported)
     );
     let wasted: u64 = r.results.iter().map(|x| x.extra).sum();
-    s += &format!(
-        "extra: registrations beyond what the policy requires (wasted work, reported, not failed): {wasted} in all\n"
-    );
+    s += &format!("extra: registrations beyond what the policy requires (wasted work, reported, not failed): {wasted} in all\n");
     let late: Vec<&CaseResult> = r.results.iter().filter(|x| x.l1 != "on time" && !x.l1.is_empty()).collect();
     if !late.is_empty() {
         s += "\nderegistration timing (L1, reported, not failed):\n";

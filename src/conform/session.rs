@@ -41,7 +41,13 @@ fn preload_env(case: &Case, args: &ConformArgs) -> Result<Vec<(String, String)>,
         (Some(n), _) => n,
         (None, Some(n)) => {
             let glibc = case.records.iter().any(|(_, r)| {
-                matches!(r, super::Record::Mem { kind: super::MemKind::Malloc | super::MemKind::Free | super::MemKind::BrkGrow | super::MemKind::BrkShrink, .. })
+                matches!(
+                    r,
+                    super::Record::Mem {
+                        kind: super::MemKind::Malloc | super::MemKind::Free | super::MemKind::BrkGrow | super::MemKind::BrkShrink,
+                        ..
+                    }
+                )
             });
             if glibc {
                 return Err(format!("--preload {n}: the case's malloc, free or brk records are judged as glibc serves them"));
@@ -51,11 +57,9 @@ fn preload_env(case: &Case, args: &ConformArgs) -> Result<Vec<(String, String)>,
         (None, None) => return Ok(Vec::new()),
     };
     let pre = super::PRELOADS.iter().find(|x| x.name == name).ok_or_else(|| format!("unknown allocator {name}"))?;
-    let path = LIB_DIRS
-        .iter()
-        .map(|d| std::path::Path::new(d).join(pre.lib))
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("{name} is not installed here ({} is in none of {}; Debian: apt-get install lib{name}*)", pre.lib, LIB_DIRS.join(", ")))?;
+    let path = LIB_DIRS.iter().map(|d| std::path::Path::new(d).join(pre.lib)).find(|p| p.exists()).ok_or_else(|| {
+        format!("{name} is not installed here ({} is in none of {}; Debian: apt-get install lib{name}*)", pre.lib, LIB_DIRS.join(", "))
+    })?;
     let mut env = vec![("LD_PRELOAD".to_string(), path.display().to_string())];
     env.extend(pre.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     Ok(env)
@@ -86,8 +90,8 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
             match ad.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(Line::Text(t)) => {
                     ad.note(format!("< {t}"));
-                    let v: Value = serde_json::from_str(&t)
-                        .map_err(|e| ("protocol".into(), format!("adapter line is not JSON ({e}): `{t}`")))?;
+                    let v: Value =
+                        serde_json::from_str(&t).map_err(|e| ("protocol".into(), format!("adapter line is not JSON ({e}): `{t}`")))?;
                     if v.get("ev").is_some() {
                         continue;
                     }
@@ -99,7 +103,10 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
                 Ok(Line::Eof) => return Err(("crash".into(), format!("the adapter {} before its hello", ad.exit_status()))),
                 Ok(Line::TooLong) => {
                     let how = ad.end_after_too_long();
-                    return Err(("protocol".into(), format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE)));
+                    return Err((
+                        "protocol".into(),
+                        format!("the adapter wrote a line longer than {} bytes, {how}", super::adapter_process::MAX_LINE),
+                    ));
                 }
                 Err(_) => return Err(("hang".into(), format!("no hello within {:.1} s", args.timeout))),
             }
@@ -134,10 +141,16 @@ pub(super) fn run_case(case: &Case, args: &ConformArgs) -> (Option<CaseResult>, 
     {
         ad.kill();
         return (
-            Some(result(case, Verdict::Fail, "protocol", 1, format!(
-                "the case asks for max_regions {:?} max_pinned_bytes {:?}; the adapter declared {:?} {:?}",
-                case.max_regions, case.max_pinned_bytes, hello.limits.max_regions, hello.limits.max_pinned_bytes
-            ))),
+            Some(result(
+                case,
+                Verdict::Fail,
+                "protocol",
+                1,
+                format!(
+                    "the case asks for max_regions {:?} max_pinned_bytes {:?}; the adapter declared {:?} {:?}",
+                    case.max_regions, case.max_pinned_bytes, hello.limits.max_regions, hello.limits.max_pinned_bytes
+                ),
+            )),
             Some(hello),
         );
     }

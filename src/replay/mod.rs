@@ -153,11 +153,7 @@ impl ReplayArgs {
             page_size: trace.header.page_size,
             chunk_pages: self.chunk_pages.max(1),
             eviction: self.eviction,
-            limits: Limits {
-                max_regions: self.max_regions,
-                max_pinned_bytes: self.max_pinned_bytes,
-                ..Config::default().limits
-            },
+            limits: Limits { max_regions: self.max_regions, max_pinned_bytes: self.max_pinned_bytes, ..Config::default().limits },
         })
     }
 }
@@ -167,7 +163,6 @@ pub fn load(path: &Path) -> Result<Trace> {
     let text = crate::record::read_text(path)?;
     Ok(Trace::parse(&path.display().to_string(), &text)?)
 }
-
 
 pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
     // The model has no monitor and no registrar: say so rather than ignore
@@ -186,11 +181,7 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
         let config = args.config_for(&trace)?;
         // Expectations hold for the configuration the trace was written for:
         // its policy hint and the defaults for everything else.
-        let written_for = Config {
-            policy: config.policy,
-            page_size: trace.header.page_size,
-            ..Config::default()
-        };
+        let written_for = Config { policy: config.policy, page_size: trace.header.page_size, ..Config::default() };
         let hint_matches = match &trace.header.policy_hint {
             None => true,
             Some(h) => h.parse::<OverlapPolicy>().ok() == Some(config.policy),
@@ -202,20 +193,11 @@ pub fn run(args: &ReplayArgs) -> Result<Vec<Report>> {
         let check_expect = hint_matches && skipped == 0;
         let name = path.display().to_string();
         let report = match args.engine {
-            Engine::Model => Report {
-                threshold,
-                ..replay_model_with(&name, &trace, config, check_expect, mask.as_deref(), &mut |_, _| {})?
-            },
+            Engine::Model => {
+                Report { threshold, ..replay_model_with(&name, &trace, config, check_expect, mask.as_deref(), &mut |_, _| {})? }
+            }
             Engine::Impl => {
-                let stats = cache::replay_masked(
-                    &trace,
-                    &name,
-                    config,
-                    args.registrar,
-                    args.monitor,
-                    mask.as_deref(),
-                    &mut |_| {},
-                )?;
+                let stats = cache::replay_masked(&trace, &name, config, args.registrar, args.monitor, mask.as_deref(), &mut |_| {})?;
                 Report {
                     trace: name.clone(),
                     engine: Engine::Impl,
@@ -254,7 +236,20 @@ pub fn table(reports: &[Report]) -> String {
     let _ = writeln!(
         out,
         "{:<w$} {:>7} {:>9} {:>8} {:>8} {:>6} {:>8} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6}",
-        "trace (engine, policy)", "records", "acquires", "hits", "misses", "hit%", "regs", "reg bytes", "peak pin", "inval", "leased", "defer", "merged", "evict"
+        "trace (engine, policy)",
+        "records",
+        "acquires",
+        "hits",
+        "misses",
+        "hit%",
+        "regs",
+        "reg bytes",
+        "peak pin",
+        "inval",
+        "leased",
+        "defer",
+        "merged",
+        "evict"
     );
     for r in reports {
         let s = &r.stats;
@@ -290,4 +285,3 @@ pub fn human(bytes: u64) -> String {
         b => b.to_string(),
     }
 }
-

@@ -397,16 +397,13 @@ impl<'c, R: Registrar> Environment<'c, R> {
             return fail(self, v.to_string());
         }
         let (mut cs, ms) = (self.cache.stats(), self.model.stats());
-        let pressure_injected = log
-            .iter()
-            .any(|c| matches!(c, Call::Failed { errno, injected: true, .. } if *errno == libc::ENOMEM || *errno == libc::EAGAIN));
+        let pressure_injected =
+            log.iter().any(|c| matches!(c, Call::Failed { errno, injected: true, .. } if *errno == libc::ENOMEM || *errno == libc::EAGAIN));
         if raised_any && pressure_injected {
             // The cache evicted (pressure) before the event; the model, event
             // first, invalidated the same entries: only the counters differ.
             let moved = cs.pressure_evictions.checked_sub(ms.pressure_evictions);
-            if moved.is_some_and(|m| {
-                m >= self.moved_to_pressure && ms.invalidations.checked_sub(cs.invalidations) == Some(m)
-            }) {
+            if moved.is_some_and(|m| m >= self.moved_to_pressure && ms.invalidations.checked_sub(cs.invalidations) == Some(m)) {
                 self.moved_to_pressure = moved.unwrap_or(0);
             }
         }
@@ -449,9 +446,7 @@ impl<'c, R: Registrar> Environment<'c, R> {
             .collect();
         // The registration a miss made is the one its lease holds.
         let mut cache_regs = Vec::new();
-        if let (Op::Acquire { lease, .. }, Ret::Granted { reg, hit: false, .. }, Ret::Granted { reg: moved, .. }) =
-            (op, raw, ret)
-        {
+        if let (Op::Acquire { lease, .. }, Ret::Granted { reg, hit: false, .. }, Ret::Granted { reg: moved, .. }) = (op, raw, ret) {
             let Some(l) = self.leases.get(lease) else {
                 return fail(self, "granted lease not held by the harness".into());
             };
@@ -491,10 +486,7 @@ impl<'c, R: Registrar> Environment<'c, R> {
             }
         }
         if let Some(s) = made_here.iter().next() {
-            return fail(
-                self,
-                format!("L1: registrar serial {s} was registered in this op, never cached, still registered"),
-            );
+            return fail(self, format!("L1: registrar serial {s} was registered in this op, never cached, still registered"));
         }
         Ok(())
     }
@@ -532,10 +524,7 @@ impl<'c, R: Registrar> Environment<'c, R> {
             return fail(&self, "deregistrations the model expects were not observed".into());
         }
         if cs.pinned_bytes != 0 || cs.cached_entries != 0 {
-            return fail(
-                &self,
-                format!("the cache still pins {} bytes in {} entries", cs.pinned_bytes, cs.cached_entries),
-            );
+            return fail(&self, format!("the cache still pins {} bytes in {} entries", cs.pinned_bytes, cs.cached_entries));
         }
         let reg = self.cache.registrar();
         // Every registration deregistered exactly once, but those forgotten
@@ -636,12 +625,7 @@ pub enum Expectations {
 /// trace (checker counterexamples) is judged with [`Model::concurrent`] and
 /// its expectations are not required (they were observed under another
 /// interleaving).
-pub fn replay_trace<R: Registrar>(
-    registrar: R,
-    trace: &Trace,
-    config: Config,
-    expectations: Expectations,
-) -> Result<Summary, Divergence> {
+pub fn replay_trace<R: Registrar>(registrar: R, trace: &Trace, config: Config, expectations: Expectations) -> Result<Summary, Divergence> {
     replay_trace_with(registrar, trace, config, expectations, mrcache::Faults::default())
 }
 
@@ -664,9 +648,7 @@ pub fn replay_trace_with<R: Registrar>(
     for rec in &trace.records {
         let script: &[Option<i32>] = match rec.expect {
             Some(Ret::Failed { error: OpError::Registrar { failure, pressure: false } }) => &[Some(errno_of(failure))],
-            Some(Ret::Failed { error: OpError::Registrar { failure, pressure: true } }) => {
-                &[Some(libc::ENOMEM), Some(errno_of(failure))]
-            }
+            Some(Ret::Failed { error: OpError::Registrar { failure, pressure: true } }) => &[Some(libc::ENOMEM), Some(errno_of(failure))],
             Some(Ret::Granted { pressure: true, .. }) => &[Some(libc::ENOMEM)],
             _ => &[],
         };

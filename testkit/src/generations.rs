@@ -38,11 +38,7 @@ impl Pages {
     /// event installed on each page: [`Pages::complete`] records exactly
     /// those, as the checker's `done_gens` does (spec.md#P2).
     pub fn bump(&self, addr: u64, len: u64) -> Bumped {
-        Bumped(
-            self.page_range(addr, len)
-                .map(|p| (p, self.gens[p].fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1))
-                .collect(),
-        )
+        Bumped(self.page_range(addr, len).map(|p| (p, self.gens[p].fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1)).collect())
     }
     /// The release event completed (after the hook returned).
     ///
@@ -109,8 +105,7 @@ impl GenRegistrar {
         }
     }
     pub fn live(&self) -> u64 {
-        self.registered.load(std::sync::atomic::Ordering::SeqCst)
-            - self.deregistered.load(std::sync::atomic::Ordering::SeqCst)
+        self.registered.load(std::sync::atomic::Ordering::SeqCst) - self.deregistered.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

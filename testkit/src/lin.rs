@@ -285,8 +285,7 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
                         }
                         _ if i == hc.ops_per_thread => break,
                         _ => {
-                            let mut op =
-                                random_op(&mut rng, &leases, &mut next, LeaseId::from(t) * 1000, hc.pages, page);
+                            let mut op = random_op(&mut rng, &leases, &mut next, LeaseId::from(t) * 1000, hc.pages, page);
                             if let Op::ReleaseEvent { addr, len, .. } = op {
                                 // No draw when off: the other histories stay as they were.
                                 if window.is_none() && hc.windows > 0 && rng.chance(hc.windows, 1000) {
@@ -332,14 +331,7 @@ pub fn run_history(hc: &HistoryConfig, seed: u64) -> History {
     History { seed, config: hc.config, events, cleanup }
 }
 
-fn random_op<L>(
-    rng: &mut Rng,
-    held: &HashMap<LeaseId, L>,
-    next: &mut LeaseId,
-    base: LeaseId,
-    pages: u64,
-    page: u64,
-) -> Op {
+fn random_op<L>(rng: &mut Rng, held: &HashMap<LeaseId, L>, next: &mut LeaseId, base: LeaseId, pages: u64, page: u64) -> Op {
     let addr = |rng: &mut Rng| rng.below(pages) * page + if rng.chance(1, 6) { rng.below(page) } else { 0 };
     let len = |rng: &mut Rng| if rng.chance(1, 6) { 1 + rng.below(3 * page) } else { (1 + rng.below(3)) * page };
     match rng.below(100) {
@@ -353,9 +345,7 @@ fn random_op<L>(
             Op::Release { lease: *rng.pick(&ids) }
         }
         50..=74 => Op::Release { lease: base + 999 }, // E4
-        75..=92 => {
-            Op::ReleaseEvent { kind: ReleaseKind::MadviseDontneed, addr: addr(rng), len: page * (1 + rng.below(2)) }
-        }
+        75..=92 => Op::ReleaseEvent { kind: ReleaseKind::MadviseDontneed, addr: addr(rng), len: page * (1 + rng.below(2)) },
         93..=94 => Op::Flush,
         95 => Op::Trim,
         96..=97 => Op::Acquire { lease: base + 998, addr: addr(rng), len: 0, access: Access::REMOTE_READ }, // E1

@@ -13,9 +13,7 @@
 /// their old pages are gone when this returns.
 pub(crate) unsafe fn map_at(addr: u64, len: u64, fixed: libc::c_int, prot: libc::c_int) -> Result<(), i32> {
     // SAFETY: the caller's contract above.
-    let p = unsafe {
-        libc::mmap(addr as *mut libc::c_void, len as usize, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0)
-    };
+    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len as usize, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed, -1, 0) };
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
     }

@@ -9,11 +9,7 @@ use std::time::Duration;
 
 /// Runs `f` on a new thread; `Err` if it does not finish within `limit`
 /// (a deadlock), or with the panic message if it panicked.
-pub fn run_with_timeout<T: Send + 'static>(
-    what: &str,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+pub fn run_with_timeout<T: Send + 'static>(what: &str, limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::Builder::new()
         .name(format!("watchdog: {what}"))

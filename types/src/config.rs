@@ -19,8 +19,7 @@ pub enum OverlapPolicy {
 }
 
 impl OverlapPolicy {
-    pub const ALL: [OverlapPolicy; 3] =
-        [OverlapPolicy::Independent, OverlapPolicy::Merge, OverlapPolicy::NoMergeUncacheContained];
+    pub const ALL: [OverlapPolicy; 3] = [OverlapPolicy::Independent, OverlapPolicy::Merge, OverlapPolicy::NoMergeUncacheContained];
 
     pub fn name(&self) -> &'static str {
         match self {

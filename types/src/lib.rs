@@ -568,21 +568,24 @@ pub enum Ret {
     /// A lease was granted on `reg`. `hit`: an existing cache entry served it.
     /// `pressure`: the registrar first failed with ENOMEM/EAGAIN and the cache
     /// evicted every unleased entry before its one retry (S5.4).
-    Granted { reg: RegView, hit: bool, pressure: bool },
+    Granted {
+        reg: RegView,
+        hit: bool,
+        pressure: bool,
+    },
     /// The op completed (release, release event, alloc, free, flush, fork).
     Done,
-    Failed { error: OpError },
+    Failed {
+        error: OpError,
+    },
 }
 
 impl fmt::Display for Ret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Ret::Granted { reg, hit, pressure } => write!(
-                f,
-                "{} {reg}{}",
-                if *hit { "hit" } else { "miss" },
-                if *pressure { " (after pressure eviction)" } else { "" }
-            ),
+            Ret::Granted { reg, hit, pressure } => {
+                write!(f, "{} {reg}{}", if *hit { "hit" } else { "miss" }, if *pressure { " (after pressure eviction)" } else { "" })
+            }
             Ret::Done => f.write_str("done"),
             Ret::Failed { error } => write!(f, "error: {error}"),
         }

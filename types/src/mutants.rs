@@ -90,12 +90,8 @@ pub const MUTANTS: [&str; 70] = [
 /// mechanism of the slab and is caught by a model of `capi/src/slab/models.rs`
 /// (`catches_<name>`, run by ci/full.sh's `loom` step, and the ones caught
 /// without a race also by `cargo test`).
-pub const SLAB_MUTANTS: [&str; 4] = [
-    "slab-tag-not-incremented",
-    "slab-no-generation-check",
-    "slab-no-seqlock-recheck",
-    "slab-local-list-keeps-generation",
-];
+pub const SLAB_MUTANTS: [&str; 4] =
+    ["slab-tag-not-incremented", "slab-no-generation-check", "slab-no-seqlock-recheck", "slab-local-list-keeps-generation"];
 
 /// The mutants of the other loom models (loom builds only, each a variant
 /// its code runs with when a model selects it), by name: each breaks one
@@ -105,11 +101,7 @@ pub const SLAB_MUTANTS: [&str; 4] = [
 /// `impl/tests/loom.rs`), the C API's cache ids and thread buckets
 /// (`capi/src/lib.rs`, `capi/src/threads.rs`, caught in
 /// `capi/src/slab/models.rs`).
-pub const LOOM_MUTANTS: [&str; 3] = [
-    "counter-claim-without-cas",
-    "cache-id-not-atomic",
-    "bucket-claim-without-cas",
-];
+pub const LOOM_MUTANTS: [&str; 3] = ["counter-claim-without-cas", "cache-id-not-atomic", "bucket-claim-without-cas"];
 
 /// The C API's mutants caught by plain tests (test builds of
 /// `mrcache-capi` only), by name: `escape-exit-not-counted` (a callback's
@@ -138,11 +130,7 @@ pub const FAULT_SWITCHES: [FaultSwitch; 9] = [
     FaultSwitch { name: "over-limit-flag-late", field: "over_limit_flag_late", mirrors: Some("over-limit-flag-late") },
     FaultSwitch { name: "remove-without-window", field: "remove_without_window", mirrors: Some("remove-without-window") },
     FaultSwitch { name: "lru-skips-restamp", field: "lru_skips_restamp", mirrors: Some("lru-skips-restamp") },
-    FaultSwitch {
-        name: "dereg-leased-on-invalidate",
-        field: "dereg_leased_on_invalidate",
-        mirrors: Some("dereg-leased-on-invalidate"),
-    },
+    FaultSwitch { name: "dereg-leased-on-invalidate", field: "dereg_leased_on_invalidate", mirrors: Some("dereg-leased-on-invalidate") },
 ];
 
 /// The fault switch called `name`.
@@ -156,8 +144,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_mirrors_exist() {
-        let mut all: Vec<&str> =
-            MUTANTS.iter().chain(&SLAB_MUTANTS).chain(&LOOM_MUTANTS).chain(&CAPI_TEST_MUTANTS).copied().collect();
+        let mut all: Vec<&str> = MUTANTS.iter().chain(&SLAB_MUTANTS).chain(&LOOM_MUTANTS).chain(&CAPI_TEST_MUTANTS).copied().collect();
         all.sort_unstable();
         all.dedup();
         let n = MUTANTS.len() + SLAB_MUTANTS.len() + LOOM_MUTANTS.len() + CAPI_TEST_MUTANTS.len();

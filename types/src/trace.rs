@@ -137,12 +137,14 @@ impl Trace {
         let err = |line: usize, message: String| TraceError { file: file.to_string(), line, message };
         let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
         let (hl, hline) = lines.next().ok_or_else(|| err(0, "empty trace: no header line".into()))?;
-        let header: Header = serde_json::from_str(hline)
-            .map_err(|e| err(hl + 1, format!("bad header: {e}")))?;
+        let header: Header = serde_json::from_str(hline).map_err(|e| err(hl + 1, format!("bad header: {e}")))?;
         if header.mrcache_trace != FORMAT_VERSION {
             return Err(err(
                 hl + 1,
-                format!("field `mrcache_trace`: format version {} is not supported (this build reads {FORMAT_VERSION})", header.mrcache_trace),
+                format!(
+                    "field `mrcache_trace`: format version {} is not supported (this build reads {FORMAT_VERSION})",
+                    header.mrcache_trace
+                ),
             ));
         }
         if !header.page_size.is_power_of_two() || header.page_size < 512 {
@@ -376,8 +378,7 @@ mod tests {
     #[test]
     //= spec.md#T3
     fn rejects_wrapping_range_and_unknown_lease() {
-        let e = parse(r#"{"op":"acquire","lease":1,"addr":"0xfffffffffffff000","len":"0x2000","access":"remote_read"}"#)
-            .unwrap_err();
+        let e = parse(r#"{"op":"acquire","lease":1,"addr":"0xfffffffffffff000","len":"0x2000","access":"remote_read"}"#).unwrap_err();
         assert!(e.message.contains("wraps"), "{e}");
         let e = parse(r#"{"op":"release","lease":7}"#).unwrap_err();
         assert!(e.message.contains("L7 is not held"), "{e}");

@@ -389,11 +389,7 @@ fn caught(m: SlabMutant, model: fn(Option<SlabMutant>), expected: &[&str]) {
 /// Requires `run` (mutant `name`'s model) to panic with one of `expected`.
 fn fails_with(name: &str, run: impl FnOnce() + std::panic::UnwindSafe, expected: &[&str]) {
     let err = std::panic::catch_unwind(run).expect_err(name);
-    let msg = err
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| err.downcast_ref::<&str>().copied())
-        .unwrap_or("");
+    let msg = err.downcast_ref::<String>().map(String::as_str).or_else(|| err.downcast_ref::<&str>().copied()).unwrap_or("");
     assert!(expected.iter().any(|e| msg.contains(e)), "mutant {name} failed otherwise: {msg}");
 }
 

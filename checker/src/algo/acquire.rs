@@ -1,11 +1,11 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 is in [`super::lanes`]).
 
-use super::{A7, AlgoModel, Ctx, Who};
-use crate::props;
+use super::{AlgoModel, Ctx, Who, A7};
 use crate::config::{Mutant, Span};
+use crate::props;
+use crate::state::*;
 use mrcache_model::OverlapPolicy;
 use mrcache_types::{Access, Op, OpError, ReleaseKind, Ret};
-use crate::state::*;
 
 impl AlgoModel {
     /// A covering findable entry with sufficient access; the oldest (S2.1).
@@ -34,10 +34,8 @@ impl AlgoModel {
             OverlapPolicy::Merge => {
                 let (mut span, mut acc, mut displaced) = (req, access, Vec::new());
                 loop {
-                    let more: Vec<Handle> = findable()
-                        .filter(|(h, r)| !displaced.contains(h) && r.span.overlaps(&span))
-                        .map(|(h, _)| h)
-                        .collect();
+                    let more: Vec<Handle> =
+                        findable().filter(|(h, r)| !displaced.contains(h) && r.span.overlaps(&span)).map(|(h, _)| h).collect();
                     if more.is_empty() {
                         break;
                     }
@@ -52,10 +50,8 @@ impl AlgoModel {
                 Plan { span, access: acc, displaced }
             }
             OverlapPolicy::NoMergeUncacheContained => {
-                let displaced: Vec<Handle> = findable()
-                    .filter(|(_, r)| req.contains(&r.span) || r.span.contains(&req))
-                    .map(|(h, _)| h)
-                    .collect();
+                let displaced: Vec<Handle> =
+                    findable().filter(|(_, r)| req.contains(&r.span) || r.span.contains(&req)).map(|(h, _)| h).collect();
                 let access = displaced.iter().fold(access, |a, &h| a | s.regs[h as usize].access);
                 Plan { span: req, access, displaced }
             }
@@ -231,7 +227,7 @@ impl Ctx<'_> {
             note!(self, "A5: T{t} re-plans {} {} and registers again", plan.span, plan.access);
             let windowed = self.windowed(plan.span);
             let span = self.record_span(t, plan.span);
-        self.thread_mut(t).inflight = Some(InFlight { span, stale: false, windowed });
+            self.thread_mut(t).inflight = Some(InFlight { span, stale: false, windowed });
             let acq = self.acq_mut(t);
             acq.plan = Some(plan);
             acq.trimmed = true;
@@ -421,7 +417,11 @@ impl Ctx<'_> {
             self.thread_mut(t).pc = Pc::A1;
             return;
         }
-        note!(self, "A0: the memo names cell {cell}: #{h}, leasable{}, with T{t}'s key (no lock)", if r.pending { " (PENDING: mutant)" } else { "" });
+        note!(
+            self,
+            "A0: the memo names cell {cell}: #{h}, leasable{}, with T{t}'s key (no lock)",
+            if r.pending { " (PENDING: mutant)" } else { "" }
+        );
         self.thread_mut(t).pc = Pc::A0Cas(h);
     }
 
@@ -593,7 +593,13 @@ impl Ctx<'_> {
         }
         //= spec.md#A4
         let plan = self.m.plan(self.s, req, access);
-        note!(self, "A4: miss: T{t} plans {} {} (displacing {:?}), adds an in-flight record and unlocks", plan.span, plan.access, plan.displaced);
+        note!(
+            self,
+            "A4: miss: T{t} plans {} {} (displacing {:?}), adds an in-flight record and unlocks",
+            plan.span,
+            plan.access,
+            plan.displaced
+        );
         //= spec.md#W3
         //# A4 marks its in-flight record *windowed* if an open window overlaps
         //# it

@@ -24,9 +24,7 @@ impl Ctx<'_> {
     /// of its own.
     pub(super) fn unlock_exclusive(&mut self, a: Actor) {
         assert_eq!(self.s.lock, Lock::Exclusive(a), "{} unlocks a lock it does not hold", actor_name(a));
-        let skip = self.mutant(Mutant::QueueNeverDrained)
-            || self.mutant(Mutant::HolderSkipsDrain)
-            || (a != MONITOR && self.drain_rounds());
+        let skip = self.mutant(Mutant::QueueNeverDrained) || self.mutant(Mutant::HolderSkipsDrain) || (a != MONITOR && self.drain_rounds());
         if !skip && (!self.s.queue.is_empty() || !self.popped_mut(a).is_empty()) {
             note!(self, "{} drains the queue before it unlocks (events queued while it held the lock)", actor_name(a));
             self.drain_queue(a);
@@ -60,8 +58,8 @@ impl Ctx<'_> {
         if !self.drain_rounds() {
             return;
         }
-        let skip = self.mutant(Mutant::QueueNeverDrained)
-            || self.mutant(if reader { Mutant::ReaderSkipsDrain } else { Mutant::HolderSkipsDrain });
+        let skip =
+            self.mutant(Mutant::QueueNeverDrained) || self.mutant(if reader { Mutant::ReaderSkipsDrain } else { Mutant::HolderSkipsDrain });
         if !skip {
             self.thread_mut(t).post = Some(PostDrain { round: 0, locked: false });
         }
@@ -97,7 +95,11 @@ impl Ctx<'_> {
             note!(self, "A11: T{t} finds the queue empty after its unlock");
             self.thread_mut(t).post = None;
         } else if self.s.lock != Lock::Free {
-            note!(self, "A11: the queue is not empty but T{t}'s try of the lock fails ({:?}): the holder drains after its unlock", self.s.lock);
+            note!(
+                self,
+                "A11: the queue is not empty but T{t}'s try of the lock fails ({:?}): the holder drains after its unlock",
+                self.s.lock
+            );
             self.thread_mut(t).post = None;
         } else {
             note!(self, "A11: the queue is not empty: T{t} takes the lock exclusive (round {}) and drains", p.round + 1);

@@ -7,8 +7,8 @@
 
 use super::{AlgoModel, Ctx, Who};
 use crate::config::{CacheFrees, MonitorKind, Mutant, Span};
-use mrcache_types::{Op, ReleaseKind, Ret};
 use crate::state::*;
+use mrcache_types::{Op, ReleaseKind, Ret};
 
 impl AlgoModel {
     /// The page the cache frees under its lock.
@@ -250,7 +250,10 @@ impl Ctx<'_> {
     pub(super) fn drain_ring(&mut self, a: Actor, c: usize) {
         if self.s.reading && self.mutant(Mutant::DrainIgnoresReading) {
             let who = if a == MONITOR { "the service thread".to_string() } else { actor_name(a) };
-            note!(self, "M6 (mutant `drain-ignores-reading`): the clock is odd; {who}'s drain of cache {c} does not wait for the read in progress");
+            note!(
+                self,
+                "M6 (mutant `drain-ignores-reading`): the clock is odd; {who}'s drain of cache {c} does not wait for the read in progress"
+            );
         }
         let from = match self.s.monitor.svc_from.get(c) {
             // `gate-before-apply`: the round set the gate ahead.
@@ -299,7 +302,12 @@ impl Ctx<'_> {
     /// the window is handed to the monitor (M4) as it opens.
     pub(super) fn open_remove_window(&mut self, span: Span, m: Madvise, a: Actor) {
         if self.mutant(Mutant::RemoveWithoutWindow) {
-            note!(self, "M3 (mutant `remove-without-window`): {} applied T{}'s REMOVE {span} as a plain event: no window", actor_name(a), m.thread);
+            note!(
+                self,
+                "M3 (mutant `remove-without-window`): {} applied T{}'s REMOVE {span} as a plain event: no window",
+                actor_name(a),
+                m.thread
+            );
             return;
         }
         note!(self, "M3: {} opens a window on {span} for T{}'s REMOVE (closed by M4 once its madvise returned)", actor_name(a), m.thread);
@@ -411,11 +419,7 @@ impl Ctx<'_> {
                 //# remove one open window with exactly the range's pages
                 let end_op = Op::ReleaseEnd { addr: ev.span.addr(), len: ev.span.bytes() };
                 self.invoke(t as u8, false, end_op);
-                let i = if self.mutant(Mutant::EndClosesOldest) {
-                    Some(0)
-                } else {
-                    self.s.windows.iter().position(|w| *w == ev.span)
-                };
+                let i = if self.mutant(Mutant::EndClosesOldest) { Some(0) } else { self.s.windows.iter().position(|w| *w == ev.span) };
                 let i = i.expect("W2 after its W1: a window is open");
                 note!(self, "W2: T{t} closes the window on {} (after the release)", self.s.windows[i]);
                 self.s.windows.remove(i);
@@ -658,7 +662,11 @@ impl Ctx<'_> {
             }
             _ => {
                 let read = std::mem::take(&mut self.s.monitor.buf);
-                note!(self, "M6: the reader publishes {} event(s) in the ring and stores the clock even; it wakes the service thread", read.len());
+                note!(
+                    self,
+                    "M6: the reader publishes {} event(s) in the ring and stores the clock even; it wakes the service thread",
+                    read.len()
+                );
                 self.s.ring.extend(read);
                 self.s.reading = false;
                 self.s.monitor.pc = MonPc::Idle;

@@ -132,10 +132,8 @@ impl Ctx<'_> {
         if !self.m.cfg.has_limits() {
             return false;
         }
-        let mut unleased: Vec<Handle> = (0..self.s.regs.len())
-            .filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0)
-            .map(|h| h as Handle)
-            .collect();
+        let mut unleased: Vec<Handle> =
+            (0..self.s.regs.len()).filter(|&h| self.s.regs[h].findable && self.s.regs[h].leases == 0).map(|h| h as Handle).collect();
         unleased.sort_by_key(|&h| self.m.policy_key(&self.s.regs[h as usize]));
         let (mut entries, mut bytes) = (0u64, 0u64);
         let mut noted: Vec<Handle> = unleased

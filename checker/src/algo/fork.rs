@@ -61,7 +61,10 @@ impl Ctx<'_> {
         } else {
             //= spec.md#F1
             //# every operation first checks whether it runs in a fork child of the process that made the cache
-            note!(self, "F1: the child's next operation installs a fresh generation: every entry forgotten, the lock free, the queue empty");
+            note!(
+                self,
+                "F1: the child's next operation installs a fresh generation: every entry forgotten, the lock free, the queue empty"
+            );
             for r in self.s.regs.iter_mut() {
                 r.forgotten = true;
                 r.findable = false;

@@ -114,7 +114,10 @@ impl Ctx<'_> {
             }
         }
         if hit.is_empty() {
-            note!(self, "kdreg2: {who} holds the module's mutex: no monitored region overlaps {span} (no generation word changes, no event)");
+            note!(
+                self,
+                "kdreg2: {who} holds the module's mutex: no monitored region overlaps {span} (no generation word changes, no event)"
+            );
         } else {
             note!(self, "kdreg2: {who} holds the module's mutex and destroys the regions overlapping {span}: {hit:?} (generation words changed, one event each queued)");
         }

@@ -3,9 +3,9 @@
 
 use super::{AlgoModel, Ctx, Dry, Who};
 use crate::config::{lane_slot, Mutant, ScriptOp, Span};
+use crate::state::*;
 use mrcache_types::LeaseId;
 use mrcache_types::{Access, Ret};
-use crate::state::*;
 
 pub(super) fn revoke_label(r: Option<&Revoke>) -> String {
     match r.map(|r| r.phase) {
@@ -104,9 +104,7 @@ impl AlgoModel {
                 // is an atomic add (mutant `lane-remote-writes-held`: a
                 // plain store too).
                 ScriptOp::Release { lease } => match s.lane_lease(lease) {
-                    Some((by, lane, _)) => {
-                        !(self.releases_as_owner(s, t, by, lane) || self.mutant(Mutant::LaneRemoteWritesHeld))
-                    }
+                    Some((by, lane, _)) => !(self.releases_as_owner(s, t, by, lane) || self.mutant(Mutant::LaneRemoteWritesHeld)),
                     None => true,
                 },
                 ScriptOp::Event { .. } => true,
@@ -450,7 +448,10 @@ impl Ctx<'_> {
         let val = self.s.load_held(a, lane as usize, slot as usize).wrapping_sub(1);
         self.sb_mut(a).push(Store::Held { lane, slot, val });
         let pin = self.s.lanes[lane as usize][slot as usize].pin;
-        note!(self, "LN1: T{t} (lanes mutex) finds slot {slot}'s pin {pin:?}, not #{h}: it stores held = {val} back (store buffer) and goes to A1");
+        note!(
+            self,
+            "LN1: T{t} (lanes mutex) finds slot {slot}'s pin {pin:?}, not #{h}: it stores held = {val} back (store buffer) and goes to A1"
+        );
         self.thread_mut(t).pc = Pc::A1;
     }
 
@@ -505,7 +506,11 @@ impl Ctx<'_> {
         let p = self.s.load_ptr(t as Actor, lane as usize, slot as usize);
         if p == Some(h) {
             let r2 = self.s.over_limit && !self.mutant(Mutant::NoReleaseEviction);
-            note!(self, "LN3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}", if r2 { "; the over-limit flag is set: R2" } else { "" });
+            note!(
+                self,
+                "LN3: T{t} reloads slot {slot}'s ptr: #{h}, still the lease's entry{}",
+                if r2 { "; the over-limit flag is set: R2" } else { "" }
+            );
             if r2 {
                 self.thread_mut(t).pc = Pc::R2;
             } else {
@@ -543,7 +548,11 @@ impl Ctx<'_> {
             let r = &mut self.s.regs[h as usize];
             r.leases -= 1;
             let (left, invalid) = (r.leases, r.invalid);
-            note!(self, "LN4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}", if invalid { " (INVALID)" } else { "" });
+            note!(
+                self,
+                "LN4: T{t} (lanes mutex) finds slot {slot} at count 0 with pin #{h}: clears it, decrements #{h} to {left}{}",
+                if invalid { " (INVALID)" } else { "" }
+            );
             if left == 0 && invalid {
                 //= spec.md#A-H
                 self.deregister(h);

@@ -130,9 +130,7 @@ impl AlgoModel {
         if cfg.remove && cfg.lanes {
             return Err("the REMOVE windows (M3, M4) are not modelled with the lanes".into());
         }
-        if cfg.monitor.is_kdreg2()
-            && (cfg.lanes || cfg.lockless || cfg.registrar_frees.is_some() || cfg.cache_frees.is_some())
-        {
+        if cfg.monitor.is_kdreg2() && (cfg.lanes || cfg.lockless || cfg.registrar_frees.is_some() || cfg.cache_frees.is_some()) {
             return Err("the kdreg2 models run without lanes, A0, and registrar and cache frees".into());
         }
         if cfg.caches == 0 || cfg.caches > 2 {
@@ -168,7 +166,10 @@ impl AlgoModel {
                 || cfg.registrar_frees.is_some()
                 || cfg.cache_frees.is_some())
         {
-            return Err("a fork (F1) is modelled with the sync monitor only, without lanes, A0, the pair, two caches, or registrar and cache frees".into());
+            return Err(
+                "a fork (F1) is modelled with the sync monitor only, without lanes, A0, the pair, two caches, or registrar and cache frees"
+                    .into(),
+            );
         }
         if cfg.give_backs > 2 {
             return Err("--give-backs is 0 to 2".into());
@@ -259,25 +260,25 @@ impl AlgoModel {
                 .iter()
                 .map(|s| {
                     crate::shared::Shared::new(Thread {
-                    pc: if s.is_empty() { Pc::Done } else { Pc::Idle },
-                    next_op: 0,
-                    acq: None,
-                    ev: None,
-                    inflight: None,
-                    held: smallvec::SmallVec::new(),
-                    dereg: Vec::new(),
-                    toctou: Vec::new(),
-                    waiting: false,
-                    noted: Vec::new(),
-                    sb: Vec::new(),
-                    revoke: None,
-                    popped: Vec::new(),
-                    prelocked: false,
-                    lane_leases: Vec::new(),
-                    lane: None,
-                    failing: false,
-                    post: None,
-                    sig: Sig::None,
+                        pc: if s.is_empty() { Pc::Done } else { Pc::Idle },
+                        next_op: 0,
+                        acq: None,
+                        ev: None,
+                        inflight: None,
+                        held: smallvec::SmallVec::new(),
+                        dereg: Vec::new(),
+                        toctou: Vec::new(),
+                        waiting: false,
+                        noted: Vec::new(),
+                        sb: Vec::new(),
+                        revoke: None,
+                        popped: Vec::new(),
+                        prelocked: false,
+                        lane_leases: Vec::new(),
+                        lane: None,
+                        failing: false,
+                        post: None,
+                        sig: Sig::None,
                     })
                 })
                 .collect(),
@@ -292,11 +293,7 @@ impl AlgoModel {
                 svc: None,
                 svc_from: Vec::new(),
             }),
-            lanes: if self.cfg.lanes {
-                vec![vec![Slot::default(); self.cfg.lane_slots as usize]; self.scripts.len()]
-            } else {
-                Vec::new()
-            },
+            lanes: if self.cfg.lanes { vec![vec![Slot::default(); self.cfg.lane_slots as usize]; self.scripts.len()] } else { Vec::new() },
             claimed: if self.cfg.lanes { vec![true; self.scripts.len()] } else { Vec::new() },
             give_backs_left: self.cfg.give_backs,
             registrar_free_left: self.cfg.registrar_frees.is_some(),
@@ -404,9 +401,7 @@ impl AlgoModel {
     /// (a store after the acquire's stores) has reached memory.
     pub fn handed_over(&self, s: &State, lease: LeaseId) -> bool {
         match self.handed.iter().find(|(l, _, _)| *l == lease) {
-            Some(&(_, by, i)) => {
-                s.threads[by].next_op > i && !s.threads[by].sb.contains(&Store::Handover { lease })
-            }
+            Some(&(_, by, i)) => s.threads[by].next_op > i && !s.threads[by].sb.contains(&Store::Handover { lease }),
             None => true,
         }
     }
@@ -642,11 +637,8 @@ impl AlgoModel {
 /// again), lowering each cache's `applied`: states that differ only there
 /// are one.
 fn normalize_ring(s: &mut State) {
-    let k = std::iter::once(s.applied)
-        .chain(s.others.iter().map(|o| o.applied))
-        .chain(s.monitor.svc_from.iter().copied())
-        .min()
-        .unwrap_or(0);
+    let k =
+        std::iter::once(s.applied).chain(s.others.iter().map(|o| o.applied)).chain(s.monitor.svc_from.iter().copied()).min().unwrap_or(0);
     if k == 0 {
         return;
     }
@@ -910,8 +902,18 @@ impl Ctx<'_> {
         match sop {
             ScriptOp::Acquire { lease, span, access } => {
                 let snap = span.pages().map(|p| self.s.done_gens[p as usize]).collect();
-                self.thread_mut(t).acq =
-                    Some(Acq { lease, req: span, access, snap, attempts: 0, plan: None, handle: None, trimmed: false, skipped_a1: false, inserts: InsertCount::Changed });
+                self.thread_mut(t).acq = Some(Acq {
+                    lease,
+                    req: span,
+                    access,
+                    snap,
+                    attempts: 0,
+                    plan: None,
+                    handle: None,
+                    trimmed: false,
+                    skipped_a1: false,
+                    inserts: InsertCount::Changed,
+                });
                 if self.ln1_start(t, span, access) {
                     return;
                 }
@@ -1043,4 +1045,3 @@ impl Model for AlgoModel {
         Some(format!("{}\n{}\n{}", self.label(last, a), rec.notes.join("\n"), next.summary()))
     }
 }
-

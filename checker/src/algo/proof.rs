@@ -129,10 +129,8 @@ impl Ctx<'_> {
                 continue;
             }
             let span = self.s.proofs[i].span;
-            let waiting: Vec<(u8, bool)> = (0..self.s.threads.len())
-                .filter(|&t| self.m.seen(self.s, t, span) == Seen::Inside)
-                .map(|t| (t as u8, false))
-                .collect();
+            let waiting: Vec<(u8, bool)> =
+                (0..self.s.threads.len()).filter(|&t| self.m.seen(self.s, t, span) == Seen::Inside).map(|t| (t as u8, false)).collect();
             let names: Vec<String> = waiting.iter().map(|(t, _)| format!("T{t}")).collect();
             note!(self, "M4: the monitor lists the threads for the window on {span}: may be inside its madvise: [{}]", names.join(", "));
             let p = &mut self.s.proofs[i];

@@ -80,9 +80,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
     // is in every cache's history). R1's LRU touch (release-no-lru-touch,
     // release-touch-after-decrement).
     //= spec.md#R1 type=test
-    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| {
-        !s.quiescent() || crate::lincache::all_linearizable(s)
-    }));
+    v.push(Property::always(LINEARIZABLE, |_: &AlgoModel, s: &State| !s.quiescent() || crate::lincache::all_linearizable(s)));
     //= spec.md#P6
     v.push(Property::always(P6, |m: &AlgoModel, s: &State| m.deadlock(s).is_none()));
     // Deferred events are drained (queue-never-drained, holder-skips-drain,
@@ -104,17 +102,13 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
         OverlapPolicy::Independent => {}
     }
     if m.cfg.pair || m.cfg.remove {
-        v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| {
-            s.windowed_served || s.others.iter().any(|o| o.windowed_served)
-        }));
+        v.push(Property::sometimes(S_WINDOWED, |_: &AlgoModel, s: &State| s.windowed_served || s.others.iter().any(|o| o.windowed_served)));
     }
     if m.cfg.registrar_failures > 0 {
         v.push(Property::sometimes(S_TRIM_EVICTS, |_: &AlgoModel, s: &State| s.trim_evicted));
     }
     if m.cfg.lanes {
-        v.push(Property::sometimes(S_LANE_HIT, |_: &AlgoModel, s: &State| {
-            s.threads.iter().any(|t| !t.lane_leases.is_empty())
-        }));
+        v.push(Property::sometimes(S_LANE_HIT, |_: &AlgoModel, s: &State| s.threads.iter().any(|t| !t.lane_leases.is_empty())));
         v.push(Property::sometimes(S_LANE_PIN, |_: &AlgoModel, s: &State| s.lanes.iter().flatten().any(|sl| sl.pin.is_some())));
         v.push(Property::sometimes(S_LANE_HIT_PINNED, |_: &AlgoModel, s: &State| {
             s.threads.iter().any(|th| match (th.pc, th.lane) {
@@ -127,9 +121,7 @@ pub fn properties(m: &AlgoModel) -> Vec<Property<AlgoModel>> {
                 // With the lanes mutex free no revoke is under way, and
                 // none can pin this slot again (its `ptr` stays null): the
                 // undo is certain.
-                (Pc::LN1Pin { slot, h }, Some(lane)) => {
-                    s.lanes[lane as usize][slot as usize].pin != Some(h) && !s.lanes_mutex_held()
-                }
+                (Pc::LN1Pin { slot, h }, Some(lane)) => s.lanes[lane as usize][slot as usize].pin != Some(h) && !s.lanes_mutex_held(),
                 _ => false,
             })
         }));
@@ -201,14 +193,9 @@ impl AlgoModel {
             // evictor releases without the cache lock (its read's second step).
             let on_klock = a != MONITOR && s.klock && s.monitor.pc == MonPc::Read;
             let stuck = if a == MONITOR { !self.monitor_enabled(s) } else { !self.thread_enabled(s, a as usize) && !on_klock };
-            let busy = a == MONITOR && s.monitor.pc != MonPc::Idle
-                || a != MONITOR && s.threads[a as usize].pc != crate::state::Pc::Done;
+            let busy = a == MONITOR && s.monitor.pc != MonPc::Idle || a != MONITOR && s.threads[a as usize].pc != crate::state::Pc::Done;
             if stuck && busy {
-                return Some(format!(
-                    "{} holds the lock exclusively and waits: {}",
-                    crate::state::actor_name(a),
-                    self.blocked_on(s, a)
-                ));
+                return Some(format!("{} holds the lock exclusively and waits: {}", crate::state::actor_name(a), self.blocked_on(s, a)));
             }
         }
         // A thread that can step is an action (`actions` lists it first):
@@ -232,9 +219,6 @@ impl AlgoModel {
     /// lanes: no lane lease either).
     pub fn over_limits_with_victim(&self, s: &State) -> bool {
         self.over_limits(s)
-            && s.regs
-                .iter()
-                .enumerate()
-                .any(|(h, r)| r.findable && r.leases == 0 && !(self.cfg.lanes && s.lease_held_on(h as u8)))
+            && s.regs.iter().enumerate().any(|(h, r)| r.findable && r.leases == 0 && !(self.cfg.lanes && s.lease_held_on(h as u8)))
     }
 }

@@ -2,19 +2,15 @@
 
 use super::Ctx;
 use crate::config::Mutant;
-use mrcache_types::{OpError, Ret};
 use crate::state::*;
+use mrcache_types::{OpError, Ret};
 
 impl Ctx<'_> {
     //= spec.md#R1
     pub(super) fn r1(&mut self, t: usize, lease: u64) {
         // The lease is `t`'s, or handed over by the thread that took it.
-        let Some((by, i)) = self
-            .s
-            .threads
-            .iter()
-            .enumerate()
-            .find_map(|(u, th)| th.held.iter().position(|(l, _)| *l == lease).map(|i| (u, i)))
+        let Some((by, i)) =
+            self.s.threads.iter().enumerate().find_map(|(u, th)| th.held.iter().position(|(l, _)| *l == lease).map(|i| (u, i)))
         else {
             // The acquire failed (E6), so the lease is not held.
             return self.finish(t, Ret::Failed { error: OpError::UnknownLease { lease } });
@@ -88,7 +84,11 @@ impl Ctx<'_> {
         // before the decrement, so an A6 between them goes unseen.
         let flag = self.mutant(Mutant::ReleaseFlagBeforeDecrement).then_some(self.s.over_limit);
         if let Some(f) = flag {
-            note!(self, "R1 (mutant `release-flag-before-decrement`): T{t} loads the over-limit flag before its decrement: {}", if f { "set" } else { "clear" });
+            note!(
+                self,
+                "R1 (mutant `release-flag-before-decrement`): T{t} loads the over-limit flag before its decrement: {}",
+                if f { "set" } else { "clear" }
+            );
         }
         self.thread_mut(t).pc = Pc::R1Dec { h, flag };
     }

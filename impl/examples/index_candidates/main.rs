@@ -123,7 +123,10 @@ fn overlapping<I: Index>(name: &str, mut idx: I, n: u64) {
         let i = g.below(n);
         assert_eq!(idx.covering(sp(BASE + 2 * i, 4)), Some(i + 1));
     }
-    println!("{name:<16} n={n:<7} overlapping 4-page entries at a 2-page stride: hit={:>6.1} ns", t.elapsed().as_nanos() as f64 / iters as f64);
+    println!(
+        "{name:<16} n={n:<7} overlapping 4-page entries at a 2-page stride: hit={:>6.1} ns",
+        t.elapsed().as_nanos() as f64 / iters as f64
+    );
 }
 
 fn main() {

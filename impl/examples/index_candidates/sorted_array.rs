@@ -39,14 +39,7 @@ impl<T> Default for IntervalIndex<T> {
 
 impl<T> IntervalIndex<T> {
     pub fn new() -> Self {
-        IntervalIndex {
-            starts: Vec::new(),
-            slots: Vec::new(),
-            pmax: Vec::new(),
-            tree: Vec::new(),
-            cap: 0,
-            dirty: false,
-        }
+        IntervalIndex { starts: Vec::new(), slots: Vec::new(), pmax: Vec::new(), tree: Vec::new(), cap: 0, dirty: false }
     }
 
     pub fn len(&self) -> usize {
@@ -213,4 +206,3 @@ impl<T> IntervalIndex<T> {
         self.starts.iter().zip(&self.slots).map(|(&first, s)| (PageSpan { first, end: s.end }, s))
     }
 }
-

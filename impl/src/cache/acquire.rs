@@ -1,21 +1,21 @@
 //! Acquire: spec.md A1–A11 (the lane hit LN1 before A1 is in [`super::lanes`]).
 
-use super::entry::{indexed, peek};
-use super::lanes;
-use super::Cache;
+use super::counters::{inc, Hot};
 use super::dereg::{Dereg, DeregList};
+use super::entry::{indexed, peek};
 use super::entry::{Entry, EntryPtr};
-use super::source::Watched;
+use super::entry_state::EntryState;
 use super::evict::Noted;
 use super::generation::{answered, Generation, Locked};
+use super::lanes;
 use super::lease::Lease;
-use super::entry_state::EntryState;
-use super::counters::{Hot, inc};
+use super::source::Watched;
+use super::Cache;
 use crate::error::Error;
 use crate::index::IntervalIndex;
 use crate::registrar::CallbackSpan;
 use crate::registrar::Registrar;
-use crate::sync::{Ordering, plain};
+use crate::sync::{plain, Ordering};
 use mrcache_types::config::{per_page_cost_ns, EvictionPolicy, OverlapPolicy};
 use mrcache_types::{Access, PageSpan, Range, RangeError, RegistrarFailure};
 use std::mem::ManuallyDrop;
@@ -34,12 +34,7 @@ pub(super) struct Plan {
 /// memoized if the request is its key). The same answer either way: the
 /// canonical covering entry (debug builds check it against the index).
 #[inline(always)]
-fn covering_answer<R: Registrar>(
-    st: &Locked<R>,
-    span: PageSpan,
-    access: Access,
-    page_size: u64,
-) -> Option<(EntryPtr<R>, &Entry<R>)> {
+fn covering_answer<R: Registrar>(st: &Locked<R>, span: PageSpan, access: Access, page_size: u64) -> Option<(EntryPtr<R>, &Entry<R>)> {
     let version = st.index.answers_version();
     if let Some(bits) = st.memo.get(version, span.first) {
         // SAFETY: the memo holds only `memo_bits` of index answers.
@@ -208,10 +203,7 @@ impl<R: Registrar> Cache<R> {
             // A lane that takes memos gets them from A1 under the lock (LN2
             // needs it); with limits, the hit's LRU touch and the notes need
             // A1's lock.
-            if !self.limits_active
-                && lane.is_none_or(|lane| lanes::dry_skip(lane))
-                && shared.draining.load(Ordering::Acquire) == 0
-            {
+            if !self.limits_active && lane.is_none_or(|lane| lanes::dry_skip(lane)) && shared.draining.load(Ordering::Acquire) == 0 {
                 if let Some(e) = self.lockless_hit(shared, span, access) {
                     self.hot.bump_each(&[Hot::Acquires, Hot::Hits, Hot::LocklessHits]);
                     return Ok(Lease::new(self, shared, e, true, false));
@@ -223,9 +215,7 @@ impl<R: Registrar> Cache<R> {
             // With limits, after A1_MISS_STREAK A1 misses in a row on this
             // thread's lane, until its next hit: a miss then does not take
             // the lock shared for a lookup that misses. `None`: A3 looks up.
-            if let Some(lane) =
-                lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) >= lanes::A1_MISS_STREAK)
-            {
+            if let Some(lane) = lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) >= lanes::A1_MISS_STREAK) {
                 self.hot.bump_each(&[Hot::Acquires, Hot::A1Skips]);
                 let leased = self.acquire_slow(shared, range, span, access, None);
                 // A hit (A3 or A8): this thread's A1 runs again.
@@ -238,9 +228,7 @@ impl<R: Registrar> Cache<R> {
             if let Some((e, entry)) = covering_answer(&st, span, access, self.page_size) {
                 // The streak matters only with limits (the skip above):
                 // without them an A1 hit costs no load of it.
-                if let Some(lane) =
-                    lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) != 0)
-                {
+                if let Some(lane) = lane.filter(|lane| self.limits_active && lane.a1_misses.load(Ordering::Relaxed) != 0) {
                     lane.a1_misses.store(0, Ordering::Relaxed);
                 }
                 entry.state.acquire();
@@ -376,9 +364,7 @@ impl<R: Registrar> Cache<R> {
             //# A1 ran and missed and the index's insert counter is still the one A1
             //# read when it missed
             // Same generation only: a fork replaces the index.
-            let unchanged = attempts == 1
-                && std::ptr::eq(shared, first_shared)
-                && a1_missed_at == Some(st.index.inserts());
+            let unchanged = attempts == 1 && std::ptr::eq(shared, first_shared) && a1_missed_at == Some(st.index.inserts());
             if unchanged {
                 // (no lookup)
             } else if let Some(slot) = st.index.covering(span, access) {
@@ -429,10 +415,7 @@ impl<R: Registrar> Cache<R> {
             //# Call the registrar without the lock.
             let handle = match self.register_abandonable(shared, token, &plan) {
                 Ok(h) => h,
-                Err(err)
-                    if !pressure_used
-                        && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) =>
-                {
+                Err(err) if !pressure_used && matches!(err.failure, RegistrarFailure::NoMemory | RegistrarFailure::Again) => {
                     pressure_used = true;
                     unwatched |= self.pressure_trim(shared, deregs, range, span, access, &mut plan, &mut token)?;
                     match self.register_abandonable(shared, token, &plan) {

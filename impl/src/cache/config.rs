@@ -216,9 +216,7 @@ impl CacheConfig {
             return Err(Error::InvalidConfig { reason: "max_retries must be at least 1".into() });
         }
         if !self.lane_slots.is_power_of_two() || !(2..=1 << 16).contains(&self.lane_slots) {
-            return Err(Error::InvalidConfig {
-                reason: format!("lane_slots {} is not a power of two in [2, 65536]", self.lane_slots),
-            });
+            return Err(Error::InvalidConfig { reason: format!("lane_slots {} is not a power of two in [2, 65536]", self.lane_slots) });
         }
         Ok(())
     }

@@ -6,10 +6,10 @@
 //! `events` (layer 5), because A11's post-unlock drain is a drain (A-D):
 //! the steps that need layer 5 live in layer 5 (module docs of `cache`).
 
-use super::Cache;
 use super::counters::{inc, Hot};
 use super::entry::EntryPtr;
-use super::generation::{Generation, held_by_this_thread};
+use super::generation::{held_by_this_thread, Generation};
+use super::Cache;
 use crate::hit_memo::RetiredMemo;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;

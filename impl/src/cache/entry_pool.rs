@@ -224,12 +224,7 @@ impl<R: Registrar> EntryPool<R> {
     );
 
     pub(crate) fn new() -> Self {
-        EntryPool {
-            blocks: Vec::new(),
-            carved: BLOCK,
-            free: std::ptr::null_mut(),
-            incarnation: 0,
-        }
+        EntryPool { blocks: Vec::new(), carved: BLOCK, free: std::ptr::null_mut(), incarnation: 0 }
     }
 
     /// Takes back the memory of an entry freed under the lock exclusive (its
@@ -363,11 +358,7 @@ mod tests {
             cost: 0,
             priority: plain::AtomicU64::new(0),
             noted: plain::AtomicU64::new(0),
-            handle: ManuallyDrop::new(CountingHandle {
-                id,
-                range: Range { addr: id << 12, len: 4096 },
-                access: Access::LOCAL_WRITE,
-            }),
+            handle: ManuallyDrop::new(CountingHandle { id, range: Range { addr: id << 12, len: 4096 }, access: Access::LOCAL_WRITE }),
         }
     }
 
@@ -448,8 +439,7 @@ mod tests {
             }
         });
         // The last block is used up: the next allocations take the list.
-        let again: HashSet<usize> =
-            (0..4 * BLOCK as u64).map(|id| pool.alloc(&returned, entry(id)).as_ptr() as usize).collect();
+        let again: HashSet<usize> = (0..4 * BLOCK as u64).map(|id| pool.alloc(&returned, entry(id)).as_ptr() as usize).collect();
         assert_eq!(again, all.iter().copied().collect::<HashSet<_>>(), "every piece given back is reused, once");
         assert_eq!(pool.blocks.len(), 4, "no new block while memory was given back");
     }

@@ -1,20 +1,20 @@
 //! Release events: spec.md H1, H2, M1, M2, A-D, the A-H handoff, and the
 //! release windows of hooks that run before the release (W1, W2; W3 is in A9).
 
-use super::entry::indexed;
-use super::Cache;
+use super::counters::{add, inc};
 use super::dereg::{Dereg, DeregList};
+use super::entry::indexed;
 use super::entry::EntryPtr;
-use super::generation::{Generation, Locked, WriteGuard, held_by_this_thread};
 #[cfg(any(test, feature = "faults"))]
 use super::entry_state::EntryState;
 use super::entry_state::Invalidated;
-use super::counters::{add, inc};
+use super::generation::{held_by_this_thread, Generation, Locked, WriteGuard};
+use super::source::{EventSource, ReleaseEvent};
+use super::Cache;
 use crate::error::Error;
 use crate::index::Slot;
 use crate::registrar::Registrar;
 use crate::sync::{AtomicU64, Ordering};
-use super::source::{EventSource, ReleaseEvent};
 use mrcache_types::{Range, ReleaseKind};
 use std::mem::ManuallyDrop;
 

@@ -15,17 +15,17 @@
 //! victim against a full note taken in the same window, and a unit test
 //! shows that check catching a note one entry short.
 
+use super::counters::inc;
+use super::dereg::DeregList;
+use super::entry::EntryPtr;
 use super::entry::{self, indexed, Entry};
 use super::entry_state::EntryState;
-use super::Cache;
-use super::dereg::DeregList;
+use super::evict_order::{policy_key, Candidate};
 use super::generation::{Generation, Locked};
-use super::counters::inc;
+use super::Cache;
+use crate::index::{IntervalIndex, Removal, Slot};
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
-use super::entry::EntryPtr;
-use super::evict_order::{policy_key, Candidate};
-use crate::index::{IntervalIndex, Removal, Slot};
 use mrcache_types::config::EvictionPolicy;
 
 /// The entries an eviction pass may take (see [`Cache::note_victims`]): those
@@ -42,8 +42,7 @@ impl Noted {
 impl<R: Registrar> Cache<R> {
     pub(super) fn over_limits(&self, st: &Locked<R>) -> bool {
         let l = &self.config.contract.limits;
-        l.max_regions.is_some_and(|m| st.index.len() as u64 > m)
-            || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes > m)
+        l.max_regions.is_some_and(|m| st.index.len() as u64 > m) || l.max_pinned_bytes.is_some_and(|m| st.cached_bytes > m)
     }
 
     fn cost_aware(&self) -> bool {

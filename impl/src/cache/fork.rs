@@ -2,11 +2,11 @@
 //! S2.6), over the fork detection of [`super::os`] (layer 3: it installs
 //! generations).
 
-use super::Cache;
 use super::counters::add;
-use super::source::{EventSource, ReleaseEvent, Watched};
 use super::generation::Generation;
 use super::os::{fork_generation, wipe_check};
+use super::source::{EventSource, ReleaseEvent, Watched};
+use super::Cache;
 use crate::registrar::Registrar;
 use crate::sync::{plain, Ordering};
 

@@ -1,20 +1,20 @@
 //! One generation of the cache's shared state (see "Fork" in the module
 //! docs) and its lock.
 
-use super::Cache;
 use super::counters::get;
 use super::entry::{Entry, EntryPtr};
 use super::entry_pool::{EntryPool, Returned};
-use super::source::EventSource;
-use super::gate::Gate;
 use super::evict_order::{Candidate, EvictionOrder};
+use super::gate::Gate;
 use super::lanes;
 use super::queue::InvalidationQueue;
+use super::source::EventSource;
 use super::window::Windows;
+use super::Cache;
 use crate::hit_memo::{HitMemo, MemoHint};
 use crate::index::IntervalIndex;
 use crate::registrar::Registrar;
-use crate::sync::{AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard, plain, thread_local};
+use crate::sync::{plain, thread_local, AtomicBool, AtomicU64, Ordering, RwLock, RwLockWriteGuard};
 use mrcache_types::PageSpan;
 use std::cell::Cell;
 use std::mem::ManuallyDrop;

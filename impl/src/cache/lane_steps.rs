@@ -2,12 +2,12 @@
 //! before A1, the lane release, the detached release and the revoke, as
 //! `Cache` steps over [`super::lanes`] (whose module docs give the protocol).
 
-use super::Cache;
 use super::entry::{Entry, EntryPtr};
 use super::generation::{held_by_this_thread, Generation};
 use super::lanes::{heavy_barrier, keep_if_pinned, null_ptr, owns, release, try_hit, worth_probing, Lane, LaneHit, LaneRef, LaneReleased};
 use super::lease::{leased, Lease};
 use super::os::fork_generation;
+use super::Cache;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use mrcache_types::{Access, Range};
@@ -23,7 +23,12 @@ impl<R: Registrar> Cache<R> {
     /// [`Self::lane_hit`], with this thread's lane that served it (for an
     /// owned lease, counted there without a second lookup).
     #[inline(always)]
-    pub(super) fn lane_hit_mine<'c>(&'c self, shared: &'c Generation<R>, range: Range, access: Access) -> Option<(Lease<'c, R>, &'c Lane<R>)> {
+    pub(super) fn lane_hit_mine<'c>(
+        &'c self,
+        shared: &'c Generation<R>,
+        range: Range,
+        access: Access,
+    ) -> Option<(Lease<'c, R>, &'c Lane<R>)> {
         //= spec.md#LN1
         //# lane hit (before A1): if the queue is empty, the draining count is 0,
         //# and a slot of this thread's lane has exactly the request's key

@@ -39,12 +39,12 @@
 //! stale read (which leaks, never frees early), so a sum of 0 means every
 //! lease taken has done its last access, and the cache can go.
 
-use super::Cache;
 use super::config::CacheConfig;
 use super::counters::add;
 use super::entry::{Entry, EntryPtr};
 use super::generation::Generation;
 use super::lanes::{Lane, LaneRef};
+use super::Cache;
 use crate::registrar::{Keys, Registrar};
 use mrcache_types::{Access, Range, RegView};
 use std::fmt;
@@ -106,13 +106,7 @@ unsafe impl<R: Registrar> Send for Lease<'_, R> {}
 unsafe impl<R: Registrar> Sync for Lease<'_, R> {}
 
 impl<'c, R: Registrar> Lease<'c, R> {
-    pub(crate) fn new(
-        cache: &'c Cache<R>,
-        shared: &'c Generation<R>,
-        entry: EntryPtr<R>,
-        hit: bool,
-        pressure: bool,
-    ) -> Self {
+    pub(crate) fn new(cache: &'c Cache<R>, shared: &'c Generation<R>, entry: EntryPtr<R>, hit: bool, pressure: bool) -> Self {
         Lease { cache, shared, entry, lane: None, hit, pressure }
     }
 
@@ -171,11 +165,7 @@ impl<R: Registrar> Drop for Lease<'_, R> {
 
 impl<R: Registrar> fmt::Debug for Lease<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lease")
-            .field("view", &self.view())
-            .field("hit", &self.hit)
-            .field("pressure", &self.pressure)
-            .finish()
+        f.debug_struct("Lease").field("view", &self.view()).field("hit", &self.hit).field("pressure", &self.pressure).finish()
     }
 }
 
@@ -290,11 +280,7 @@ impl<R: Registrar + 'static> SharedCache<R> {
         // being destroyed is given back at once, and then the lane is not
         // this thread's to count on.
         let lanes = &lease.shared.lanes;
-        let lane = if cache.lanes_on {
-            lanes.mine().or_else(|| lanes.mine_or_claim().and_then(|_| lanes.mine()))
-        } else {
-            None
-        };
+        let lane = if cache.lanes_on { lanes.mine().or_else(|| lanes.mine_or_claim().and_then(|_| lanes.mine())) } else { None };
         let counted = match lane {
             Some(lane) => {
                 lane.count_owned_taken();

@@ -136,10 +136,10 @@
 mod config;
 mod counters;
 mod entry;
-mod evict_order;
-mod queue;
 mod entry_state;
+mod evict_order;
 mod gate;
+mod queue;
 mod source;
 mod window;
 // Layer 2: lane slots and claims, the system calls, entry memory.
@@ -161,17 +161,17 @@ mod release;
 // Layer 6: reports.
 mod stats;
 
-pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED, LANE_SLOTS};
 #[cfg(any(test, feature = "faults"))]
 pub use config::Faults;
+pub use config::{CacheConfig, Monitoring, DEFAULT_MAX_RETRIES, DEFAULT_MAX_UNRELEASED, LANE_SLOTS};
+pub use entry_state::{EntryState, Invalidated, Released};
 pub use events::{RoundDeregs, RoundLock};
-pub use source::{EventSource, ReleaseEvent, Watched};
 pub use gate::{reading as clock_reading, EVENT_CLOCK};
-pub use os::{fork_generation, forking_thread};
 pub use lanes::{uses_membarrier, MAX_LANES};
 pub use lease::{Lease, OwnedLease, SharedCache};
+pub use os::{fork_generation, forking_thread};
 pub use queue::{InvalidationQueue, Pushed, MAX_QUEUE_CAPACITY};
-pub use entry_state::{EntryState, Invalidated, Released};
+pub use source::{EventSource, ReleaseEvent, Watched};
 pub use stats::Diagnostics;
 /// The hit counters, for their loom model (`impl/tests/loom.rs`).
 #[cfg(loom)]
@@ -180,11 +180,11 @@ pub mod hot_counters {
 }
 pub(crate) use generation::Generation;
 
+use self::counters::{inc, Hot};
 use self::counters::{Counters, HotCounters};
 use crate::error::Error;
 use crate::registrar::Registrar;
-use self::counters::{inc, Hot};
-use crate::sync::{Ordering, plain};
+use crate::sync::{plain, Ordering};
 
 /// A memory-registration cache implementing spec.md §A. `Send + Sync`; share
 /// it by reference, in an `Arc`, or in a [`SharedCache`] handle (which hands
@@ -373,7 +373,6 @@ impl<R: Registrar> Cache<R> {
         }
     }
 }
-
 
 /// The layer rule of the module docs ("Layers"), checked on the source.
 #[cfg(all(test, not(loom)))]

@@ -34,9 +34,7 @@ pub(crate) mod membarrier {
     #[cfg(not(loom))]
     pub fn register() -> bool {
         let supported = membarrier(CMD_QUERY);
-        supported >= 0
-            && supported & CMD_PRIVATE_EXPEDITED != 0
-            && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+        supported >= 0 && supported & CMD_PRIVATE_EXPEDITED != 0 && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
     }
 
     #[cfg(loom)]

@@ -69,11 +69,7 @@ impl InvalidationQueue {
     /// [`MAX_QUEUE_CAPACITY`]), preallocated.
     pub fn with_capacity(capacity: usize) -> Self {
         let cap = capacity.clamp(1, MAX_QUEUE_CAPACITY);
-        InvalidationQueue {
-            events: Mutex::new(Buffered { events: Vec::with_capacity(cap), hull: None }),
-            len: AtomicUsize::new(0),
-            cap,
-        }
+        InvalidationQueue { events: Mutex::new(Buffered { events: Vec::with_capacity(cap), hull: None }), len: AtomicUsize::new(0), cap }
     }
 
     pub fn capacity(&self) -> usize {

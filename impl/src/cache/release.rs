@@ -1,13 +1,13 @@
 //! Release: spec.md R1, R2 (the lane release LN3 is in [`super::lanes`]).
 
+use super::counters::Hot;
+use super::dereg::DeregList;
+use super::entry::EntryPtr;
+use super::entry_state::Released;
+use super::generation::Generation;
 use super::lanes::Lane;
 use super::lease::{leased, Lease};
 use super::Cache;
-use super::dereg::DeregList;
-use super::generation::Generation;
-use super::entry::EntryPtr;
-use super::entry_state::Released;
-use super::counters::Hot;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 
@@ -33,9 +33,7 @@ impl<R: Registrar> Cache<R> {
     pub(super) fn release_owned(&self, lease: &Lease<'_, R>, counted: &Lane<R>) {
         let shared = lease.shared;
         if let Some(r) = lease.lane {
-            if shared.lanes.mine().is_some_and(|l| std::ptr::eq(l, counted))
-                && self.release_on_lane(shared, lease.entry, r, counted)
-            {
+            if shared.lanes.mine().is_some_and(|l| std::ptr::eq(l, counted)) && self.release_on_lane(shared, lease.entry, r, counted) {
                 counted.count_owned_returned(true);
                 return;
             }

@@ -2,10 +2,10 @@
 //! [`Diagnostics`], the cached views, and the counting `Cache` helpers, over
 //! the counters of `counters.rs`.
 
-use super::Cache;
 use super::counters::{get, Hot};
 use super::entry::indexed;
 use super::lanes;
+use super::Cache;
 use crate::registrar::Registrar;
 use crate::sync::Ordering;
 use mrcache_types::{RegView, Stats};
@@ -151,12 +151,8 @@ impl<R: Registrar> Cache<R> {
             unwatched_uncached: get(&c.unwatched_uncached),
             lane_releases: self.lane_counts(shared).1,
             lanes: shared.lanes.installed().count() as u64,
-            pinned_slots: shared
-                .lanes
-                .installed()
-                .flat_map(|l| l.slots())
-                .filter(|s| !s.pin().load(Ordering::SeqCst).is_null())
-                .count() as u64,
+            pinned_slots: shared.lanes.installed().flat_map(|l| l.slots()).filter(|s| !s.pin().load(Ordering::SeqCst).is_null()).count()
+                as u64,
             membarrier: lanes::uses_membarrier(),
             owned_leases: self.owned_outstanding(),
             leaked_for_owned_leases: get(&c.leaked_for_owned_leases),
@@ -172,15 +168,10 @@ impl<R: Registrar> Cache<R> {
     pub fn cached_views(&self) -> Vec<RegView> {
         let shared = self.shared();
         let st = shared.lock.read().unwrap_or_else(PoisonError::into_inner);
-        let mut v: Vec<RegView> = st
-            .index
-            .iter()
-            .map(|(_, slot)| indexed(slot).view())
-            .collect();
+        let mut v: Vec<RegView> = st.index.iter().map(|(_, slot)| indexed(slot).view()).collect();
         v.sort_by_key(|r| r.id);
         v
     }
-
 }
 
 #[cfg(all(test, not(loom)))]

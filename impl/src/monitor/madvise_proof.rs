@@ -27,10 +27,10 @@
 //!
 //! Every `unsafe` here is an FFI call on plain data (SAFETY comments at each).
 
+use crate::fork_safe::{ProcessGuard, ProcessLock};
 use mrcache_types::Range;
 use std::fs;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use crate::fork_safe::{ProcessGuard, ProcessLock};
 
 /// Acknowledgement slots: a token's low bits name its slot.
 const SLOTS: usize = 1024;
@@ -260,9 +260,7 @@ impl Signal {
             *(base.add(24) as *mut u64) = token;
         }
         // SAFETY: plain syscall on our own process and a thread id.
-        let r = unsafe {
-            libc::syscall(libc::SYS_rt_tgsigqueueinfo, std::process::id() as libc::pid_t, tid, self.number, &info)
-        };
+        let r = unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, std::process::id() as libc::pid_t, tid, self.number, &info) };
         if r == 0 {
             return SendOutcome::Sent(Sent { token });
         }
@@ -775,16 +773,15 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         let before: Vec<i32> = list_tasks().unwrap();
         let mut ring = IoUring::new(4).unwrap();
-        let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr()).flags(libc::O_RDONLY)
+        let open = opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path.as_ptr())
+            .flags(libc::O_RDONLY)
             .build()
             .flags(io_uring::squeue::Flags::ASYNC) // to a worker, which blocks (inline, it would open non-blocking)
             .user_data(7);
         // SAFETY: `path` outlives the request (we wait for its completion below).
         unsafe { ring.submission().push(&open).unwrap() };
         ring.submit().unwrap();
-        let is_worker = |tid: i32| {
-            read_task_file(tid, "stat").ok().and_then(|s| stat_flags(&s)).is_some_and(|f| f & PF_IO_WORKER != 0)
-        };
+        let is_worker = |tid: i32| read_task_file(tid, "stat").ok().and_then(|s| stat_flags(&s)).is_some_and(|f| f & PF_IO_WORKER != 0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let worker = loop {
             let found = list_tasks().unwrap().into_iter().find(|t| !before.contains(t) && is_worker(*t));

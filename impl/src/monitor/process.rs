@@ -40,10 +40,10 @@
 //!   or by [`super::uffd::READ_MESSAGES`] per read.
 
 use super::madvise_proof::{self, InstallError, Observation, Seen, SendOutcome, Sent, Signal, TaskFile, TaskFiles};
-use crate::fork_safe::ProcessLock;
 use super::ring::{lost_events, EventRing, RING_EVENTS};
 use super::uffd::{MessageBuffer, UffdError, UffdMonitor};
 use crate::cache::{clock_reading, Cache, EventSource, ReleaseEvent, RoundDeregs, RoundLock, SharedCache, Watched, EVENT_CLOCK};
+use crate::fork_safe::ProcessLock;
 use crate::registrar::Registrar;
 use mrcache_types::Range;
 use std::collections::HashMap;
@@ -500,13 +500,7 @@ struct Prover {
 
 impl Prover {
     fn new(signal: Signal, reader: i32) -> Self {
-        Prover {
-            signal,
-            me: (madvise_proof::gettid(), reader),
-            unproven: Vec::new(),
-            files: TaskFiles::default(),
-            outstanding: Vec::new(),
-        }
+        Prover { signal, me: (madvise_proof::gettid(), reader), unproven: Vec::new(), files: TaskFiles::default(), outstanding: Vec::new() }
     }
 
     /// Starts proving each window of `opened`: a range, and the caches
@@ -593,11 +587,7 @@ impl Prover {
                             } else {
                                 // At most KEPT_FILES of these are open (the
                                 // process's own descriptors come first).
-                                let thread = if outstanding.len() < madvise_proof::KEPT_FILES {
-                                    looks.files.handle(*tid)
-                                } else {
-                                    None
-                                };
+                                let thread = if outstanding.len() < madvise_proof::KEPT_FILES { looks.files.handle(*tid) } else { None };
                                 match signal.send(*tid) {
                                     SendOutcome::Sent(s) => {
                                         outstanding.push(Outstanding { tid: *tid, sent: s, thread });
@@ -625,7 +615,6 @@ impl Prover {
         !self.unproven.is_empty()
     }
 }
-
 
 /// The process's hub, once a cache attached. In a fork child it still names
 /// the parent's (its threads do not exist there): `pid` tells.
@@ -893,7 +882,11 @@ impl Drop for MonitorThread {
             match process.as_mut().filter(|r| ours && Arc::ptr_eq(&r.hub, &hub)) {
                 Some(running) => {
                     running.attached -= 1;
-                    if running.attached == 0 { running.service.take() } else { None }
+                    if running.attached == 0 {
+                        running.service.take()
+                    } else {
+                        None
+                    }
                 }
                 None => None,
             }
@@ -998,9 +991,7 @@ mod tests {
         f.set_len(4096).unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: a fresh shared mapping of our own file.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
         assert_ne!(p, libc::MAP_FAILED);
         let err = cache.acquire(p as u64, 4096, Access::LOCAL_WRITE).unwrap_err();
         assert_eq!(err.code(), "E5");
@@ -1018,4 +1009,3 @@ mod tests {
         assert!(matches!(MonitorThread::start(&cache), Err(UffdError::AlreadyMonitored)));
     }
 }
-

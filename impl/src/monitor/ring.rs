@@ -126,8 +126,7 @@ impl EventRing {
         if s.seq.load(Ordering::Acquire) != n + 1 {
             return None;
         }
-        let (addr, len, kind) =
-            (s.addr.load(Ordering::Relaxed), s.len.load(Ordering::Relaxed), s.kind.load(Ordering::Relaxed));
+        let (addr, len, kind) = (s.addr.load(Ordering::Relaxed), s.len.load(Ordering::Relaxed), s.kind.load(Ordering::Relaxed));
         // Acquire fence: the loads above happen before the re-check; if the
         // writer began overwriting before any of them, the re-check sees it.
         fence(Ordering::Acquire);

@@ -87,10 +87,8 @@ mod sys;
 
 /// The features this monitor needs. `PAGEFAULT_FLAG_WP` is how the kernel says
 /// it supports `UFFDIO_REGISTER_MODE_WP` at all.
-pub const REQUIRED_FEATURES: u64 = sys::UFFD_FEATURE_EVENT_UNMAP
-    | sys::UFFD_FEATURE_EVENT_REMOVE
-    | sys::UFFD_FEATURE_EVENT_REMAP
-    | sys::UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+pub const REQUIRED_FEATURES: u64 =
+    sys::UFFD_FEATURE_EVENT_UNMAP | sys::UFFD_FEATURE_EVENT_REMOVE | sys::UFFD_FEATURE_EVENT_REMAP | sys::UFFD_FEATURE_PAGEFAULT_FLAG_WP;
 
 /// Names of the set bits of a userfaultfd feature mask, joined by `|`.
 pub fn feature_names(mask: u64) -> String {
@@ -198,9 +196,7 @@ pub(crate) fn refused_mapping(maps: &str, start: u64, end: u64) -> Option<String
 /// acquiring application thread, inside the library's frames.
 fn proc_self_maps() -> Option<Vec<u8>> {
     // SAFETY: openat(2) of a NUL-terminated path; returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
-    };
+    let fd = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return None;
     }
@@ -474,9 +470,7 @@ impl UffdMonitor {
             return Ok(());
         }
         match last_errno() {
-            errno @ (libc::EINVAL | libc::ENOMEM | libc::EPERM | libc::EBUSY) => {
-                Err(UffdError::Unwatchable { range, errno })
-            }
+            errno @ (libc::EINVAL | libc::ENOMEM | libc::EPERM | libc::EBUSY) => Err(UffdError::Unwatchable { range, errno }),
             errno => Err(UffdError::Register { range, errno }),
         }
     }
@@ -632,13 +626,9 @@ impl UffdMonitor {
         match msg.event {
             sys::UFFD_EVENT_UNMAP => span(a0, a1).map(|range| ReleaseEvent::of(ReleaseKind::Munmap, range)),
             // DONTNEED, FREE and REMOVE are indistinguishable here.
-            sys::UFFD_EVENT_REMOVE => {
-                span(a0, a1).map(|range| ReleaseEvent::of(ReleaseKind::MadviseDontneed, range))
-            }
+            sys::UFFD_EVENT_REMOVE => span(a0, a1).map(|range| ReleaseEvent::of(ReleaseKind::MadviseDontneed, range)),
             // from = a0, to = a1, len = a2: the old range no longer maps those frames.
-            sys::UFFD_EVENT_REMAP => {
-                span(a0, a0.checked_add(a2)?).map(|range| ReleaseEvent::of(ReleaseKind::MremapSource, range))
-            }
+            sys::UFFD_EVENT_REMAP => span(a0, a0.checked_add(a2)?).map(|range| ReleaseEvent::of(ReleaseKind::MremapSource, range)),
             sys::UFFD_EVENT_PAGEFAULT => {
                 self.resolve_fault(a0, a1);
                 None
@@ -655,15 +645,12 @@ impl UffdMonitor {
     fn resolve_fault(&self, flags: u64, address: u64) {
         let page = sys::UffdioRange { start: address & !(self.page_size - 1), len: self.page_size };
         if flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
-            let mut wp =
-                sys::UffdioWriteprotect { range: sys::UffdioRange { start: page.start, len: page.len }, mode: 0 };
+            let mut wp = sys::UffdioWriteprotect { range: sys::UffdioRange { start: page.start, len: page.len }, mode: 0 };
             // SAFETY: UFFDIO_WRITEPROTECT reads and writes one `struct
             // uffdio_writeprotect`, which `wp` is (repr(C)). Mode 0 removes
             // write protection from one page of the faulting process's own
             // mapping and wakes the waiter: it never touches memory we use.
-            let rc = unsafe {
-                libc::ioctl(self.raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp as *mut sys::UffdioWriteprotect)
-            };
+            let rc = unsafe { libc::ioctl(self.raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp as *mut sys::UffdioWriteprotect) };
             if rc == 0 {
                 self.faults_resolved.fetch_add(1, Ordering::Relaxed);
                 return;

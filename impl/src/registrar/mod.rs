@@ -58,12 +58,7 @@ pub trait Registrar: Send + Sync + 'static {
     /// (the C API's, under glibc) runs `on_abandon` before it, once, on the
     /// calling thread; the cache then abandons the registration in flight,
     /// as after a failure. Others need do nothing: the default ignores it.
-    fn register_abandonable(
-        &self,
-        range: Range,
-        access: Access,
-        on_abandon: &mut dyn FnMut(),
-    ) -> Result<Self::Handle, RegistrarError> {
+    fn register_abandonable(&self, range: Range, access: Access, on_abandon: &mut dyn FnMut()) -> Result<Self::Handle, RegistrarError> {
         let _ = on_abandon;
         self.register(range, access)
     }

@@ -120,21 +120,14 @@ impl UringRegistrar {
     /// A ring with a sparse table of `slots` fixed buffers, 1..=[`MAX_SLOTS`].
     pub fn new(slots: u32) -> Result<Self, RegistrarError> {
         if slots == 0 || slots > MAX_SLOTS {
-            return Err(einval(
-                "io_uring_register_buffers_sparse",
-                format!("{slots} slots requested; the kernel allows 1..={MAX_SLOTS}"),
-            ));
+            return Err(einval("io_uring_register_buffers_sparse", format!("{slots} slots requested; the kernel allows 1..={MAX_SLOTS}")));
         }
         let ring = IoUring::builder()
             .dontfork()
             .build(RING_ENTRIES)
             .map_err(|e| RegistrarError::from_errno("io_uring_setup", io_errno(&e), e.to_string()))?;
         ring.submitter().register_buffers_sparse(slots).map_err(|e| {
-            RegistrarError::from_errno(
-                "io_uring_register_buffers_sparse",
-                io_errno(&e),
-                format!("sparse table of {slots} slots: {e}"),
-            )
+            RegistrarError::from_errno("io_uring_register_buffers_sparse", io_errno(&e), format!("sparse table of {slots} slots: {e}"))
         })?;
         // SAFETY: memfd_create gets a NUL-terminated name and plain flags; it
         // returns a new fd we own, or -1.
@@ -280,20 +273,14 @@ impl State {
             let at = (addr + done as u64) as usize;
             let entry = match dir {
                 Dir::IntoBuffer => opcode::ReadFixed::new(fd, at as *mut u8, n, buf_index).offset(done as u64).build(),
-                Dir::FromBuffer => {
-                    opcode::WriteFixed::new(fd, at as *const u8, n, buf_index).offset(done as u64).build()
-                }
+                Dir::FromBuffer => opcode::WriteFixed::new(fd, at as *const u8, n, buf_index).offset(done as u64).build(),
             };
             let res = self.run(entry, verb)?;
             if res < 0 {
                 return Err(RegistrarError::from_errno(verb, -res, format!("slot {slot}, {n:#x} bytes at {at:#x}")));
             }
             if res == 0 {
-                return Err(RegistrarError::from_errno(
-                    verb,
-                    libc::EIO,
-                    format!("no progress: slot {slot}, {n:#x} bytes at {at:#x}"),
-                ));
+                return Err(RegistrarError::from_errno(verb, libc::EIO, format!("no progress: slot {slot}, {n:#x} bytes at {at:#x}")));
             }
             done += res as usize;
         }
@@ -323,8 +310,7 @@ impl State {
                 Err(e) => return Err(RegistrarError::from_errno("io_uring_enter", io_errno(&e), e.to_string())),
             }
             // Completions of earlier requests abandoned by an error are skipped.
-            let found =
-                self.ring.completion().map(|c: cqueue::Entry| (c.user_data(), c.result())).find(|&(t, _)| t == tag);
+            let found = self.ring.completion().map(|c: cqueue::Entry| (c.user_data(), c.result())).find(|&(t, _)| t == tag);
             if let Some((_, res)) = found {
                 return Ok(res);
             }
@@ -352,11 +338,7 @@ impl Registrar for UringRegistrar {
         }
         let mut st = self.lock();
         let Some(slot) = st.free.pop() else {
-            return Err(RegistrarError::from_errno(
-                VERB_UPDATE,
-                libc::ENOMEM,
-                format!("all {} slots in use", self.slots),
-            ));
+            return Err(RegistrarError::from_errno(VERB_UPDATE, libc::ENOMEM, format!("all {} slots in use", self.slots)));
         };
         let iov = libc::iovec { iov_base: range.addr as usize as *mut libc::c_void, iov_len: range.len as usize };
         // SAFETY: `iov` outlives the call. The kernel pins the frames behind
@@ -386,9 +368,7 @@ impl Registrar for UringRegistrar {
         // it refers to no memory.
         let r = unsafe { st.ring.submitter().register_buffers_update(handle.slot, &[iov], None) };
         st.free.push(handle.slot);
-        r.map_err(|e| {
-            RegistrarError::from_errno(VERB_UPDATE, io_errno(&e), format!("clearing slot {}: {e}", handle.slot))
-        })
+        r.map_err(|e| RegistrarError::from_errno(VERB_UPDATE, io_errno(&e), format!("clearing slot {}: {e}", handle.slot)))
     }
 
     fn keys(&self, handle: &UringHandle) -> Keys {
@@ -714,16 +694,7 @@ mod tests {
         file.set_len(64 << 10).unwrap();
         let map = |flags| {
             // SAFETY: mapping 64 KiB of our own file at a kernel-chosen address.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    64 << 10,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), 64 << 10, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
             assert_ne!(p, libc::MAP_FAILED);
             // SAFETY: the fresh mapping is 64 KiB and writable.
             unsafe { std::ptr::write_bytes(p as *mut u8, 1, 64 << 10) };

@@ -74,10 +74,7 @@ pub enum VerbsError {
         "RDMA device `{name}` not found; available: {} (choose one with the device argument or {DEVICE_ENV})",
         .available.join(", ")
     )]
-    DeviceNotFound {
-        name: String,
-        available: Vec<String>,
-    },
+    DeviceNotFound { name: String, available: Vec<String> },
     #[error("ibv_open_device({name}) failed: {} (errno {errno})", os(.errno))]
     OpenDevice { name: String, errno: i32 },
     #[error("ibv_alloc_pd failed: {} (errno {errno})", os(.errno))]
@@ -94,9 +91,7 @@ impl VerbsError {
     /// The verb that failed (device selection counts as `ibv_get_device_list`).
     pub fn verb(&self) -> &'static str {
         match self {
-            VerbsError::GetDeviceList { .. }
-            | VerbsError::NoDevice
-            | VerbsError::DeviceNotFound { .. } => "ibv_get_device_list",
+            VerbsError::GetDeviceList { .. } | VerbsError::NoDevice | VerbsError::DeviceNotFound { .. } => "ibv_get_device_list",
             VerbsError::OpenDevice { .. } => "ibv_open_device",
             VerbsError::AllocPd { .. } => "ibv_alloc_pd",
             VerbsError::RegMr { .. } => "ibv_reg_mr",
@@ -165,13 +160,7 @@ pub trait Verbs: Send + Sync + 'static {
     /// `ibv_alloc_pd`.
     fn alloc_pd(&self, ctx: &Self::Ctx) -> Result<Self::Pd, i32>;
     /// `ibv_reg_mr`.
-    fn reg_mr(
-        &self,
-        pd: &Self::Pd,
-        addr: u64,
-        len: u64,
-        access: ibv_access_flags,
-    ) -> Result<Self::Mr, i32>;
+    fn reg_mr(&self, pd: &Self::Pd, addr: u64, len: u64, access: ibv_access_flags) -> Result<Self::Mr, i32>;
     /// The `lkey` and `rkey` of a registered MR.
     fn mr_keys(&self, mr: &Self::Mr) -> Keys;
     /// `ibv_dereg_mr`.
@@ -260,10 +249,7 @@ impl Verbs for RealVerbs {
         // SAFETY: `n` is a valid out pointer for the duration of the call.
         let list = unsafe { rdma_sys::ibv_get_device_list(&mut n) };
         match NonNull::new(list) {
-            Some(list) => Ok(RealDeviceList {
-                list,
-                len: usize::try_from(n).unwrap_or(0),
-            }),
+            Some(list) => Ok(RealDeviceList { list, len: usize::try_from(n).unwrap_or(0) }),
             None => Err(last_errno()),
         }
     }
@@ -279,9 +265,7 @@ impl Verbs for RealVerbs {
                 }
                 // SAFETY: a non-NULL name is a NUL-terminated string owned by
                 // the device, valid while the list is; it is copied out here.
-                unsafe { CStr::from_ptr(name) }
-                    .to_string_lossy()
-                    .into_owned()
+                unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
             })
             .collect()
     }
@@ -299,20 +283,13 @@ impl Verbs for RealVerbs {
         NonNull::new(pd).map(RealPd).ok_or_else(last_errno)
     }
 
-    fn reg_mr(
-        &self,
-        pd: &RealPd,
-        addr: u64,
-        len: u64,
-        access: ibv_access_flags,
-    ) -> Result<RealMr, i32> {
+    fn reg_mr(&self, pd: &RealPd, addr: u64, len: u64, access: ibv_access_flags) -> Result<RealMr, i32> {
         let len = usize::try_from(len).map_err(|_| libc::EINVAL)?;
         let access = libc::c_int::try_from(access.0).map_err(|_| libc::EINVAL)?;
         // SAFETY: `pd` is allocated: deallocating it consumes the handle. The
         // kernel validates the range (EFAULT if unmapped); the call itself
         // neither reads nor writes the memory.
-        let mr =
-            unsafe { rdma_sys::ibv_reg_mr(pd.0.as_ptr(), addr as *mut libc::c_void, len, access) };
+        let mr = unsafe { rdma_sys::ibv_reg_mr(pd.0.as_ptr(), addr as *mut libc::c_void, len, access) };
         NonNull::new(mr).map(RealMr).ok_or_else(last_errno)
     }
 
@@ -320,10 +297,7 @@ impl Verbs for RealVerbs {
         // SAFETY: `mr` is registered (deregistering consumes the handle), so
         // it points to a live `ibv_mr`, whose keys never change.
         let mr = unsafe { mr.0.as_ref() };
-        Keys {
-            lkey: mr.lkey,
-            rkey: mr.rkey,
-        }
+        Keys { lkey: mr.lkey, rkey: mr.rkey }
     }
 
     unsafe fn dereg_mr(&self, mr: RealMr) -> Result<(), i32> {
@@ -357,9 +331,7 @@ impl Verbs for RealVerbs {
 /// The device to open: `explicit`, else a non-empty `env` (the value of
 /// [`DEVICE_ENV`]), else `None` (the first device).
 fn wanted_device(explicit: Option<&str>, env: Option<String>) -> Option<String> {
-    explicit
-        .map(str::to_owned)
-        .or_else(|| env.filter(|s| !s.trim().is_empty()))
+    explicit.map(str::to_owned).or_else(|| env.filter(|s| !s.trim().is_empty()))
 }
 
 /// Index of the device to open among `names`.
@@ -369,13 +341,9 @@ fn select_device(names: &[String], wanted: Option<&str>) -> Result<usize, VerbsE
     }
     match wanted {
         None => Ok(0),
-        Some(w) => names
-            .iter()
-            .position(|n| n == w)
-            .ok_or_else(|| VerbsError::DeviceNotFound {
-                name: w.to_owned(),
-                available: names.to_vec(),
-            }),
+        Some(w) => {
+            names.iter().position(|n| n == w).ok_or_else(|| VerbsError::DeviceNotFound { name: w.to_owned(), available: names.to_vec() })
+        }
     }
 }
 
@@ -391,25 +359,14 @@ pub struct Context<V: Verbs = RealVerbs> {
 impl<V: Verbs> Context<V> {
     /// Opens the device called `device`, or the first listed device.
     pub fn open(verbs: V, device: Option<&str>) -> Result<Arc<Self>, VerbsError> {
-        let list = verbs
-            .get_device_list()
-            .map_err(|errno| VerbsError::GetDeviceList { errno })?;
+        let list = verbs.get_device_list().map_err(|errno| VerbsError::GetDeviceList { errno })?;
         let names = verbs.device_names(&list);
         let index = select_device(&names, device)?;
         let name = names[index].clone();
-        let raw = verbs
-            .open_device(&list, index)
-            .map_err(|errno| VerbsError::OpenDevice {
-                name: name.clone(),
-                errno,
-            })?;
+        let raw = verbs.open_device(&list, index).map_err(|errno| VerbsError::OpenDevice { name: name.clone(), errno })?;
         // Free the list only after opening, as libibverbs requires.
         drop(list);
-        Ok(Arc::new(Context {
-            raw: Some(raw),
-            name,
-            verbs,
-        }))
+        Ok(Arc::new(Context { raw: Some(raw), name, verbs }))
     }
 
     pub fn device_name(&self) -> &str {
@@ -417,9 +374,7 @@ impl<V: Verbs> Context<V> {
     }
 
     fn raw(&self) -> &V::Ctx {
-        self.raw
-            .as_ref()
-            .expect("a Context's handle is only taken by Drop")
+        self.raw.as_ref().expect("a Context's handle is only taken by Drop")
     }
 }
 
@@ -436,9 +391,7 @@ impl<V: Verbs> Drop for Context<V> {
 
 impl<V: Verbs> fmt::Debug for Context<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("device", &self.name)
-            .finish()
+        f.debug_struct("Context").field("device", &self.name).finish()
     }
 }
 
@@ -452,14 +405,8 @@ pub struct ProtectionDomain<V: Verbs = RealVerbs> {
 
 impl<V: Verbs> ProtectionDomain<V> {
     pub fn alloc(ctx: &Arc<Context<V>>) -> Result<Arc<Self>, VerbsError> {
-        let raw = ctx
-            .verbs
-            .alloc_pd(ctx.raw())
-            .map_err(|errno| VerbsError::AllocPd { errno })?;
-        Ok(Arc::new(ProtectionDomain {
-            raw: Some(raw),
-            ctx: Arc::clone(ctx),
-        }))
+        let raw = ctx.verbs.alloc_pd(ctx.raw()).map_err(|errno| VerbsError::AllocPd { errno })?;
+        Ok(Arc::new(ProtectionDomain { raw: Some(raw), ctx: Arc::clone(ctx) }))
     }
 
     pub fn context(&self) -> &Arc<Context<V>> {
@@ -467,9 +414,7 @@ impl<V: Verbs> ProtectionDomain<V> {
     }
 
     fn raw(&self) -> &V::Pd {
-        self.raw
-            .as_ref()
-            .expect("a ProtectionDomain's handle is only taken by Drop")
+        self.raw.as_ref().expect("a ProtectionDomain's handle is only taken by Drop")
     }
 }
 
@@ -488,9 +433,7 @@ impl<V: Verbs> Drop for ProtectionDomain<V> {
 
 impl<V: Verbs> fmt::Debug for ProtectionDomain<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProtectionDomain")
-            .field("device", &self.ctx.name)
-            .finish()
+        f.debug_struct("ProtectionDomain").field("device", &self.ctx.name).finish()
     }
 }
 
@@ -507,27 +450,15 @@ pub struct MemoryRegion<V: Verbs = RealVerbs> {
 
 impl<V: Verbs> MemoryRegion<V> {
     /// `ibv_reg_mr` of `range` with `access` (mapped by [`access_flags`]).
-    pub fn register(
-        pd: &Arc<ProtectionDomain<V>>,
-        range: Range,
-        access: Access,
-    ) -> Result<Self, VerbsError> {
+    pub fn register(pd: &Arc<ProtectionDomain<V>>, range: Range, access: Access) -> Result<Self, VerbsError> {
         let verbs = &pd.ctx.verbs;
-        let raw = verbs
-            .reg_mr(pd.raw(), range.addr, range.len, access_flags(access))
-            .map_err(|errno| VerbsError::RegMr {
-                errno,
-                addr: range.addr,
-                len: range.len,
-            })?;
+        let raw = verbs.reg_mr(pd.raw(), range.addr, range.len, access_flags(access)).map_err(|errno| VerbsError::RegMr {
+            errno,
+            addr: range.addr,
+            len: range.len,
+        })?;
         let keys = verbs.mr_keys(&raw);
-        Ok(MemoryRegion {
-            raw: Some(raw),
-            keys,
-            range,
-            access,
-            pd: Arc::clone(pd),
-        })
+        Ok(MemoryRegion { raw: Some(raw), keys, range, access, pd: Arc::clone(pd) })
     }
 
     /// `ibv_dereg_mr`, reporting failure (which `Drop` cannot). On failure the
@@ -535,8 +466,7 @@ impl<V: Verbs> MemoryRegion<V> {
     pub fn deregister(mut self) -> Result<(), VerbsError> {
         match self.raw.take() {
             // SAFETY: the handle was just taken out of `self`, so nothing uses it again.
-            Some(mr) => unsafe { self.pd.ctx.verbs.dereg_mr(mr) }
-                .map_err(|errno| VerbsError::DeregMr { errno }),
+            Some(mr) => unsafe { self.pd.ctx.verbs.dereg_mr(mr) }.map_err(|errno| VerbsError::DeregMr { errno }),
             None => Ok(()),
         }
     }
@@ -624,9 +554,7 @@ impl<V: Verbs> VerbsRegistrar<V> {
 
 impl<V: Verbs> fmt::Debug for VerbsRegistrar<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VerbsRegistrar")
-            .field("device", &self.device_name())
-            .finish()
+        f.debug_struct("VerbsRegistrar").field("device", &self.device_name()).finish()
     }
 }
 
@@ -693,11 +621,7 @@ mod fake {
     }
     impl Drop for FakeList {
         fn drop(&mut self) {
-            self.state
-                .lock()
-                .unwrap()
-                .log
-                .push("free_device_list".into());
+            self.state.lock().unwrap().log.push("free_device_list".into());
         }
     }
     pub struct FakeCtx(u32);
@@ -746,19 +670,13 @@ mod fake {
         fn get_device_list(&self) -> Result<FakeList, i32> {
             self.call(Verb::GetDeviceList, "get_device_list".into())?;
             let names = self.0.lock().unwrap().devices.clone();
-            Ok(FakeList {
-                names,
-                state: Arc::clone(&self.0),
-            })
+            Ok(FakeList { names, state: Arc::clone(&self.0) })
         }
         fn device_names(&self, list: &FakeList) -> Vec<String> {
             list.names.clone()
         }
         fn open_device(&self, list: &FakeList, index: usize) -> Result<FakeCtx, i32> {
-            let id = self.call(
-                Verb::OpenDevice,
-                format!("open_device({})", list.names[index]),
-            )?;
+            let id = self.call(Verb::OpenDevice, format!("open_device({})", list.names[index]))?;
             self.0.lock().unwrap().live_ctxs.push(id);
             Ok(FakeCtx(id))
         }
@@ -767,25 +685,13 @@ mod fake {
             self.0.lock().unwrap().live_pds.insert(id, ctx.0);
             Ok(FakePd(id))
         }
-        fn reg_mr(
-            &self,
-            pd: &FakePd,
-            addr: u64,
-            len: u64,
-            access: ibv_access_flags,
-        ) -> Result<FakeMr, i32> {
-            let id = self.call(
-                Verb::RegMr,
-                format!("reg_mr({addr:#x}, {len:#x}, {:#x})", access.0),
-            )?;
+        fn reg_mr(&self, pd: &FakePd, addr: u64, len: u64, access: ibv_access_flags) -> Result<FakeMr, i32> {
+            let id = self.call(Verb::RegMr, format!("reg_mr({addr:#x}, {len:#x}, {:#x})", access.0))?;
             self.0.lock().unwrap().live_mrs.insert(id, pd.0);
             Ok(FakeMr(id))
         }
         fn mr_keys(&self, mr: &FakeMr) -> Keys {
-            Keys {
-                lkey: 0x100 + mr.0,
-                rkey: 0x200 + mr.0,
-            }
+            Keys { lkey: 0x100 + mr.0, rkey: 0x200 + mr.0 }
         }
         unsafe fn dereg_mr(&self, mr: FakeMr) -> Result<(), i32> {
             self.call(Verb::DeregMr, format!("dereg_mr({:#x})", 0x100 + mr.0))?;
@@ -806,12 +712,7 @@ mod fake {
             self.call(Verb::CloseDevice, "close_device".into())?;
             let mut s = self.0.lock().unwrap();
             s.live_ctxs.retain(|&c| c != ctx.0);
-            let pds: Vec<u32> = s
-                .live_pds
-                .iter()
-                .filter(|(_, &c)| c == ctx.0)
-                .map(|(&p, _)| p)
-                .collect();
+            let pds: Vec<u32> = s.live_pds.iter().filter(|(_, &c)| c == ctx.0).map(|(&p, _)| p).collect();
             s.live_mrs.retain(|_, p| !pds.contains(p));
             s.live_pds.retain(|_, c| *c != ctx.0);
             Ok(())
@@ -865,9 +766,8 @@ mod tests {
             assert_eq!(f & RR != 0, a.suffices_for(Access::REMOTE_READ), "{a}");
             assert_eq!(f & RW != 0, a.suffices_for(Access::REMOTE_WRITE), "{a}");
             assert_eq!(f & RA != 0, a.suffices_for(Access::REMOTE_ATOMIC), "{a}");
-            let needs_lw = a.suffices_for(Access::LOCAL_WRITE)
-                || a.suffices_for(Access::REMOTE_WRITE)
-                || a.suffices_for(Access::REMOTE_ATOMIC);
+            let needs_lw =
+                a.suffices_for(Access::LOCAL_WRITE) || a.suffices_for(Access::REMOTE_WRITE) || a.suffices_for(Access::REMOTE_ATOMIC);
             assert_eq!(f & LW != 0, needs_lw, "{a}");
         }
     }
@@ -878,32 +778,15 @@ mod tests {
         let reg = open(&fake, "rxe0");
         assert_eq!(reg.device_name(), "rxe0");
         assert_eq!(reg.name(), "verbs");
-        let h = reg
-            .register(range(0x10000, 0x3000), Access::REMOTE_WRITE)
-            .unwrap();
+        let h = reg.register(range(0x10000, 0x3000), Access::REMOTE_WRITE).unwrap();
         let log = fake.log();
         assert_eq!(
             log,
-            [
-                "get_device_list",
-                "open_device(rxe0)",
-                "free_device_list",
-                "alloc_pd",
-                &format!("reg_mr(0x10000, 0x3000, {:#x})", LW | RW),
-            ]
+            ["get_device_list", "open_device(rxe0)", "free_device_list", "alloc_pd", &format!("reg_mr(0x10000, 0x3000, {:#x})", LW | RW),]
         );
-        assert_eq!(
-            reg.keys(&h),
-            Keys {
-                lkey: h.lkey(),
-                rkey: h.rkey()
-            }
-        );
+        assert_eq!(reg.keys(&h), Keys { lkey: h.lkey(), rkey: h.rkey() });
         assert_ne!(h.lkey(), 0);
-        assert_eq!(
-            (h.range(), h.access()),
-            (range(0x10000, 0x3000), Access::REMOTE_WRITE)
-        );
+        assert_eq!((h.range(), h.access()), (range(0x10000, 0x3000), Access::REMOTE_WRITE));
         reg.deregister(h).unwrap();
         assert_eq!(fake.live(), (1, 1, 0));
     }
@@ -926,18 +809,10 @@ mod tests {
         let fake = FakeVerbs::with_devices(&["rxe0"]);
         fake.fail_next(Verb::GetDeviceList, libc::ENOSYS);
         let e = VerbsRegistrar::open_exact(fake.clone(), None).unwrap_err();
-        assert_eq!(
-            e,
-            VerbsError::GetDeviceList {
-                errno: libc::ENOSYS
-            }
-        );
+        assert_eq!(e, VerbsError::GetDeviceList { errno: libc::ENOSYS });
         assert!(e.to_string().contains("rdma_rxe"), "{e}");
         let r = RegistrarError::from(e);
-        assert_eq!(
-            (r.verb, r.errno, r.failure),
-            ("ibv_get_device_list", libc::ENOSYS, RegistrarFailure::Other)
-        );
+        assert_eq!((r.verb, r.errno, r.failure), ("ibv_get_device_list", libc::ENOSYS, RegistrarFailure::Other));
         assert_eq!(fake.live(), (0, 0, 0));
     }
 
@@ -949,41 +824,20 @@ mod tests {
             let e = VerbsRegistrar::open_exact(fake.clone(), dev).unwrap_err();
             assert_eq!(e, VerbsError::NoDevice);
             let msg = e.to_string();
-            assert!(
-                msg.contains("modprobe rdma_rxe")
-                    && msg.contains("rdma link add rxe0 type rxe netdev eth0"),
-                "{msg}"
-            );
+            assert!(msg.contains("modprobe rdma_rxe") && msg.contains("rdma link add rxe0 type rxe netdev eth0"), "{msg}");
             let r = RegistrarError::from(e);
             assert_eq!((r.verb, r.errno), ("ibv_get_device_list", libc::ENODEV));
         }
-        assert_eq!(
-            fake.log(),
-            [
-                "get_device_list",
-                "free_device_list",
-                "get_device_list",
-                "free_device_list"
-            ]
-        );
+        assert_eq!(fake.log(), ["get_device_list", "free_device_list", "get_device_list", "free_device_list"]);
     }
 
     #[test]
     fn device_not_found_lists_the_available_names() {
         let fake = FakeVerbs::with_devices(&["mlx5_0", "rxe0"]);
         let e = VerbsRegistrar::open_exact(fake.clone(), Some("mlx5_9")).unwrap_err();
-        assert_eq!(
-            e,
-            VerbsError::DeviceNotFound {
-                name: "mlx5_9".into(),
-                available: vec!["mlx5_0".into(), "rxe0".into()]
-            }
-        );
+        assert_eq!(e, VerbsError::DeviceNotFound { name: "mlx5_9".into(), available: vec!["mlx5_0".into(), "rxe0".into()] });
         let msg = e.to_string();
-        assert!(
-            msg.contains("`mlx5_9`") && msg.contains("mlx5_0, rxe0") && msg.contains(DEVICE_ENV),
-            "{msg}"
-        );
+        assert!(msg.contains("`mlx5_9`") && msg.contains("mlx5_0, rxe0") && msg.contains(DEVICE_ENV), "{msg}");
         assert_eq!(fake.log(), ["get_device_list", "free_device_list"]);
     }
 
@@ -992,27 +846,11 @@ mod tests {
         let fake = FakeVerbs::with_devices(&["rxe0"]);
         fake.fail_next(Verb::OpenDevice, libc::EACCES);
         let e = VerbsRegistrar::open_exact(fake.clone(), Some("rxe0")).unwrap_err();
-        assert_eq!(
-            e,
-            VerbsError::OpenDevice {
-                name: "rxe0".into(),
-                errno: libc::EACCES
-            }
-        );
-        assert!(
-            e.to_string().starts_with("ibv_open_device(rxe0) failed"),
-            "{e}"
-        );
+        assert_eq!(e, VerbsError::OpenDevice { name: "rxe0".into(), errno: libc::EACCES });
+        assert!(e.to_string().starts_with("ibv_open_device(rxe0) failed"), "{e}");
         let r = RegistrarError::from(e);
         assert_eq!((r.verb, r.errno), ("ibv_open_device", libc::EACCES));
-        assert_eq!(
-            fake.log(),
-            [
-                "get_device_list",
-                "open_device(rxe0) -> errno 13",
-                "free_device_list"
-            ]
-        );
+        assert_eq!(fake.log(), ["get_device_list", "open_device(rxe0) -> errno 13", "free_device_list"]);
         assert_eq!(fake.live(), (0, 0, 0));
     }
 
@@ -1021,27 +859,10 @@ mod tests {
         let fake = FakeVerbs::with_devices(&["rxe0"]);
         fake.fail_next(Verb::AllocPd, libc::ENOMEM);
         let e = VerbsRegistrar::open_exact(fake.clone(), None).unwrap_err();
-        assert_eq!(
-            e,
-            VerbsError::AllocPd {
-                errno: libc::ENOMEM
-            }
-        );
+        assert_eq!(e, VerbsError::AllocPd { errno: libc::ENOMEM });
         let r = RegistrarError::from(e);
-        assert_eq!(
-            (r.verb, r.failure),
-            ("ibv_alloc_pd", RegistrarFailure::NoMemory)
-        );
-        assert_eq!(
-            fake.log(),
-            [
-                "get_device_list",
-                "open_device(rxe0)",
-                "free_device_list",
-                "alloc_pd -> errno 12",
-                "close_device"
-            ]
-        );
+        assert_eq!((r.verb, r.failure), ("ibv_alloc_pd", RegistrarFailure::NoMemory));
+        assert_eq!(fake.log(), ["get_device_list", "open_device(rxe0)", "free_device_list", "alloc_pd -> errno 12", "close_device"]);
         assert_eq!(fake.live(), (0, 0, 0));
     }
 
@@ -1056,17 +877,11 @@ mod tests {
             (libc::EINVAL, RegistrarFailure::Other),
         ] {
             fake.fail_next(Verb::RegMr, errno);
-            let e = reg
-                .register(range(0x7000, 0x2000), Access::REMOTE_READ)
-                .unwrap_err();
+            let e = reg.register(range(0x7000, 0x2000), Access::REMOTE_READ).unwrap_err();
             assert_eq!((e.verb, e.errno, e.failure), ("ibv_reg_mr", errno, failure));
             assert!(e.detail.contains("0x2000 bytes at 0x7000"), "{e}");
         }
-        let e = VerbsError::RegMr {
-            errno: libc::ENOMEM,
-            addr: 0,
-            len: 1,
-        };
+        let e = VerbsError::RegMr { errno: libc::ENOMEM, addr: 0, len: 1 };
         assert!(e.to_string().contains("RLIMIT_MEMLOCK"), "{e}");
         // A failed registration has no side effect.
         assert_eq!(fake.live(), (1, 1, 0));
@@ -1076,28 +891,16 @@ mod tests {
     fn dereg_mr_failure_is_reported_and_the_mr_is_left_to_close() {
         let fake = FakeVerbs::with_devices(&["rxe0"]);
         let reg = open(&fake, "rxe0");
-        let h = reg
-            .register(range(0x1000, 0x1000), Access::LOCAL_WRITE)
-            .unwrap();
+        let h = reg.register(range(0x1000, 0x1000), Access::LOCAL_WRITE).unwrap();
         fake.clear_log();
         fake.fail_next(Verb::DeregMr, libc::EBUSY);
         let e = reg.deregister(h).unwrap_err();
-        assert_eq!(
-            (e.verb, e.errno, e.failure),
-            ("ibv_dereg_mr", libc::EBUSY, RegistrarFailure::Other)
-        );
+        assert_eq!((e.verb, e.errno, e.failure), ("ibv_dereg_mr", libc::EBUSY, RegistrarFailure::Other));
         assert!(e.detail.contains("stays pinned"), "{e}");
         // Not retried by Drop (the handle was consumed); the PD is then busy,
         // and closing the context releases everything.
         drop(reg);
-        assert_eq!(
-            fake.log(),
-            [
-                "dereg_mr(0x104) -> errno 16",
-                "dealloc_pd -> errno 16",
-                "close_device"
-            ]
-        );
+        assert_eq!(fake.log(), ["dereg_mr(0x104) -> errno 16", "dealloc_pd -> errno 16", "close_device"]);
         assert_eq!(fake.live(), (0, 0, 0));
     }
 
@@ -1105,15 +908,9 @@ mod tests {
     fn drop_order_is_mrs_then_pd_then_context() {
         let fake = FakeVerbs::with_devices(&["rxe0"]);
         let reg = open(&fake, "rxe0");
-        let a = reg
-            .register(range(0x1000, 0x1000), Access::LOCAL_WRITE)
-            .unwrap();
-        let b = reg
-            .register(range(0x4000, 0x2000), Access::REMOTE_READ)
-            .unwrap();
-        let c = reg
-            .register(range(0x8000, 0x1000), Access::REMOTE_ATOMIC)
-            .unwrap();
+        let a = reg.register(range(0x1000, 0x1000), Access::LOCAL_WRITE).unwrap();
+        let b = reg.register(range(0x4000, 0x2000), Access::REMOTE_READ).unwrap();
+        let c = reg.register(range(0x8000, 0x1000), Access::REMOTE_ATOMIC).unwrap();
         fake.clear_log();
 
         reg.deregister(a).unwrap();
@@ -1123,16 +920,7 @@ mod tests {
         assert_eq!(fake.live(), (1, 1, 2));
         drop(c);
         drop(b);
-        assert_eq!(
-            fake.log(),
-            [
-                "dereg_mr(0x104)",
-                "dereg_mr(0x106)",
-                "dereg_mr(0x105)",
-                "dealloc_pd",
-                "close_device"
-            ]
-        );
+        assert_eq!(fake.log(), ["dereg_mr(0x104)", "dereg_mr(0x106)", "dereg_mr(0x105)", "dealloc_pd", "close_device"]);
         assert_eq!(fake.live(), (0, 0, 0));
     }
 
@@ -1148,27 +936,14 @@ mod tests {
     /// panic, and the error says how to get a Soft-RoCE device.
     #[test]
     fn real_verbs_without_a_device_fails_clearly() {
-        let have_device = std::fs::read_dir("/sys/class/infiniband")
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false);
+        let have_device = std::fs::read_dir("/sys/class/infiniband").map(|mut d| d.next().is_some()).unwrap_or(false);
         match VerbsRegistrar::open(None) {
             Err(e) => {
-                assert!(
-                    matches!(
-                        e,
-                        VerbsError::NoDevice
-                            | VerbsError::GetDeviceList { .. }
-                            | VerbsError::DeviceNotFound { .. }
-                    ),
-                    "{e:?}"
-                );
+                assert!(matches!(e, VerbsError::NoDevice | VerbsError::GetDeviceList { .. } | VerbsError::DeviceNotFound { .. }), "{e:?}");
                 if !matches!(e, VerbsError::DeviceNotFound { .. }) {
                     assert!(e.to_string().contains("rdma_rxe"), "{e}");
                 }
-                assert!(
-                    !have_device || std::env::var_os(DEVICE_ENV).is_some(),
-                    "device present but: {e}"
-                );
+                assert!(!have_device || std::env::var_os(DEVICE_ENV).is_some(), "device present but: {e}");
                 let r = RegistrarError::from(e);
                 assert_eq!(r.verb, "ibv_get_device_list");
             }

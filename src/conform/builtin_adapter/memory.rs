@@ -25,7 +25,14 @@ fn map_fresh(addr: u64, len: u64, flags: i32) -> Result<(), (String, i32)> {
     // SAFETY: maps anonymous memory at an address the case names inside the
     // adapter's own arena (the runner checks the bounds); no Rust object lives there.
     let p = unsafe {
-        libc::mmap(addr as *mut libc::c_void, len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags, -1, 0)
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(os_err("mmap"));
@@ -127,18 +134,27 @@ pub(super) fn memory_op(b: &dyn Backend, cmd: &str, c: &Map<String, Value>) -> O
                 pause_point();
                 let r = match cmd {
                     "munmap" => libc::munmap(addr as *mut libc::c_void, len as usize),
-                    "mmap_fixed" => return map_fresh(addr, len, libc::MAP_FIXED).map(|()| {
-                        b.after_release(ev_addr, ev_len);
-                        json!({})
-                    }),
+                    "mmap_fixed" => {
+                        return map_fresh(addr, len, libc::MAP_FIXED).map(|()| {
+                            b.after_release(ev_addr, ev_len);
+                            json!({})
+                        })
+                    }
                     "madvise_dontneed" => libc::madvise(addr as *mut libc::c_void, len as usize, libc::MADV_DONTNEED),
                     "madvise_free" => libc::madvise(addr as *mut libc::c_void, len as usize, libc::MADV_FREE),
                     "mremap_move" => {
-                        let t = libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                        let t =
+                            libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
                         if t == libc::MAP_FAILED {
                             return Err(os_err("mmap (mremap target)"));
                         }
-                        let p = libc::mremap(addr as *mut libc::c_void, len as usize, len as usize, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, t);
+                        let p = libc::mremap(
+                            addr as *mut libc::c_void,
+                            len as usize,
+                            len as usize,
+                            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                            t,
+                        );
                         if p == libc::MAP_FAILED {
                             -1
                         } else if p != t {

@@ -176,7 +176,14 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
     // not filled by other allocations; NOREPLACE never clobbers anything.
     let arena = unsafe {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        let p = libc::mmap(ARENA_HINT as *mut libc::c_void, arena_len as usize, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_FIXED_NOREPLACE, -1, 0);
+        let p = libc::mmap(
+            ARENA_HINT as *mut libc::c_void,
+            arena_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        );
         if p == libc::MAP_FAILED {
             libc::mmap(std::ptr::null_mut(), arena_len as usize, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
         } else {
@@ -218,7 +225,12 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
             bs => format!("toy (breaks {})", bs.iter().map(|b| format!("{b:?}")).collect::<Vec<_>>().join(", ")),
         };
         let toy = Toy::new(args.brk.clone(), chunk_pages, limits);
-        (Arc::new(toy), name, declared, vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query", "during_register", "fork_paused", "destroy"])
+        (
+            Arc::new(toy),
+            name,
+            declared,
+            vec!["flush", "trim", "limits", "fork", "pause", "pause_mem", "query", "during_register", "fork_paused", "destroy"],
+        )
     } else {
         match Mrcache::start(args.policy, limits, args.fault, chunk_pages) {
             Ok(m) => {
@@ -226,7 +238,12 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
                     Some(f) => format!("mrcache (fault {f:?})"),
                     None => "mrcache".into(),
                 };
-                (Arc::new(m), name, Some(args.policy), vec!["flush", "trim", "limits", "pause", "pause_mem", "fork", "query", "during_register", "fork_paused", "destroy"])
+                (
+                    Arc::new(m),
+                    name,
+                    Some(args.policy),
+                    vec!["flush", "trim", "limits", "pause", "pause_mem", "fork", "query", "during_register", "fork_paused", "destroy"],
+                )
             }
             Err(e) => {
                 emit(&json!({"seq": 0, "ok": false, "error": e}));
@@ -247,4 +264,3 @@ pub fn run(args: &AdapterArgs) -> anyhow::Result<u8> {
     }));
     session::serve(lines, backend)
 }
-

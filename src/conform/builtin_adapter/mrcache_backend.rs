@@ -20,8 +20,8 @@ use mrcache_model::{Config, Limits, OverlapPolicy};
 use mrcache_types::{Access, LeaseId};
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,9 +74,16 @@ impl Mrcache {
         })
     }
 
-    fn make(policy: OverlapPolicy, limits: Limits, fault: Option<CacheFault>, chunk_pages: u64, busy: &Arc<AtomicBool>) -> Result<Live, String> {
+    fn make(
+        policy: OverlapPolicy,
+        limits: Limits,
+        fault: Option<CacheFault>,
+        chunk_pages: u64,
+        busy: &Arc<AtomicBool>,
+    ) -> Result<Live, String> {
         #[cfg_attr(not(feature = "testkit"), allow(unused_mut, reason = "fault switches need the testkit"))]
-        let mut cfg = CacheConfig::new(Config { policy, limits, chunk_pages, ..Config::default() }).monitored_by(mrcache::Monitoring::Userfaultfd);
+        let mut cfg =
+            CacheConfig::new(Config { policy, limits, chunk_pages, ..Config::default() }).monitored_by(mrcache::Monitoring::Userfaultfd);
         match fault {
             #[cfg(feature = "testkit")]
             Some(CacheFault::MonitorOff) => cfg.faults.monitor_off = true,
@@ -114,7 +121,11 @@ impl Mrcache {
     /// and starts its thread: at the start, and again in a fork child (the
     /// parent's monitor neither follows the child nor may be read by it,
     /// spec.md#S2.6).
-    fn arm_monitor(cache: &'static Cache<EmitRegistrar>, busy: &Arc<AtomicBool>, stop: &Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>, String> {
+    fn arm_monitor(
+        cache: &'static Cache<EmitRegistrar>,
+        busy: &Arc<AtomicBool>,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<std::thread::JoinHandle<()>, String> {
         let monitor = Arc::new(UffdMonitor::open().map_err(|e| format!("userfaultfd: {e}"))?);
         if cache.set_event_source(Box::new(UffdEvents::new(monitor.clone()))).is_err() {
             return Err("the cache already has an event source".into());

@@ -10,8 +10,8 @@
 use mrcache_types::{Access, LeaseId};
 use serde_json::{json, Map, Value};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 /// The page size the adapter declares and rounds to.
@@ -120,7 +120,8 @@ pub(super) fn disarm_during() -> Option<(String, i32)> {
 /// The process's resident set in bytes (`/proc/self/statm`).
 pub(super) fn rss_bytes() -> Result<u64, (String, i32)> {
     let s = std::fs::read_to_string("/proc/self/statm").map_err(|e| (format!("/proc/self/statm: {e}"), 0))?;
-    let pages: u64 = s.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| ("/proc/self/statm: no resident count".to_string(), 0))?;
+    let pages: u64 =
+        s.split_whitespace().nth(1).and_then(|x| x.parse().ok()).ok_or_else(|| ("/proc/self/statm: no resident count".to_string(), 0))?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     Ok(pages * page)

@@ -62,7 +62,9 @@ const URING_SLOTS: u32 = 4096;
 
 impl UringPins {
     pub(super) fn open() -> Result<&'static UringPins, String> {
-        let ring = UringRegistrar::new(URING_SLOTS).map_err(|e| format!("the io_uring registrar is unavailable: {e} (run with --registrar counting to judge by event order only)"))?;
+        let ring = UringRegistrar::new(URING_SLOTS).map_err(|e| {
+            format!("the io_uring registrar is unavailable: {e} (run with --registrar counting to judge by event order only)")
+        })?;
         Ok(Box::leak(Box::new(UringPins { ring: Mutex::new(Box::leak(Box::new(ring))), handles: Mutex::new(HashMap::new()) })))
     }
 

@@ -165,12 +165,7 @@ fn execute(b: &dyn Backend, c: &Map<String, Value>) -> OpResult {
     let cmd = c.get("cmd").and_then(Value::as_str).unwrap_or("");
     match cmd {
         "acquire" => {
-            let access: Access = c
-                .get("access")
-                .and_then(Value::as_str)
-                .unwrap_or("local_read")
-                .parse()
-                .map_err(|e: String| (e, 0))?;
+            let access: Access = c.get("access").and_then(Value::as_str).unwrap_or("local_read").parse().map_err(|e: String| (e, 0))?;
             b.acquire(get_u64(c, "lease")?, get_u64(c, "addr")?, get_u64(c, "len")?, access)
         }
         "release" => b.release(get_u64(c, "lease")?),

@@ -125,9 +125,7 @@ impl ToySt {
     /// The first findable entry covering `span` with enough access (any
     /// access under `AccessIgnored`): the hit of A1 and the recheck of A8.
     fn covering_mut(&mut self, span: PageSpan, access: Access, ignore_access: bool) -> Option<&mut ToyEntry> {
-        self.entries
-            .iter_mut()
-            .find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
+        self.entries.iter_mut().find(|e| e.findable && e.span.contains(&span) && (ignore_access || e.access.suffices_for(access)))
     }
 }
 
@@ -231,8 +229,8 @@ impl Toy {
         loop {
             let cached: Vec<&ToyEntry> = st.entries.iter().filter(|e| e.findable).collect();
             let bytes: u64 = cached.iter().map(|e| e.span.count() * PAGE).sum();
-            let over = self.limits.max_regions.is_some_and(|m| cached.len() as u64 > m)
-                || self.limits.max_pinned_bytes.is_some_and(|m| bytes > m);
+            let over =
+                self.limits.max_regions.is_some_and(|m| cached.len() as u64 > m) || self.limits.max_pinned_bytes.is_some_and(|m| bytes > m);
             if !over {
                 return out;
             }

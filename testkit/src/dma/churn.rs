@@ -27,8 +27,7 @@ pub enum Churn {
 }
 
 impl Churn {
-    pub const ALL: [Churn; 5] =
-        [Churn::Dontneed, Churn::MunmapMmap, Churn::MapFixed, Churn::MremapMove, Churn::MremapShrink];
+    pub const ALL: [Churn; 5] = [Churn::Dontneed, Churn::MunmapMmap, Churn::MapFixed, Churn::MremapMove, Churn::MremapShrink];
 
     fn kind(self) -> ReleaseKind {
         match self {
@@ -176,8 +175,7 @@ fn churn(kind: Churn, slot_addr: u64, slot_bytes: u64, addr: u64, len: u64, scra
                 p != libc::MAP_FAILED || partial
             }
             Churn::MremapShrink => {
-                let p =
-                    libc::mremap(slot_addr as *mut libc::c_void, slot_bytes as usize, (addr - slot_addr) as usize, 0);
+                let p = libc::mremap(slot_addr as *mut libc::c_void, slot_bytes as usize, (addr - slot_addr) as usize, 0);
                 p != libc::MAP_FAILED
             }
         }

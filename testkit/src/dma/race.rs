@@ -7,10 +7,10 @@
 use super::arena::{refill_holes, unmapped, Arena};
 use super::worker::fill;
 use super::{DmaCache, MonitorKind, RW};
+use crate::registrar::TestRegistrar;
 use mrcache::mem::page_size;
 use mrcache::monitor::MonitorThread;
 use mrcache::registrar::uring::UringRegistrar;
-use crate::registrar::TestRegistrar;
 use mrcache::{Cache, CacheConfig, Faults};
 use mrcache_model::Config;
 use mrcache_types::ReleaseKind;

@@ -8,11 +8,11 @@ use super::arena::Arena;
 use super::churn::{churner, install_register_churn};
 use super::worker::worker;
 use super::{lock, Churn, Counters, Ctx, DmaCache, DmaConfig, DmaReport, MonitorKind, SlotState};
+use crate::registrar::TestRegistrar;
 use mrcache::mem::page_size;
 use mrcache::monitor::MonitorThread;
 use mrcache::pagemap;
 use mrcache::registrar::uring::UringRegistrar;
-use crate::registrar::TestRegistrar;
 use mrcache::{Cache, CacheConfig};
 use mrcache_model::Config;
 use std::collections::BTreeMap;
@@ -37,7 +37,8 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
     let pfn_available = pagemap::pfns_available();
     let pfn = cfg.pagemap && pfn_available;
     let registrar = UringRegistrar::with_defaults().map_err(|e| format!("io_uring registrar: {e}"))?;
-    let mut cc = CacheConfig::new(Config { policy: cfg.policy, page_size: page, ..Config::default() }).monitored_by(cfg.monitor.monitoring());
+    let mut cc =
+        CacheConfig::new(Config { policy: cfg.policy, page_size: page, ..Config::default() }).monitored_by(cfg.monitor.monitoring());
     cc.faults = cfg.faults;
     let cache: Arc<DmaCache> = Arc::new(Cache::new(TestRegistrar::new(registrar).logging(false).record_pfns(pfn), cc));
     let churn: Arc<Vec<AtomicU64>> = Arc::new((0..cfg.slots * cfg.slot_pages).map(|_| AtomicU64::new(0)).collect());
@@ -55,9 +56,7 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
         base: arena.base,
         page,
         slot_bytes,
-        slots: (0..cfg.slots)
-            .map(|_| Mutex::new(SlotState { dead: false, seen: vec![None; cfg.slot_pages as usize] }))
-            .collect(),
+        slots: (0..cfg.slots).map(|_| Mutex::new(SlotState { dead: false, seen: vec![None; cfg.slot_pages as usize] })).collect(),
         churn,
         pfn,
         c: Counters::default(),
@@ -118,17 +117,11 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
     let doubles = reg.double_deregistrations.load(Relaxed);
     let in_use = reg.inner.in_use();
     let live = reg.live();
-    let cleanup = if live != 0
-        || in_use != 0
-        || doubles != 0
-        || stats.pinned_bytes != 0
-        || stats.cached_entries != 0
-    {
+    let cleanup = if live != 0 || in_use != 0 || doubles != 0 || stats.pinned_bytes != 0 || stats.cached_entries != 0 {
         Err(format!(
             "after the final flush: {live} registrations live, {in_use} io_uring slots in use, {doubles} double deregistrations, \
              {} bytes pinned, {} entries cached",
-            stats.pinned_bytes,
-            stats.cached_entries
+            stats.pinned_bytes, stats.cached_entries
         ))
     } else {
         Ok(())
@@ -158,11 +151,7 @@ pub fn run(cfg: &DmaConfig, progress: Option<&AtomicU64>) -> Result<DmaReport, S
         },
         churned_acquires: c.churned.load(Relaxed),
         churned_hits: c.churned_hits.load(Relaxed),
-        churns: Churn::ALL
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (format!("{k:?}"), c.churn_kinds[i].load(Relaxed)))
-            .collect(),
+        churns: Churn::ALL.iter().enumerate().map(|(i, k)| (format!("{k:?}"), c.churn_kinds[i].load(Relaxed))).collect(),
         register_churns: register_churns.load(Relaxed),
         dead_slots: c.dead_slots.load(Relaxed),
         elapsed,

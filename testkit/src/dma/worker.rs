@@ -6,8 +6,8 @@
 //! they were last granted is counted as churned.
 
 use super::{lock, Ctx, RW};
-use mrcache::pagemap;
 use crate::rng::{mix, Rng};
+use mrcache::pagemap;
 use mrcache_types::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
@@ -117,9 +117,7 @@ pub(super) fn worker(ctx: &Ctx<'_>, id: u32, ready: &std::sync::Barrier) {
                             let seen = &mut back[..len as usize];
                             // SAFETY: `[addr, addr+len)` is mapped (slot locked, not
                             // dead) and readable; `seen` is our buffer of `len` bytes.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(addr as *const u8, seen.as_mut_ptr(), len as usize)
-                            };
+                            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, seen.as_mut_ptr(), len as usize) };
                             if seen != pattern {
                                 ctx.c.stale.fetch_add(1, Relaxed);
                                 record(&ctx.first_stale, || {

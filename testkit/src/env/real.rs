@@ -37,8 +37,7 @@ impl RealMemory {
     pub fn map<'a>(ops: impl IntoIterator<Item = &'a Op>, page_size: u64) -> Result<RealMemory, String> {
         let plan = Relocation::plan(ops, page_size);
         let os_page = mrcache::mem::page_size();
-        let len = usize::try_from(plan.arena_len.max(os_page))
-            .map_err(|_| format!("arena of {} bytes is too large", plan.arena_len))?;
+        let len = usize::try_from(plan.arena_len.max(os_page)).map_err(|_| format!("arena of {} bytes is too large", plan.arena_len))?;
         let base = mrcache::mem::map_anon(len as u64, libc::MAP_NORESERVE)
             .map_err(|e| format!("cannot map a {} MiB replay arena: {e}", len >> 20))?;
         Ok(RealMemory { plan, base, len, os_page })
@@ -81,9 +80,8 @@ impl RealMemory {
         // SAFETY: the range lies inside our own arena (checked above) and is
         // page-aligned; no Rust object lives there, and leases on it only
         // hold registrations.
-        let fresh = unsafe {
-            crate::pages::map_at(start, bytes, libc::MAP_FIXED | libc::MAP_NORESERVE, libc::PROT_READ | libc::PROT_WRITE)
-        };
+        let fresh =
+            unsafe { crate::pages::map_at(start, bytes, libc::MAP_FIXED | libc::MAP_NORESERVE, libc::PROT_READ | libc::PROT_WRITE) };
         fresh.map_err(|errno| format!("cannot remap {r} in the arena: {}", std::io::Error::from_raw_os_error(errno)))?;
         Ok(())
     }

@@ -10,9 +10,8 @@
 
 pub use super::swarm::{off, Addr, Case, Fail, Len, Step, P};
 use super::swarm::{
-    ACCESSES, ADDR_WEIGHTS, BAD_KINDS, COLD_PAGES, EVENT_IN_REGISTER, EVENT_KINDS, EVENT_LEN_WEIGHTS, EVENT_OFFSETS,
-    FAILS, FAIL_WEIGHTS, HOT_RANGE, LEASES, LEN_BYTES, LEN_PAGES, LEN_WEIGHTS, RELEASE_LEASES, STEP_WEIGHTS,
-    SUB_RANGE, SUB_WEIGHTS,
+    ACCESSES, ADDR_WEIGHTS, BAD_KINDS, COLD_PAGES, EVENT_IN_REGISTER, EVENT_KINDS, EVENT_LEN_WEIGHTS, EVENT_OFFSETS, FAILS, FAIL_WEIGHTS,
+    HOT_RANGE, LEASES, LEN_BYTES, LEN_PAGES, LEN_WEIGHTS, RELEASE_LEASES, STEP_WEIGHTS, SUB_RANGE, SUB_WEIGHTS,
 };
 use crate::{Divergence, Environment, TestRegistrar};
 use mrcache::registrar::counting::CountingRegistrar;
@@ -153,8 +152,7 @@ pub fn search(name: &str, cases: u32, max_steps: usize, faults: Faults, configs:
         rng_algorithm: proptest::test_runner::RngAlgorithm::ChaCha,
         ..PtConfig::default()
     };
-    let seed =
-        crate::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
+    let seed = crate::rng::mix(name.bytes().fold(0u64, |h, b| h.wrapping_mul(131).wrapping_add(u64::from(b))));
     let mut key = [0u8; 32];
     for (i, chunk) in key.chunks_mut(8).enumerate() {
         chunk.copy_from_slice(&crate::rng::mix(seed ^ i as u64).to_le_bytes());

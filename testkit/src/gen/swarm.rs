@@ -134,9 +134,7 @@ impl Case {
     fn addr(&self, a: Addr, page: u64) -> u64 {
         let sub = |s: u16| if self.on(off::SUB_PAGE) { u64::from(s) % page } else { 0 };
         match a {
-            Addr::Hot { which, delta, sub: s } => {
-                (u64::from(self.hot[usize::from(which % 4)]) + u64::from(delta % 2)) * page + sub(s)
-            }
+            Addr::Hot { which, delta, sub: s } => (u64::from(self.hot[usize::from(which % 4)]) + u64::from(delta % 2)) * page + sub(s),
             Addr::Cold { page: p, sub: s } => u64::from(p % COLD_PAGES) * page + sub(s),
         }
     }
@@ -162,11 +160,8 @@ impl Case {
         let len = |l| self.len(l, page);
         let item = match *step {
             Step::Acquire { lease, at, len: l, access, event, fail } => {
-                let access = if self.on(off::ACCESS_VARIETY) {
-                    ACCESSES[usize::from(access) % ACCESSES.len()]
-                } else {
-                    Access::REMOTE_READ
-                };
+                let access =
+                    if self.on(off::ACCESS_VARIETY) { ACCESSES[usize::from(access) % ACCESSES.len()] } else { Access::REMOTE_READ };
                 let op = Op::Acquire { lease: u64::from(lease % LEASES), addr: addr(at), len: len(l), access };
                 let fail = fail.filter(|_| self.on(off::REGISTRAR_FAULTS));
                 // Both on one acquire: an event raised after its pressure
@@ -178,9 +173,7 @@ impl Case {
                 });
                 (op, hook, fail)
             }
-            Step::Release { lease } if self.on(off::RELEASE) => {
-                (Op::Release { lease: u64::from(lease % RELEASE_LEASES) }, None, None)
-            }
+            Step::Release { lease } if self.on(off::RELEASE) => (Op::Release { lease: u64::from(lease % RELEASE_LEASES) }, None, None),
             Step::Event { kind, at, len: l } if self.on(off::EVENT) => {
                 let kind = ReleaseKind::ALL[usize::from(kind) % ReleaseKind::ALL.len()];
                 (Op::ReleaseEvent { kind, addr: addr(at), len: len(l) }, None, None)
@@ -228,8 +221,7 @@ pub const LEN_PAGES: [(u8, u8); 3] = [(1, 3), (3, 6), (6, 17)];
 pub const LEN_BYTES: u32 = 5 * 4096;
 /// No failure against one of the six [`Fail`]s (uniform).
 pub const FAIL_WEIGHTS: [u32; 2] = [12, 1];
-pub const FAILS: [Fail; 6] =
-    [Fail::NoMemOnce, Fail::AgainOnce, Fail::NoMemTwice, Fail::NoMemThenFault, Fail::Fault, Fail::Other];
+pub const FAILS: [Fail; 6] = [Fail::NoMemOnce, Fail::AgainOnce, Fail::NoMemTwice, Fail::NoMemThenFault, Fail::Fault, Fail::Other];
 /// An acquire raises an event inside its registration 1 time in 4
 /// (`(num, den)`), at a page offset in `0..8`, 1 or 2 pages long.
 pub const EVENT_IN_REGISTER: (u64, u64) = (1, 4);
@@ -357,4 +349,3 @@ impl Draw<'_> {
         std::array::from_fn(|_| self.below_u8(HOT_RANGE))
     }
 }
-

@@ -591,9 +591,11 @@ pub fn coverage_rows(spec: &str) -> Result<Vec<CoverageRow>, String> {
 
 /// Whether `source` uses an atomic type in code (comments aside).
 pub fn has_atomic(source: &str) -> bool {
-    source.lines().map(str::trim_start).filter(|l| !l.starts_with("//")).any(|l| {
-        l.match_indices("Atomic").any(|(i, _)| l[i + 6..].chars().next().is_some_and(|c| c.is_ascii_uppercase()))
-    })
+    source
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| !l.starts_with("//"))
+        .any(|l| l.match_indices("Atomic").any(|(i, _)| l[i + 6..].chars().next().is_some_and(|c| c.is_ascii_uppercase())))
 }
 
 /// Whether `file` holds tests rather than a mechanism (test modules and the
@@ -784,7 +786,8 @@ mod tests {
         assert_eq!(c.iter().map(|c| (c.id.as_str(), c.test)).collect::<Vec<_>>(), [("P1", false), ("C1", true)]);
     }
 
-    const COVERAGE: &str = "## A The concurrent algorithm\n\n| step | what |\n|---|---|\n| A1 | x |\n| R1 | y |\n\n## Coverage\n\n<!-- coverage -->\n\
+    const COVERAGE: &str =
+        "## A The concurrent algorithm\n\n| step | what |\n|---|---|\n| A1 | x |\n| R1 | y |\n\n## Coverage\n\n<!-- coverage -->\n\
         | mechanism | code | model steps | loom models | mutants |\n|---|---|---|---|---|\n\
         | the hit | `a.rs` | `A1` | `hit_vs_release` | `no-recheck` |\n\
         | counters | `b.rs` | tests only (`t.rs`) | none | none |\n<!-- /coverage -->\n";

@@ -10,10 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let root = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")));
+    let root =
+        std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")));
     let (report, steps, coverage) = match check(&root).and_then(|r| Ok((r, check_steps(&root)?, check_coverage(&root)?))) {
         Ok(r) => r,
         Err(e) => {
@@ -33,10 +31,7 @@ fn main() -> ExitCode {
     }
     let dirs: Vec<&str> = steps.untagged.iter().map(|(d, _)| *d).collect();
     println!("spec.md §A: {} steps, each tagged in {}", steps.count, dirs.join(" and "));
-    println!(
-        "spec.md coverage table: {} rows; {} source files with atomics, each named by a row",
-        coverage.rows, coverage.atomic_files
-    );
+    println!("spec.md coverage table: {} rows; {} source files with atomics, each named by a row", coverage.rows, coverage.atomic_files);
     problems.extend(coverage.problems);
     if problems.is_empty() {
         return ExitCode::SUCCESS;

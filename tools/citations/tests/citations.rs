@@ -35,7 +35,8 @@ fn a_paraphrased_quote_fails() {
     let spec = std::fs::read_to_string(root().join("spec.md")).unwrap();
     let items = spec_items(&spec);
     let tag = format!("//= {}#LN1\n", "spec.md");
-    let verbatim = tag.clone() + "//# if the queue is empty, the draining count is 0, and a slot of this\n//# thread's lane has exactly the request's key\n";
+    let verbatim = tag.clone()
+        + "//# if the queue is empty, the draining count is 0, and a slot of this\n//# thread's lane has exactly the request's key\n";
     let paraphrase = tag + "//# if the queue is empty and a slot of this thread's lane has exactly\n//# the request's key\n";
     let judge = |src: &str| {
         let c = citations_in("impl/src/x.rs", src);

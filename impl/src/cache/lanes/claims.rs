@@ -26,7 +26,6 @@ impl Claim {
     }
 }
 
-
 /// This thread's lane claims: `(generation uid, lane, claim flag)`, most
 /// recent last, and a one-entry hint for the hot path.
 pub(super) struct Claims {

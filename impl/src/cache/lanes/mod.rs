@@ -37,8 +37,8 @@ mod claims;
 mod protocol;
 mod slots;
 
-pub use barriers::{init_barriers, uses_membarrier};
 pub(crate) use barriers::{heavy_barrier, null_ptr};
+pub use barriers::{init_barriers, uses_membarrier};
 pub(crate) use protocol::{dry_skip, keep_if_pinned, memoize, owns, release, try_hit, worth_probing, LaneHit, LaneReleased};
 pub(crate) use slots::{Lane, LaneRef, Lanes, A1_MISS_STREAK};
 
@@ -47,4 +47,3 @@ pub(crate) use slots::{Lane, LaneRef, Lanes, A1_MISS_STREAK};
 pub const MAX_LANES: usize = 64;
 #[cfg(loom)]
 pub const MAX_LANES: usize = 2;
-

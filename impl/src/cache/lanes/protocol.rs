@@ -31,8 +31,7 @@ pub(crate) fn try_hit<R: Registrar>(lane: &Lane<R>, span: PageSpan, access: Acce
     let p = s.ptr.load(Ordering::Relaxed);
     //= spec.md#LN2
     //# LN1 compares the slot's key with the request's before it takes the memo.
-    if p.is_null() || s.key_first.load(Ordering::Relaxed) != span.first || s.key_rest.load(Ordering::Relaxed) != key_rest(span, access)
-    {
+    if p.is_null() || s.key_first.load(Ordering::Relaxed) != span.first || s.key_rest.load(Ordering::Relaxed) != key_rest(span, access) {
         return LaneHit::None;
     }
     // Invariant: only the claim's holder writes `held` (module docs).

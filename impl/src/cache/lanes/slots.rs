@@ -485,13 +485,15 @@ mod tests {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let mut lanes_seen: Vec<usize> = got.iter().map(|&(c, a)| {
-            assert_eq!(c, a, "a thread's lane changed while it ran");
-            c
-        }).collect();
+        let mut lanes_seen: Vec<usize> = got
+            .iter()
+            .map(|&(c, a)| {
+                assert_eq!(c, a, "a thread's lane changed while it ran");
+                c
+            })
+            .collect();
         lanes_seen.sort_unstable();
         lanes_seen.dedup();
         assert_eq!(lanes_seen.len(), 8, "two running threads share a lane: {got:x?}");
     }
 }
-

@@ -237,9 +237,7 @@ fn mremap_move_emits_remap_then_unmap_and_the_watch_moves() {
     mon.watch(range(a, 8 * p)).unwrap();
     let rel = release_in_thread(move || {
         // SAFETY: moves a mapping this test owns; nothing points into it.
-        let r = unsafe {
-            libc::mremap(a as *mut libc::c_void, (8 * p) as usize, (16 * p) as usize, libc::MREMAP_MAYMOVE)
-        };
+        let r = unsafe { libc::mremap(a as *mut libc::c_void, (8 * p) as usize, (16 * p) as usize, libc::MREMAP_MAYMOVE) };
         if r == libc::MAP_FAILED {
             -1
         } else {
@@ -249,11 +247,7 @@ fn mremap_move_emits_remap_then_unmap_and_the_watch_moves() {
     let (b, events) = finish(&mon, rel);
     assert!(b > 0 && b as u64 != a, "mremap did not move: {b:#x}");
     let b = b as u64;
-    assert_eq!(
-        events,
-        [ev(ReleaseKind::MremapSource, a, 8 * p), ev(ReleaseKind::Munmap, a, 8 * p)],
-        "moved to {b:#x}"
-    );
+    assert_eq!(events, [ev(ReleaseKind::MremapSource, a, 8 * p), ev(ReleaseKind::Munmap, a, 8 * p)], "moved to {b:#x}");
     // The destination, including the grown part, is watched now.
     assert_eq!(munmap_in(&mon, b, 16 * p), [ev(ReleaseKind::Munmap, b, 16 * p)]);
     drop(mon);
@@ -374,10 +368,7 @@ fn remove_comes_before_the_pages_go_unmap_after_the_mapping_is_gone() {
     let (mon, a, p) = watched(3);
     // DONTNEED: the REMOVE is queued before the pages are dropped.
     // SAFETY: discards a page of a mapping this test owns.
-    let rel =
-        release_in_thread(
-            move || unsafe { libc::madvise(a as *mut libc::c_void, p as usize, libc::MADV_DONTNEED) } as i64,
-        );
+    let rel = release_in_thread(move || unsafe { libc::madvise(a as *mut libc::c_void, p as usize, libc::MADV_DONTNEED) } as i64);
     assert!(mon.wait_readable(TIMEOUT.as_millis() as i32).unwrap());
     // SAFETY: `a` is mapped and readable.
     assert_eq!(unsafe { ptr::read_volatile(a as *const u8) }, 0xab, "page dropped before its REMOVE was read");
@@ -452,12 +443,9 @@ fn a_write_protect_fault_is_answered_by_read_pending() {
     const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0; // linux/userfaultfd.h
     let (mon, a, p) = watched(2);
     // Something other than the monitor write-protects page 0.
-    let mut wp =
-        sys::UffdioWriteprotect { range: sys::UffdioRange { start: a, len: p }, mode: UFFDIO_WRITEPROTECT_MODE_WP };
+    let mut wp = sys::UffdioWriteprotect { range: sys::UffdioRange { start: a, len: p }, mode: UFFDIO_WRITEPROTECT_MODE_WP };
     // SAFETY: `wp` is a valid `struct uffdio_writeprotect` for the call.
-    let rc = unsafe {
-        libc::ioctl(mon.raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp as *mut sys::UffdioWriteprotect)
-    };
+    let rc = unsafe { libc::ioctl(mon.raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp as *mut sys::UffdioWriteprotect) };
     assert_eq!(rc, 0, "UFFDIO_WRITEPROTECT: {}", io::Error::last_os_error());
     let rel = release_in_thread(move || {
         // SAFETY: `a` is a writable page this test owns.
@@ -516,16 +504,7 @@ fn map_tmpfile(flags: libc::c_int) -> (u64, bool) {
     assert_eq!(unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) }, 0);
     let on_tmpfs = st.f_type == libc::TMPFS_MAGIC;
     // SAFETY: maps the file we just sized; the mapping keeps its own reference.
-    let a = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            (4 * page()) as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            flags,
-            f.as_raw_fd(),
-            0,
-        )
-    };
+    let a = unsafe { libc::mmap(ptr::null_mut(), (4 * page()) as usize, libc::PROT_READ | libc::PROT_WRITE, flags, f.as_raw_fd(), 0) };
     assert_ne!(a, libc::MAP_FAILED);
     (a as u64, on_tmpfs)
 }
@@ -697,10 +676,7 @@ fn another_userfaultfd_is_refused_with_ebusy() {
     let second = UffdMonitor::open().unwrap();
     let a = map_anon(4);
     first.watch(range(a, 4 * p)).unwrap();
-    assert_eq!(
-        second.watch(range(a + p, p)),
-        Err(UffdError::Unwatchable { range: range(a + p, p), errno: libc::EBUSY })
-    );
+    assert_eq!(second.watch(range(a + p, p)), Err(UffdError::Unwatchable { range: range(a + p, p), errno: libc::EBUSY }));
     drop(first); // closing unregisters
     second.watch(range(a + p, p)).unwrap();
     assert_eq!(munmap_in(&second, a, 4 * p), [ev(ReleaseKind::Munmap, a, 4 * p)]);
